@@ -1,0 +1,84 @@
+"""Shared benchmark plumbing.
+
+Conventions every benchmark follows:
+
+* Each benchmark belongs to a pytest-benchmark *group* (``@pytest.mark.benchmark(group=...)``)
+  that holds the kvmm implementation and at least one baseline timed in the same run.
+* It records ``benchmark.extra_info["role"] = "kvmm"`` or ``"baseline"``, a ``"label"``
+  (e.g. ``"plain-Python reference"``, ``"libCacheSim LRU"``), and ``"items"``: how many
+  units one call processes, with ``"unit"`` naming them (blocks, refs, keys, ...).
+* numba kernels are warmed up (called once on tiny input) before timing: use :func:`warm`.
+
+At the end of the run a table prints each group's throughput and the kvmm/baseline ratio.
+
+``KVMM_BENCH_SCALE=smoke`` shrinks every workload (the default test run uses it, with
+``--benchmark-disable``, so benchmarks never rot); ``full`` (default) uses the sizes the issues
+name.  Use :func:`size` to pick a size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import pytest
+
+SCALE = os.environ.get("KVMM_BENCH_SCALE", "full")
+
+
+def size(full: int, smoke: int) -> int:
+    """The workload size for the current scale."""
+    return smoke if SCALE == "smoke" else full
+
+
+def warm(fn, *args, **kwargs):
+    """Call ``fn`` once (compiles numba kernels) and return its result."""
+    return fn(*args, **kwargs)
+
+
+@pytest.fixture
+def scale() -> str:
+    return SCALE
+
+
+def _rows(config):
+    session = getattr(config, "_benchmarksession", None)
+    if session is None:
+        return []
+    groups = defaultdict(list)
+    for bench in session.benchmarks:
+        if not bench or not bench.extra_info.get("role"):
+            continue
+        groups[bench.group].append(bench)
+    rows = []
+    for group, benches in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        ours = [b for b in benches if b.extra_info["role"] == "kvmm"]
+        bases = [b for b in benches if b.extra_info["role"] == "baseline"]
+        for mine in ours:
+            items = mine.extra_info.get("items", 1)
+            unit = mine.extra_info.get("unit", "calls")
+            rate = items / mine.stats.mean if mine.stats.mean else float("nan")
+            label = mine.extra_info.get("label", mine.name)
+            if not bases:
+                rows.append((group, label, f"{rate:,.0f} {unit}/s", "-", "-", "-"))
+            for base in bases:
+                b_items = base.extra_info.get("items", items)
+                b_rate = b_items / base.stats.mean if base.stats.mean else float("nan")
+                ratio = rate / b_rate if b_rate else float("nan")
+                rows.append((group, label, f"{rate:,.0f} {unit}/s", base.extra_info.get("label", base.name),
+                             f"{b_rate:,.0f} {unit}/s", f"{ratio:,.1f}x"))
+    return rows
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    rows = _rows(config)
+    if not rows:
+        return
+    headers = ("group", "kvmm", "kvmm rate", "baseline", "baseline rate", "speedup")
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    tr = terminalreporter
+    tr.section("kvmm vs baseline (same run)")
+    tr.write_line("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    for r in rows:
+        tr.write_line("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))

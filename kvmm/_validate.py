@@ -1,0 +1,104 @@
+"""Input checking shared by every component.
+
+Each helper returns a *new* validated array (never a view the caller could mutate under us)
+or raises a :class:`~kvmm.errors.KvmmError` subclass whose message names the argument, what it
+got and what was expected.  Validation happens before any state changes, which is how every
+structure keeps its "a call that raises changes nothing" promise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
+
+__all__ = ["as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+
+
+def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
+    """Return ``x`` as a contiguous integer array of ``dtype`` (copy), rejecting floats/bools.
+
+    Accepts Python ints, lists of ints and integer numpy arrays of any width; values must fit
+    in ``dtype``.
+    """
+    arr = np.asarray(x)
+    if arr.ndim == 0 and ndim == 1:
+        arr = arr.reshape(1)
+    if arr.size == 0 and arr.dtype.kind not in "iu":
+        arr = arr.astype(dtype)  # an empty list arrives as float64; accept it
+    if arr.dtype.kind not in "iu":
+        raise DTypeError(f"{name} must hold integers, got dtype {arr.dtype}; expected an integer array")
+    if arr.ndim != ndim:
+        raise ShapeError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
+    if arr.size:
+        info = np.iinfo(dtype)
+        lo, hi = arr.min(), arr.max()
+        if int(lo) < info.min or int(hi) > info.max:
+            raise BadInputError(f"{name} has values in [{lo}, {hi}] that do not fit {np.dtype(dtype).name}")
+    return np.ascontiguousarray(arr, dtype=dtype).copy()
+
+
+def check_ids_in_range(ids: np.ndarray, n: int, name: str) -> None:
+    """Raise :class:`InvalidIdError` unless every id is in ``[0, n)``."""
+    if ids.size:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= n:
+            bad = int(ids[(ids < 0) | (ids >= n)][0])
+            raise InvalidIdError(f"{name} contains id {bad}; expected ids in [0, {n})")
+
+
+def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
+    """Return 128-bit keys as a contiguous ``(n, 2)`` uint64 array (copy).
+
+    Accepts an ``(n, 2)`` unsigned/signed 64-bit integer array, or a 1-D integer array of ``n``
+    keys (each widened to ``(key, 0)``), e.g. a trace's block ids.
+    """
+    arr = np.asarray(x)
+    if arr.size == 0 and arr.dtype.kind not in "iu":
+        arr = arr.astype(np.uint64).reshape(0, 2)
+    if arr.dtype.kind not in "iu":
+        raise DTypeError(f"{name} must be an integer array of 128-bit keys (n, 2) uint64, got dtype {arr.dtype}")
+    if arr.ndim == 1:
+        out = np.zeros((arr.shape[0], 2), dtype=np.uint64)
+        out[:, 0] = arr.astype(np.uint64)
+        return out
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ShapeError(f"{name} must have shape (n, 2) (two uint64 words per key), got {arr.shape}")
+    return np.ascontiguousarray(arr.astype(np.uint64, copy=True))
+
+
+def as_count(x: Any, name: str, *, minimum: int = 0) -> int:
+    """Return ``x`` as a Python int ``>= minimum``; reject floats, bools and NaN."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise DTypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+    if int(x) < minimum:
+        raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
+    return int(x)
+
+
+def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
+    """Return ``x`` as a float in ``(0, 1]`` (or ``[0, 1]``); reject NaN and out-of-range values."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise DTypeError(f"{name} must be a number in (0, 1], got {x!r}") from None
+    lo_ok = v >= 0.0 if include_zero else v > 0.0
+    if math.isnan(v) or not lo_ok or v > 1.0:
+        rng = "[0, 1]" if include_zero else "(0, 1]"
+        raise BadInputError(f"{name} must be in {rng}, got {x!r}")
+    return v
+
+
+def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``x`` as a finite float ``> 0`` (or ``>= 0``)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise DTypeError(f"{name} must be a finite number, got {x!r}") from None
+    if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
+        want = ">= 0" if allow_zero else "> 0"
+        raise BadInputError(f"{name} must be a finite number {want}, got {x!r}")
+    return v

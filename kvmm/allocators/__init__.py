@@ -1,0 +1,1 @@
+"""kvmm.allocators (components land here; see DESIGN.md)."""

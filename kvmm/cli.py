@@ -1,0 +1,73 @@
+"""The ``kvmm`` command.
+
+``kvmm reproduce`` is the main job: it runs every registered report section (see
+:data:`kvmm.report.SECTIONS`) on the bundled data and writes ``<out>/report.md`` plus PNGs.
+Other subcommands (``mrc``, ``simulate``, ``calibrate``) live in their component's ``_cli``
+module, registered in :data:`COMMANDS`, which provides ``add_arguments(parser)`` and
+``run(args) -> int``; those modules import their heavy parts inside ``run`` so ``kvmm --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Sequence
+
+#: subcommand -> (module path, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "mrc": ("kvmm.policies._cli", "miss-ratio curve and working set of a trace"),
+    "simulate": ("kvmm.sim._cli", "replay a trace through the serving simulator"),
+    "calibrate": ("kvmm.compress._cli", "TriAttention calibration of a local transformers model"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvmm", description="kvmm: fast, verified KV-cache data structures")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    rep = sub.add_parser("reproduce", help="run every paper reproduction on the bundled data and write a report")
+    rep.add_argument("--out", type=Path, default=Path("kvmm-report"), help="output folder (default ./kvmm-report)")
+    rep.add_argument("--only", action="append", default=None, metavar="SECTION",
+                     help="run only this section (repeatable); default: all")
+    rep.add_argument("--quick", action="store_true", help="smaller workloads (for smoke tests)")
+    rep.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
+
+    handlers = {}
+    for name, (module_path, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_path)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_path:
+                raise
+            continue  # component not built yet
+        p = sub.add_parser(name, help=help_text)
+        module.add_arguments(p)
+        handlers[name] = module.run
+
+    args = parser.parse_args(argv)
+    from kvmm.errors import KvmmError
+
+    try:
+        if args.command == "reproduce":
+            return _reproduce(args)
+        return int(handlers[args.command](args) or 0)
+    except KvmmError as exc:
+        print(f"kvmm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from kvmm.report import Report, run_sections
+
+    report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress)
+    ran = run_sections(report, only=args.only)
+    path = report.write()
+    print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""kvmm.compress (components land here; see DESIGN.md)."""

@@ -1,0 +1,98 @@
+"""One exception family for the whole toolkit.
+
+Every error kvmm raises on bad input or an impossible request is a :class:`KvmmError`.
+Each subclass also derives from the closest built-in exception (``ValueError``,
+``IndexError``, ``LookupError``, ``RuntimeError``, ``OSError``) so code that already catches
+those keeps working.  Messages say what was wrong *and* what was expected.
+
+A call that raises one of these leaves the structure it was called on exactly as it was
+before the call (every component tests this with a full snapshot of its arrays).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KvmmError",
+    "BadInputError",
+    "ShapeError",
+    "DTypeError",
+    "InvalidIdError",
+    "OutOfBlocksError",
+    "DoubleFreeError",
+    "CapacityExceededError",
+    "UnknownKeyError",
+    "UnknownSequenceError",
+    "StalePlanError",
+    "LedgerStateError",
+    "TraceFormatError",
+    "CorruptEntryError",
+    "BackendUnavailableError",
+    "CalibrationError",
+]
+
+
+class KvmmError(Exception):
+    """Base class of every error raised by kvmm."""
+
+
+class BadInputError(KvmmError, ValueError):
+    """An argument has the wrong value: negative count, NaN, fraction out of range, ..."""
+
+
+class ShapeError(BadInputError):
+    """An array argument has the wrong number of dimensions or the wrong shape."""
+
+
+class DTypeError(BadInputError, TypeError):
+    """An array argument has the wrong dtype (floats where integer ids are expected, ...)."""
+
+
+class InvalidIdError(KvmmError, IndexError):
+    """A block, slot, token or position id is outside its valid range."""
+
+
+class OutOfBlocksError(KvmmError, RuntimeError):
+    """More blocks were asked for than the pool has free."""
+
+
+class DoubleFreeError(KvmmError, RuntimeError):
+    """A block (or claim, or commitment) was released that is not held."""
+
+
+class CapacityExceededError(KvmmError, RuntimeError):
+    """A tier, ledger or table would go over its capacity."""
+
+
+class UnknownKeyError(KvmmError, LookupError):
+    """A key (content key, claim id, tier entry) is not present."""
+
+    def __str__(self) -> str:  # LookupError/KeyError quote their argument; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownSequenceError(UnknownKeyError):
+    """A sequence id is not registered."""
+
+
+class StalePlanError(KvmmError, RuntimeError):
+    """A repack plan belongs to another table or was already committed."""
+
+
+class LedgerStateError(KvmmError, RuntimeError):
+    """A ledger operation is not valid in the claim's current state (consume before ready, ...)."""
+
+
+class TraceFormatError(BadInputError):
+    """A trace file has a malformed record; the message names the file and the line."""
+
+
+class CorruptEntryError(KvmmError, OSError):
+    """A stored entry (file segment, remote value) failed its integrity check."""
+
+
+class BackendUnavailableError(KvmmError, ConnectionError):
+    """A remote backend (Redis server, ...) cannot be reached."""
+
+
+class CalibrationError(BadInputError):
+    """A calibration file or object does not match the model shape or format version."""

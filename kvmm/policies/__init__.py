@@ -1,0 +1,1 @@
+"""kvmm.policies (components land here; see DESIGN.md)."""

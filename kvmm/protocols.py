@@ -1,0 +1,119 @@
+"""The small Protocols every kvmm component speaks.
+
+Policies return scores or decisions; structures act on them.  Any object with these methods
+works (they are ``typing.Protocol`` classes, checked structurally, ``runtime_checkable`` for
+``isinstance`` tests), so a researcher's new policy needs no base class from us.
+
+Keys are hashable Python values at the Protocol level (ints, tuples of two uint64 words, ...);
+array-valued batch methods live on the concrete classes, which stay free to be faster.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "TierBackend",
+    "EvictionPolicy",
+    "TokenScorer",
+    "AdmissionPolicy",
+    "StagingPolicy",
+]
+
+
+@runtime_checkable
+class TierBackend(Protocol):
+    """A memory tier that stores KV data under keys and models how long moving it takes.
+
+    Implementations: ``ArenaTier`` (real bytes in RAM), ``MmapTier`` (file-backed, survives a
+    restart), ``RedisTier`` (shared remote pool), ``SimulatedTier`` (capacity and timing only).
+
+    Contract:
+      * ``used_bytes <= capacity_bytes`` at all times; ``put`` that would exceed it raises
+        :class:`~kvmm.errors.CapacityExceededError` and stores nothing.
+      * ``get``/``delete`` of a missing key raise :class:`~kvmm.errors.UnknownKeyError`.
+      * ``put`` of an existing key replaces its value (``used_bytes`` adjusted).
+    """
+
+    name: str
+
+    @property
+    def capacity_bytes(self) -> int: ...
+
+    @property
+    def used_bytes(self) -> int: ...
+
+    def put(self, key: Hashable, data: np.ndarray) -> None: ...
+
+    def get(self, key: Hashable) -> np.ndarray: ...
+
+    def delete(self, key: Hashable) -> None: ...
+
+    def contains(self, key: Hashable) -> bool: ...
+
+    def transfer_seconds(self, nbytes: int) -> float:
+        """Modelled time to move ``nbytes`` to or from this tier: ``latency + nbytes / bandwidth``."""
+        ...
+
+
+@runtime_checkable
+class EvictionPolicy(Protocol):
+    """An eviction order over keys.  The policy only orders; the caller removes.
+
+    ``victims(n, protected)`` returns up to ``n`` keys in eviction order, skipping keys in
+    ``protected``; it does not remove them (the caller calls ``on_remove`` for those it evicts).
+    """
+
+    def on_insert(self, key: Hashable) -> None: ...
+
+    def on_access(self, key: Hashable) -> None: ...
+
+    def on_remove(self, key: Hashable) -> None: ...
+
+    def victims(self, n: int, protected: Iterable[Hashable] = ()) -> list[Hashable]: ...
+
+
+@runtime_checkable
+class TokenScorer(Protocol):
+    """Scores a sequence's live tokens for token-level KV eviction (higher = keep).
+
+    ``observe`` takes whatever evidence the scorer uses (attention rows of shape
+    ``(heads, live_tokens)`` or ``(live_tokens,)``, or pre-RoPE keys/queries) as keyword
+    arguments; ``scores`` returns a float array over the sequence's live tokens in logical order.
+    ``forget`` drops a sequence; ``on_evict`` tells the scorer which live-token indices were
+    dropped so its per-token state stays aligned.
+    """
+
+    def observe(self, seq_id: int, **evidence: Any) -> None: ...
+
+    def scores(self, seq_id: int) -> np.ndarray: ...
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Decides which of a request's blocks are written to a (slower, larger) tier.
+
+    ``admit(request)`` gets a request view (at least ``keys``: the request's block keys in
+    prefix order, and ``cached``: a boolean mask of which are already in the tier) and returns
+    a boolean mask (or index array) of the blocks to write.
+    """
+
+    def admit(self, request: Any) -> np.ndarray: ...
+
+
+@runtime_checkable
+class StagingPolicy(Protocol):
+    """Decides when a claimed slow-tier hit is copied into the protected fast tier.
+
+    ``on_claim`` is told of a new claim; ``due(now)`` returns the claim ids to stage now.
+    On-demand stages at first use, immediate at claim time, timely (the commitment ledger)
+    when the predicted time until use falls to the predicted time to make it ready.
+    """
+
+    name: str
+
+    def on_claim(self, claim_id: int, now: float) -> None: ...
+
+    def due(self, now: float) -> Sequence[int]: ...

@@ -1,0 +1,1 @@
+"""kvmm.sim (components land here; see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""kvmm.tiers (components land here; see DESIGN.md)."""

@@ -1,0 +1,84 @@
+"""The package skeleton: errors, Protocols, input validation, the CLI and the report."""
+
+import numpy as np
+import pytest
+
+import kvmm
+from kvmm import errors, protocols
+from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float, check_ids_in_range
+from kvmm.cli import main
+from kvmm.report import Report, format_table
+
+
+def test_every_error_is_a_kvmm_error_and_a_builtin():
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.KvmmError)
+    assert issubclass(errors.InvalidIdError, IndexError)
+    assert issubclass(errors.DTypeError, TypeError)
+    assert issubclass(errors.UnknownSequenceError, LookupError)
+    assert str(errors.UnknownKeyError("no key 7")) == "no key 7"
+
+
+def test_protocols_are_structural():
+    class Lru:
+        def on_insert(self, key): ...
+        def on_access(self, key): ...
+        def on_remove(self, key): ...
+        def victims(self, n, protected=()): return []
+
+    assert isinstance(Lru(), protocols.EvictionPolicy)
+    assert not isinstance(object(), protocols.EvictionPolicy)
+
+
+def test_validation_rejects_bad_input_with_clear_messages():
+    assert as_index_array([1, 2], "ids").dtype == np.int64
+    assert as_index_array([], "ids").shape == (0,)
+    with pytest.raises(errors.DTypeError, match="ids must hold integers"):
+        as_index_array([1.5], "ids")
+    with pytest.raises(errors.ShapeError, match="1-dimensional"):
+        as_index_array([[1]], "ids")
+    with pytest.raises(errors.BadInputError, match="do not fit int32"):
+        as_index_array([2**40], "ids", dtype=np.int32)
+    with pytest.raises(errors.InvalidIdError, match=r"id 5; expected ids in \[0, 5\)"):
+        check_ids_in_range(np.array([0, 5]), 5, "ids")
+    keys = as_key_array(np.array([3, 4]))
+    assert keys.shape == (2, 2) and keys.dtype == np.uint64 and keys[1, 0] == 4 and keys[1, 1] == 0
+    with pytest.raises(errors.ShapeError):
+        as_key_array(np.zeros((2, 3), dtype=np.uint64))
+    with pytest.raises(errors.DTypeError):
+        as_key_array(np.zeros((2, 2)))
+    assert as_count(3, "n") == 3
+    for bad in (-1, 1.0, True):
+        with pytest.raises(errors.BadInputError):
+            as_count(bad, "n")
+    assert as_fraction(1, "f") == 1.0
+    for bad in (0, 1.5, float("nan"), "x"):
+        with pytest.raises(errors.BadInputError):
+            as_fraction(bad, "f")
+    for bad in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(errors.BadInputError):
+            as_positive_float(bad, "rate")
+
+
+def test_lazy_subpackages():
+    assert kvmm.traces.load_mooncake is not None
+    with pytest.raises(AttributeError):
+        kvmm.nonexistent
+
+
+def test_report_writes_markdown(tmp_path, capsys):
+    rep = Report(out=tmp_path)
+    rep.heading("H")
+    rep.table("T", ["a", "b"], [[1, 0.5], [2, float("nan")]])
+    path = rep.write()
+    text = path.read_text()
+    assert "| a | b |" in text and "| 1 | 0.5 |" in text and "| 2 | nan |" in text
+    assert "T" in capsys.readouterr().out
+    assert format_table(["x"], [[1e-5]]).splitlines()[-1] == "| 1.000e-05 |"
+
+
+def test_cli_rejects_unknown_section(tmp_path, capsys):
+    rc = main(["reproduce", "--only", "nope", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "unknown section" in capsys.readouterr().err

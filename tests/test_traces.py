@@ -1,0 +1,44 @@
+"""The Mooncake reader and the bundled traces."""
+
+import numpy as np
+import pytest
+
+from kvmm.errors import BadInputError, TraceFormatError
+from kvmm.traces import bundled_trace_path, iter_mooncake, load_mooncake
+
+# (requests, block refs, unique blocks, time span s) from shared/data/mooncake/README.md
+BUNDLED = {"conversation": (12031, 288500, 182790, 3537), "synthetic": (3993, 121877, 43924, 1022)}
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_bundled_traces_match_their_published_summary(name):
+    tr = load_mooncake(name)
+    requests, refs, unique, span = BUNDLED[name]
+    assert tr.num_requests == requests
+    assert tr.block_ids.shape == (refs,)
+    assert np.unique(tr.block_ids).size == unique
+    assert round((tr.timestamp_ms.max() - tr.timestamp_ms.min()) / 1000) == span
+    lengths = np.diff(tr.block_offsets)
+    assert np.array_equal(lengths, -(-tr.input_length // 512))
+    assert tr.bad_lines == 0
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
+                 '\n'
+                 '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0, "x"]}\n'
+                 'not json\n')
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:3: field 'hash_ids'"):
+        list(iter_mooncake(p))
+    stats = {}
+    assert len(list(iter_mooncake(p, skip_bad=True, stats=stats))) == 1
+    assert stats["bad_lines"] == 2
+    tr = load_mooncake(p, skip_bad=True)
+    assert tr.num_requests == 1 and tr.bad_lines == 2
+    assert next(tr.records()).hash_ids == (0,)
+
+
+def test_unknown_bundled_name():
+    with pytest.raises(BadInputError, match="expected one of"):
+        bundled_trace_path("agent")
