@@ -8,6 +8,8 @@
 """
 
 from kvmm.tiers.arena import ArenaTier, KVArena
+from kvmm.tiers.managed import ManagedTier
+from kvmm.tiers.simulated import SimulatedTier
 from kvmm.tiers.spec import PRESETS, TierSpec, preset
 
-__all__ = ["PRESETS", "TierSpec", "preset", "ArenaTier", "KVArena"]
+__all__ = ["PRESETS", "TierSpec", "preset", "ArenaTier", "KVArena", "ManagedTier", "SimulatedTier"]
