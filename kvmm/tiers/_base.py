@@ -133,4 +133,5 @@ def as_value_array(data: Any, name: str = "data") -> np.ndarray:
     if arr.dtype.kind not in _VALUE_KINDS:
         raise DTypeError(f"{name} must be a numeric or bool array, got dtype {arr.dtype}; "
                          f"expected one of the kinds bool/int/uint/float/complex")
-    return np.ascontiguousarray(arr)
+    # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
