@@ -246,3 +246,14 @@ def test_sync_mode_and_oversized_entries(tmp_path):
         tier.flush()
         assert len(tier.segments) == 2
         tier.check()
+
+
+def test_record_with_an_undecodable_key_is_skipped(tmp_path):
+    with MmapTier(tmp_path, 1 << 20) as tier:
+        tier.put("a", value(10))
+        tier._append(mmap_tier.KIND_PUT, b"(((", b"|u1|3", b"xyz")  # a foreign record
+        tier.put("b", value(20))
+    with MmapTier(tmp_path, 1 << 20) as tier:
+        assert sorted(tier.keys()) == ["a", "b"] and tier.recovery["corrupt"] == 1
+        np.testing.assert_array_equal(tier.get("b"), value(20))
+        tier.check()

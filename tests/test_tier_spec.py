@@ -96,3 +96,21 @@ def test_numpy_ints_name_the_same_key_and_bad_keys_are_rejected():
         with pytest.raises(DTypeError):
             normalize_key(bad)
     assert issubclass(DTypeError, KvmmError)
+
+
+def test_managed_simulated_tier_without_arrays():
+    from kvmm.policies import LRUPolicy
+    from kvmm.tiers import ManagedTier
+
+    tier = ManagedTier(SimulatedTier(10**12, spec="layer3.5"), LRUPolicy())
+    for i in range(5):
+        tier.put_size(i, 3 * 10**11)
+    assert sorted(tier.keys()) == [2, 3, 4] and tier.evictions == 2
+    assert tier.used_bytes == 9 * 10**11
+    with pytest.raises(CapacityExceededError):
+        tier.put_size("x", 10**12 + 1)
+    with pytest.raises(BadInputError):
+        tier.put_size("x", -1)
+    with pytest.raises(BadInputError, match="real bytes"):
+        ManagedTier(ArenaTier(10), LRUPolicy()).put_size("x", 1)
+    tier.check()

@@ -467,7 +467,13 @@ class MmapTier(TierBase):
             if offset + record_bytes > size:  # torn write: the put/delete never completed
                 self._drop_tail(segment, offset, size)
                 return
-            key = decode_key(key_bytes)
+            try:
+                key = decode_key(key_bytes)
+            except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+                # Not a key this library wrote: skip the record, keep everything else.
+                self.recovery["corrupt"] += 1
+                offset += record_bytes
+                continue
             meta_start = offset + HEADER_BYTES + len(key_bytes)
             meta = bytes(mm[meta_start:meta_start + meta_len])
             payload_offset = meta_start + meta_len
