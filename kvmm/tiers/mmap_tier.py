@@ -210,10 +210,14 @@ class MmapTier(TierBase):
 
     # -- maintenance ----------------------------------------------------------------------------
     def compact(self, *, full: bool = False) -> int:
-        """Compact segments now: the one with the most garbage, or (``full``) every non-active
-        segment holding garbage.  Returns the number of segments removed."""
+        """Compact segments now: the one with the most garbage, or (``full``) every segment
+        holding garbage, sealing the active one first, so that afterwards ``garbage_bytes == 0``.
+        Returns the number of segments removed."""
         self._require_open()
         removed = 0
+        active = self._active
+        if full and self._segment_size[active] > self._segment_live[active]:
+            self._open_new_segment()  # seal the active segment so its garbage can go too
         while True:
             victim = self._compaction_victim()
             if victim is None:
