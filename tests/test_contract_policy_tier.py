@@ -168,3 +168,20 @@ def test_backend_with_entries_is_adopted_by_a_new_managed_tier(pair):
         managed.put(i, value(100, i))
     assert managed.used_bytes == CAPACITY and len(managed) == 10
     managed.check()
+
+
+def test_get_many_returns_values_in_order_and_is_all_or_nothing(managed):
+    fill(managed, 5)
+    got = managed.get_many([3, 0, 3])
+    assert [g.nbytes for g in got] == [100, 100, 100]
+    if managed.holds_bytes:
+        np.testing.assert_array_equal(got[0], value(100, 3))
+        np.testing.assert_array_equal(got[1], value(100, 0))
+    assert managed.get_many([]) == []
+    before = snapshot(managed, managed.holds_bytes)
+    reads = managed.backend.stats["gets"]
+    with pytest.raises(UnknownKeyError):
+        managed.get_many([1, "missing", 2])
+    assert managed.backend.stats["gets"] == reads  # nothing was counted as read
+    assert snapshot(managed, managed.holds_bytes) == before
+    managed.check()

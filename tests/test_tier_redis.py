@@ -76,7 +76,8 @@ def test_server_going_away_raises_backend_unavailable_and_changes_nothing(redis_
     stats = dict(tier.stats)
     redis_server.stop()
     for call in (lambda: tier.put("b", value(10)), lambda: tier.get("a"), lambda: tier.delete("a"),
-                 lambda: tier.contains("a"), lambda: tier.used_bytes, lambda: tier.keys()):
+                 lambda: tier.contains("a"), lambda: tier.used_bytes, lambda: tier.keys(),
+                 lambda: tier.get_many(["a", "a"])):
         with pytest.raises(BackendUnavailableError, match="unreachable"):
             call()
     assert tier.stats == stats

@@ -110,6 +110,15 @@ class ManagedTier:
             self.policy.on_access(k)
         return data
 
+    def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
+        """Several values in order (one round trip on remote tiers); each counts as an access."""
+        ks = [normalize_key(k) for k in keys]
+        out = self.backend.get_many(ks)
+        for k in ks:
+            if k in self._sizes:
+                self.policy.on_access(k)
+        return out
+
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
         self.backend.delete(k)

@@ -123,7 +123,32 @@ class RedisTier(TierBase):
 
     def get(self, key: Hashable) -> np.ndarray:
         k = normalize_key(key)
-        meta, payload, n, crc = self._call(lambda: self.client.hmget(self._entry(encode_key(k)), "m", "d", "n", "c"))
+        fields = self._call(lambda: self.client.hmget(self._entry(encode_key(k)), "m", "d", "n", "c"))
+        out = self._decode(k, fields)
+        self._count_get(out.nbytes)
+        return out
+
+    def get_many(self, keys: Any) -> list[np.ndarray]:
+        """The values of ``keys`` in one round trip (a pipeline); all-or-nothing on errors.
+
+        Runtime complexity: one round trip plus O(total bytes).
+        """
+        ks = [normalize_key(k) for k in keys]
+
+        def fetch():
+            pipe = self.client.pipeline(transaction=False)
+            for k in ks:
+                pipe.hmget(self._entry(encode_key(k)), "m", "d", "n", "c")
+            return pipe.execute()
+
+        rows = self._call(fetch) if ks else []
+        out = [self._decode(k, fields) for k, fields in zip(ks, rows)]
+        for arr in out:
+            self._count_get(arr.nbytes)
+        return out
+
+    def _decode(self, k: Hashable, fields: list) -> np.ndarray:
+        meta, payload, n, crc = fields
         if payload is None:
             raise UnknownKeyError(f"tier {self.name!r} (pool {self.prefix!r}) holds no entry {k!r}")
         try:
@@ -137,7 +162,6 @@ class RedisTier(TierBase):
         if not ok:
             raise CorruptEntryError(f"tier {self.name!r}: entry {k!r} in pool {self.prefix!r} fails its "
                                     f"length/dtype/checksum check")
-        self._count_get(len(payload))
         return np.frombuffer(payload, dtype=dtype).reshape(shape).copy()
 
     def delete(self, key: Hashable) -> None:
