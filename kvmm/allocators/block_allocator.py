@@ -270,14 +270,19 @@ class BlockAllocator:
         if parent is None:
             has_parent, p0, p1 = False, 0, 0
         else:
-            pk = as_key_array(np.asarray(parent).reshape(-1, 2) if np.ndim(parent) == 1 else parent, "parent")
+            pk = _python_keys(parent, "parent")
+            if pk.size != 2:
+                raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
+            pk = as_key_array(pk.reshape(1, 2), "parent")
             if pk.shape != (1, 2):
                 raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
             has_parent, p0, p1 = True, int(pk[0, 0]), int(pk[0, 1])
         if extra is None:
             ext = np.zeros((n_full, 0), dtype=np.uint64)
         else:
-            ext = np.asarray(extra)
+            ext = _python_keys(extra, "extra")
+            if ext.size == 0 and ext.dtype.kind not in "iu":
+                ext = ext.astype(np.uint64)
             if ext.dtype.kind not in "iu":
                 raise DTypeError(f"extra must hold integers, got dtype {ext.dtype}")
             if ext.ndim == 1:
@@ -287,7 +292,8 @@ class BlockAllocator:
                                  f"got {np.shape(extra)}")
             ext = np.ascontiguousarray(ext.astype(np.uint64))
         t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
-        return hash_block_keys(t0, t1, has_parent, p0, p1, toks, self.block_size, ext)
+        u64 = np.uint64
+        return hash_block_keys(u64(t0), u64(t1), has_parent, u64(p0), u64(p1), toks, self.block_size, ext)
 
     def cache_blocks(self, ids, keys) -> None:
         """Register full blocks under content keys (``keys``: ``(n, 2)`` uint64, or ``(n,)`` ints).
@@ -482,7 +488,7 @@ class BlockAllocator:
     def _keys(x, name: str) -> np.ndarray:
         if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
             return x
-        return as_key_array(x, name)
+        return as_key_array(_python_keys(x, name), name)
 
     @staticmethod
     def _counts(x, name: str) -> np.ndarray:
@@ -524,6 +530,18 @@ def _as_salt(salt) -> int:
     if not 0 <= int(salt) < 2**64:
         raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
     return int(salt)
+
+
+def _python_keys(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float."""
+    arr = np.asarray(x)
+    if arr.dtype.kind in "fO" and arr.size and not isinstance(x, np.ndarray):
+        flat = np.asarray(x, dtype=object).ravel()
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+            if any(v < 0 or v >= 2**64 for v in flat):
+                raise BadInputError(f"{name} words must be in [0, 2**64), got {x!r:.60}")
+            return np.asarray(x, dtype=object).astype(np.uint64)
+    return arr
 
 
 def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
