@@ -71,6 +71,49 @@ def test_lookup_64(benchmark, impl):
     assert len(hits) == 64
 
 
+@pytest.mark.parametrize("impl", ["kvmm", "naive"])
+def test_lookup_many_256x64(benchmark, impl):
+    benchmark.group = "allocator: lookup_many (256 requests x 64 keys)"
+    real, naive = pair()
+    reqs = 256
+    if impl == "kvmm":
+        keys = np.tile(cached_keys(real, 64), (reqs, 1))
+        offsets = np.arange(reqs + 1, dtype=np.int64) * 64
+        warm(real.lookup_many, offsets, keys)
+        info(benchmark, "kvmm", "BlockAllocator.lookup_many", reqs * 64, "keys")
+        hit_offsets, _ = benchmark(real.lookup_many, offsets, keys)
+        assert hit_offsets[-1] == reqs * 64
+    else:
+        keys = [tuple(map(int, k)) for k in cached_keys(naive, 64)]
+        info(benchmark, "baseline", "plain-Python reference", reqs * 64, "keys")
+        hits = benchmark(naive.lookup_many, [keys] * reqs)
+        assert sum(map(len, hits)) == reqs * 64
+
+
+@pytest.mark.parametrize("impl", ["kvmm", "naive"])
+def test_allocate_many_free_256x16(benchmark, impl):
+    benchmark.group = "allocator: allocate_many + free (256 requests x 16 blocks)"
+    real, naive = pair()
+    counts = np.full(256, 16, dtype=np.int64)
+    if impl == "kvmm":
+        def one():
+            offsets, ids = real.allocate_many(counts)
+            real.free_requests(offsets, ids)
+
+        warm(one)
+        info(benchmark, "kvmm", "allocate_many + free_requests", int(counts.sum()), "blocks")
+        benchmark(one)
+        real.check()
+    else:
+        clist = counts.tolist()
+
+        def one():
+            naive.free([b for ids in naive.allocate_many(clist) for b in ids[::-1]])
+
+        info(benchmark, "baseline", "plain-Python reference", int(counts.sum()), "blocks")
+        benchmark(one)
+
+
 # ------------------------------------------------------------------ full request cycle
 def request_stream(num, shared=32, new=32):
     """``num`` requests of 64 keys: a common 32-key prefix and 32 keys never seen before."""
