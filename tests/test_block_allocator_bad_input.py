@@ -52,6 +52,8 @@ CASES = [
     ("cache float keys", lambda a: a.cache_blocks([2], np.zeros((1, 2))), DTypeError, "uint64"),
     ("cache out of range", lambda a: a.cache_blocks(i32(2, 8), K[:2]), InvalidIdError, "[0, 8)"),
     ("lookup float keys", lambda a: a.lookup(np.ones((2, 2))), DTypeError, "uint64"),
+    ("lookup negative key words", lambda a: a.lookup(np.array([[-1, 0]])), BadInputError, "negative"),
+    ("lookup Python ints out of range", lambda a: a.lookup([(2**64, 0)]), BadInputError, "2**64"),
     ("lookup 3-D keys", lambda a: a.lookup(np.ones((1, 2, 2), np.uint64)), ShapeError, "(n, 2)"),
     ("lookup_many bad offsets", lambda a: a.lookup_many([0, 5], K), BadInputError, "offsets"),
     ("evict out of range", lambda a: a.evict([0, 99]), InvalidIdError, "99"),

@@ -27,7 +27,7 @@ Worked example: 4 blocks, block 1 and block 3 both cached under key K (1 first),
     free queue: head 0 <-> 1 <-> 3 tail     FREE_PREV = [-1, 0, -1, 1]  FREE_NEXT = [1, 3, -1, -1]
     K's chain: 1 -> 3                       KEY_PREV  = [-1, -1, -1, 1] KEY_NEXT  = [-1, 3, -1, -1]
     CACHED    = [0, 1, 0, 1]                table[:, slot(K)] = (1, 3)
-    lookup([K]) -> [1];  allocate(2) -> [0, 1] (block 1 is evicted: K's chain becomes 3 -> 3)
+    lookup([K]) -> [1];  allocate(2) -> [0, 1] (block 1 is evicted: K's chain is now just 3)
 
 Every method validates its whole input before changing anything: a call that raises a
 :class:`~kvmm.errors.KvmmError` leaves every array exactly as it was.
@@ -80,7 +80,8 @@ class BlockAllocator:
         if secret is None:
             secret = os.urandom(16)
         if not isinstance(secret, (bytes, bytearray)) or len(secret) != 16:
-            raise BadInputError(f"secret must be 16 bytes (a SipHash-2-4 key), got {secret!r:.40}")
+            got = f"{len(secret)} bytes" if isinstance(secret, (bytes, bytearray)) else type(secret).__name__
+            raise BadInputError(f"secret must be 16 bytes (a SipHash-2-4 key), got {got}")
         self.salt = _as_salt(salt)
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -505,7 +506,10 @@ class BlockAllocator:
     def _keys(x, name: str) -> np.ndarray:
         if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
             return x
-        return as_key_array(_python_keys(x, name), name)
+        arr = _python_keys(x, name)
+        if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
+            raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
+        return as_key_array(arr, name)
 
     @staticmethod
     def _counts(x, name: str) -> np.ndarray:
@@ -539,35 +543,6 @@ class BlockAllocator:
         if status == ERR_DUPLICATE:
             raise BadInputError(f"{name}[{where}]: block {b} appears twice; expected distinct blocks")
         raise AssertionError(f"unknown kernel status {status}")  # pragma: no cover
-
-
-def _as_salt(salt) -> int:
-    if isinstance(salt, (bool, np.bool_)) or not isinstance(salt, (int, np.integer)):
-        raise DTypeError(f"salt must be an integer in [0, 2**64), got {salt!r}")
-    if not 0 <= int(salt) < 2**64:
-        raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
-    return int(salt)
-
-
-def _python_keys(x, name: str) -> np.ndarray:
-    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float."""
-    arr = np.asarray(x)
-    if arr.dtype.kind in "fO" and arr.size and not isinstance(x, np.ndarray):
-        flat = np.asarray(x, dtype=object).ravel()
-        if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
-            if any(v < 0 or v >= 2**64 for v in flat):
-                raise BadInputError(f"{name} words must be in [0, 2**64), got {x!r:.60}")
-            return np.asarray(x, dtype=object).astype(np.uint64)
-    return arr
-
-
-def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
-    t0, t1 = derive_tenant_key(np.uint64(k0), np.uint64(k1), np.uint64(salt))
-    return int(t0), int(t1)
-
-
-def _reverse_segments(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    return np.concatenate([ids[offsets[r]:offsets[r + 1]][::-1] for r in range(offsets.shape[0] - 1)] or [ids[:0]])
 
 
 # =================================================================== kernels
@@ -976,3 +951,35 @@ def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block
         block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + num_extra[i]
         admitted += 1
     return admitted
+
+
+# =================================================================== helpers
+
+
+def _as_salt(salt) -> int:
+    if isinstance(salt, (bool, np.bool_)) or not isinstance(salt, (int, np.integer)):
+        raise DTypeError(f"salt must be an integer in [0, 2**64), got {salt!r}")
+    if not 0 <= int(salt) < 2**64:
+        raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
+    return int(salt)
+
+
+def _python_keys(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float."""
+    arr = np.asarray(x)
+    if arr.dtype.kind in "fO" and arr.size and not isinstance(x, np.ndarray):
+        flat = np.asarray(x, dtype=object).ravel()
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+            if any(v < 0 or v >= 2**64 for v in flat):
+                raise BadInputError(f"{name} words must be in [0, 2**64), got {x!r:.60}")
+            return np.asarray(x, dtype=object).astype(np.uint64)
+    return arr
+
+
+def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
+    t0, t1 = derive_tenant_key(np.uint64(k0), np.uint64(k1), np.uint64(salt))
+    return int(t0), int(t1)
+
+
+def _reverse_segments(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    return np.concatenate([ids[offsets[r]:offsets[r + 1]][::-1] for r in range(offsets.shape[0] - 1)] or [ids[:0]])
