@@ -106,6 +106,6 @@ def reproduce(report) -> None:
         ax.set_ylabel("block hit ratio (%)")
         ax.set_title("Prefix-cache hit ratio vs pool size")
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        ax.legend(loc="lower right")
 
     report.figure("allocator_hit_ratio", draw)
