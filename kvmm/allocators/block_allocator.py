@@ -12,7 +12,7 @@ stay append-only): one key may be cached in several blocks, and ``lookup`` retur
 was cached earliest among those still cached, exactly like vLLM's insertion-ordered dict.
 
 Array layout (structure of arrays; ``N = num_blocks``, ``T`` = hash-table slots, a power of two
->= 2N so the table is at most half full)::
+>= 4N: at most a quarter full, which keeps probe runs short)::
 
     block_fields  int32 (6, N)   rows: REF, FREE_PREV, FREE_NEXT, KEY_PREV, KEY_NEXT, CACHED
     block_keys    uint64 (N, 2)  the key a cached block holds ((0, 0) when it holds none)
@@ -89,7 +89,7 @@ class BlockAllocator:
         self._k0, self._k1 = secret_words(self._secret)
         self._tenant = _tenant_key(self._k0, self._k1, self.salt)
 
-        table_size = 1 << max(2, (2 * num_blocks - 1).bit_length())
+        table_size = 1 << max(2, (4 * num_blocks - 1).bit_length())
         self.block_fields = np.full((NUM_FIELDS, num_blocks), -1, dtype=np.int32)
         self.block_fields[REF] = 0
         self.block_fields[CACHED] = 0
@@ -452,7 +452,7 @@ class BlockAllocator:
         # The cached map and the per-block keys agree: every occupied slot holds a chain of
         # cached blocks with the slot's key, linked both ways, reachable by linear probing.
         mask = int(meta[META_TABLE_MASK])
-        assert table.shape[1] == mask + 1 and table.shape[1] >= 2 * n
+        assert table.shape[1] == mask + 1 and table.shape[1] >= 4 * n
         in_chain = np.zeros(n, dtype=bool)
         occupied = np.flatnonzero(table[0] >= 0)
         seen_keys = set()
