@@ -164,3 +164,20 @@ def test_bad_token_input_raises():
     with pytest.raises(DTypeError):
         a.hash_blocks([1, 2], extra=[0.5])
     assert a.hash_blocks([]).shape == (0, 2)
+
+
+def test_hash_blocks_many_equals_one_call_per_sequence():
+    a = BlockAllocator(4, 4, secret=bytes(range(16)), salt=3)
+    rng = np.random.default_rng(1)
+    lengths = [0, 3, 4, 9, 17, 8]
+    tokens = rng.integers(0, 1000, size=sum(lengths))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    key_offsets, keys = a.hash_blocks_many(offsets, tokens)
+    assert key_offsets.tolist() == np.concatenate([[0], np.cumsum([n // 4 for n in lengths])]).tolist()
+    for r in range(len(lengths)):
+        want = a.hash_blocks(tokens[offsets[r]:offsets[r + 1]])
+        assert np.array_equal(keys[key_offsets[r]:key_offsets[r + 1]], want)
+    _, other = a.hash_blocks_many(offsets, tokens, salt=4)
+    assert not (other == keys).all(axis=1).any()
+    with pytest.raises(DTypeError):
+        a.hash_blocks_many([0, 2], np.ones(2))

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from kvmm._validate import as_count, as_index_array, as_key_array
-from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, secret_words
+from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, hash_many_block_keys, secret_words
 from kvmm.errors import BadInputError, DoubleFreeError, DTypeError, InvalidIdError, OutOfBlocksError, ShapeError
 
 __all__ = ["BlockAllocator"]
@@ -302,6 +302,25 @@ class BlockAllocator:
         t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
         u64 = np.uint64
         return hash_block_keys(u64(t0), u64(t1), has_parent, u64(p0), u64(p1), toks, self.block_size, ext)
+
+    def hash_blocks_many(self, offsets, tokens, *, salt: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`hash_blocks` for many sequences (CSR ``offsets``/``tokens``) in one call.
+
+        Each sequence's chain starts fresh (no parent, no extra words).  Returns CSR
+        ``(key_offsets int64 [R+1], keys (K, 2) uint64)``; sequence ``r``'s keys equal
+        ``hash_blocks(tokens[offsets[r]:offsets[r+1]])``.  Runtime complexity: O(len(tokens)).
+        """
+        toks = np.asarray(tokens)
+        if toks.dtype.kind not in "iu" and toks.size:
+            raise DTypeError(f"tokens must be an integer array of token ids, got dtype {toks.dtype}")
+        toks = as_index_array(toks.astype(np.int64) if toks.size == 0 else toks, "tokens", dtype=np.int64)
+        offsets = self._offsets(offsets, toks.shape[0], "offsets")
+        key_offsets = np.zeros(offsets.shape[0], dtype=np.int64)
+        np.cumsum(np.diff(offsets) // self.block_size, out=key_offsets[1:])
+        out = np.empty((int(key_offsets[-1]), 2), dtype=np.uint64)
+        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
+        hash_many_block_keys(np.uint64(t0), np.uint64(t1), offsets, toks, self.block_size, key_offsets, out)
+        return key_offsets, out
 
     def cache_blocks(self, ids, keys) -> None:
         """Register full blocks under content keys (``keys``: ``(n, 2)`` uint64, or ``(n,)`` ints).
