@@ -125,7 +125,7 @@ class BlockAllocator:
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use (ref count > 0), in [0, 1]."""
+        """Fraction of blocks in use (ref count > 0), in [0, 1].  Runtime complexity: O(1)."""
         return 1.0 - int(self.meta[META_NUM_FREE]) / self.num_blocks
 
     @property
@@ -154,7 +154,7 @@ class BlockAllocator:
         return _walk_free_queue(self.block_fields, self.meta)
 
     def block_key(self, block: int) -> tuple[int, int] | None:
-        """The key a block holds, or ``None``."""
+        """The key a block holds, or ``None``.  Runtime complexity: O(1)."""
         b = self._one_id(block, "block")
         if not self.block_fields[CACHED, b]:
             return None
@@ -175,7 +175,10 @@ class BlockAllocator:
         return out
 
     def snapshot(self) -> dict[str, np.ndarray]:
-        """Copies of every state array (tests compare them before and after a failing call)."""
+        """Copies of every state array (tests compare them before and after a failing call).
+
+        Runtime complexity: O(num_blocks).
+        """
         return {
             "block_fields": self.block_fields.copy(),
             "block_keys": self.block_keys.copy(),
