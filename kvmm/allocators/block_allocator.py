@@ -690,8 +690,7 @@ def _uncache_one(fields, block_keys, table, meta, b):
     fields[CACHED, b] = 0
     meta[META_NUM_CACHED] -= 1
     if table[0, s] == -1:
-        # The key's last block is gone: delete the slot.  The slot's key is read from its first
-        # block, so the block's key words are cleared only after the probe-run repair.
+        # The key's last block is gone: free the slot and repair the probe run behind it.
         _delete_slot(block_keys, table, meta, s)
         meta[META_NUM_KEYS] -= 1
     block_keys[b, 0] = 0
