@@ -1,0 +1,387 @@
+"""TriAttention: score cached keys by the RoPE trigonometric series, keep the top-B.
+
+Scoring (per query head ``h`` of a layer, calibration centers ``qbar_f = E[z_f(q)]``, a cached
+key with pre-RoPE pairs ``z_f(k)`` at position ``n``, the current decode position ``now``)::
+
+    S_trig(delta) = sum_f |qbar_f| |z_f(k)| cos(omega_f delta + phi_f),  phi_f = arg(qbar_f conj z_f(k))
+    S_norm        = sum_f (E|q_f| - |qbar_f|) |z_f(k)|
+    score         = a**2 / sqrt(d) * ( agg_{o in offsets} S_trig(now - n + o) + S_norm )
+
+``agg`` is the mean (default) or the max over future offsets ``1, 2, 4, ..., 2**16``.  For the
+mean, ``S_trig`` averaged over offsets is ``Re[ qbar_f W_f exp(i omega_f (now - n)) conj z_f(k) ]``
+summed over ``f`` with one complex weight ``W_f = mean_o exp(i omega_f o)`` per frequency, so
+its cost does not depend on how many offsets there are.  Keys stored after RoPE already carry
+``exp(i omega_f n)`` (and the attention factor ``a``): the phase is folded in and no position is
+needed (``post_rope=True``).
+
+Scores are optionally z-scored per query head over the keys being ranked (heads have very
+different scales), then reduced over the query heads that share a KV head (GQA: max).
+
+:class:`TriAttentionPolicy` wraps the scorer as a ``TokenScorer`` and, every ``interval`` decode
+steps once a sequence holds more than ``budget`` tokens, keeps the top-``budget`` and evicts
+the rest through ``TokenTable.evict``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from numba import njit
+
+from kvmm.compress.calibration import Calibration
+from kvmm.errors import BadInputError, CalibrationError, ShapeError, UnknownSequenceError
+
+__all__ = ["TriAttentionScorer", "TriAttentionPolicy", "default_offsets", "score_flops"]
+
+
+def default_offsets(max_offset: int = 65536) -> np.ndarray:
+    """Geometric future offsets ``1, 2, 4, ...`` up to ``max_offset`` (17 values for 65536)."""
+    if max_offset < 1:
+        raise BadInputError(f"max_offset must be >= 1, got {max_offset}")
+    return 2.0 ** np.arange(int(math.floor(math.log2(max_offset))) + 1)
+
+
+def score_flops(n_keys: int, n_heads: int, n_freq: int) -> int:
+    """Floating-point operations the folded (mean) scorer needs, counted per (key, head, pair).
+
+    4 for ``Re[C conj(w)]`` accumulated (2 multiplies, 2 adds) and 2 for the norm term
+    (multiply, add); the per-key rotation and ``|z|`` are shared by the heads of a KV group and
+    not counted.  This is the count the benchmark divides by the time to report flops/s.
+    """
+    return 6 * int(n_keys) * int(n_heads) * int(n_freq)
+
+
+@dataclass
+class TriAttentionScorer:
+    """Scores cached keys of one layer with a :class:`~kvmm.compress.Calibration`.
+
+    ``aggregation``: ``"mean"`` (offsets folded into one weight per frequency) or ``"max"``
+    (cost grows with the number of offsets).  ``normalize``: z-score per query head.
+    ``offsets``: future offsets (default :func:`default_offsets`).
+
+    >>> import numpy as np
+    >>> from kvmm.compress import RopeConfig, calibrate
+    >>> rng = np.random.default_rng(0)
+    >>> cal = calibrate(rng.normal(size=(64, 2, 8)) + 1.0, rope=RopeConfig(8))
+    >>> s = TriAttentionScorer(cal).score(rng.normal(size=(10, 2, 8)), np.arange(10), now=10)
+    >>> s.shape
+    (10,)
+    """
+
+    calibration: Calibration
+    layer: int = 0
+    offsets: Any = None
+    aggregation: str = "mean"
+    normalize: bool = True
+    norm_term: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.calibration, Calibration):
+            raise BadInputError(f"calibration must be a Calibration, got {type(self.calibration).__name__}")
+        if isinstance(self.layer, bool) or not isinstance(self.layer, (int, np.integer)) \
+                or not 0 <= self.layer < self.calibration.num_layers:
+            raise BadInputError(f"layer must be an int in [0, {self.calibration.num_layers}), got {self.layer!r}")
+        if self.aggregation not in ("mean", "max"):
+            raise BadInputError(f"aggregation must be 'mean' or 'max', got {self.aggregation!r}")
+        offsets = default_offsets() if self.offsets is None else np.asarray(self.offsets, dtype=np.float64)
+        if offsets.ndim != 1 or offsets.size == 0 or not np.all(np.isfinite(offsets)):
+            raise BadInputError(f"offsets must be a non-empty 1-D array of finite numbers, got {self.offsets!r}")
+        self.offsets = offsets
+        rope = self.calibration.rope
+        self._omega = rope.frequencies()
+        self._scale = rope.attention_factor ** 2 / math.sqrt(rope.head_dim)
+        self._q_center = self.calibration.q_center[self.layer]
+        q_center_abs = np.abs(self._q_center)
+        # The norm term: the part of E|q_f| that the center does not explain.
+        extra = self.calibration.q_abs_mean[self.layer] - q_center_abs
+        self._norm_weight = np.ascontiguousarray(self._scale * extra if self.norm_term else np.zeros_like(extra))
+        # mean_o exp(i omega_f o): all offsets folded into one complex weight per frequency.
+        self._offset_weight = np.exp(1j * np.outer(self.offsets, self._omega)).mean(axis=0)
+
+    @property
+    def num_heads(self) -> int:
+        return self.calibration.num_heads
+
+    def head_scores(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
+        """Scores of every key for every query head, float64 ``(heads, n)`` (z-scored if ``normalize``).
+
+        ``keys``: ``(n, kv_heads, head_dim)`` pre-RoPE (``positions`` ``(n,)`` required) or
+        post-RoPE (``post_rope=True``; positions ignored).  ``now``: the current decode position.
+        Runtime complexity: O(n * heads * head_dim) for the mean, times ``len(offsets)`` for the max.
+        """
+        pairs_re, pairs_im, pos, group = self._prepare(keys, positions, post_rope)
+        if not math.isfinite(float(now)):
+            raise BadInputError(f"now must be a finite position, got {now!r}")
+        coef = self._coefficients(float(now))
+        out = np.empty((self.num_heads, pairs_re.shape[0]), dtype=np.float64)
+        _score_kernel(pairs_re, pairs_im, pos, self._omega, np.ascontiguousarray(coef.real),
+                      np.ascontiguousarray(coef.imag), self._norm_weight, group, 0 if post_rope else 1, out)
+        if self.normalize:
+            out = _zscore(out)
+        return out
+
+    def kv_head_scores(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
+        """Per KV head ``(kv_heads, n)``: max over the query heads of each KV group (GQA)."""
+        heads = self.head_scores(keys, positions, now=now, post_rope=post_rope)
+        kv_heads = np.asarray(keys).shape[1]
+        return heads.reshape(kv_heads, self.num_heads // kv_heads, -1).max(axis=1)
+
+    def score(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
+        """One score per key ``(n,)``: max over KV heads, for caches that evict a token in every head."""
+        return self.kv_head_scores(keys, positions, now=now, post_rope=post_rope).max(axis=0)
+
+    # ------------------------------------------------------------------ helpers
+    def _coefficients(self, now: float) -> np.ndarray:
+        # C[h, o, f]: the query-side complex weight; trig = sum_f Re[C conj(w)], w = rotated key.
+        base = self._scale * self._q_center * np.exp(1j * self._omega * now)  # (H, F)
+        if self.aggregation == "mean":
+            return (base * self._offset_weight)[:, None, :]
+        return base[:, None, :] * np.exp(1j * np.outer(self.offsets, self._omega))[None, :, :]
+
+    def _prepare(self, keys: Any, positions: Any, post_rope: bool):
+        rope = self.calibration.rope
+        arr = np.asarray(keys)
+        if arr.dtype.kind not in "fiu":
+            raise BadInputError(f"keys must be a real numeric array, got dtype {arr.dtype}")
+        if arr.ndim != 3 or arr.shape[2] != rope.head_dim:
+            raise ShapeError(f"keys must be (n, kv_heads, head_dim={rope.head_dim}), got {arr.shape}")
+        kv_heads = arr.shape[1]
+        if kv_heads == 0 or self.num_heads % kv_heads:
+            raise ShapeError(f"keys have {kv_heads} KV heads; the calibration's {self.num_heads} query heads "
+                             f"must be a multiple of it")
+        if self.calibration.k_center is not None and kv_heads != self.calibration.num_kv_heads:
+            raise CalibrationError(f"keys have {kv_heads} KV heads but the calibration has {self.calibration.num_kv_heads}")
+        arr = arr.astype(np.float64, copy=False)
+        if not np.all(np.isfinite(arr)):
+            raise BadInputError("keys contain NaN or inf; expected finite key vectors")
+        n = arr.shape[0]
+        if post_rope:
+            pos = np.zeros(n, dtype=np.float64)
+        else:
+            if positions is None:
+                raise BadInputError("positions are required for pre-RoPE keys (or pass post_rope=True)")
+            pos = np.asarray(positions)
+            if pos.ndim != 1 or pos.shape[0] != n or pos.dtype.kind not in "iuf":
+                raise ShapeError(f"positions must be a numeric array of shape ({n},), got {pos.shape} {pos.dtype}")
+            pos = pos.astype(np.float64)
+            if not np.all(np.isfinite(pos)):
+                raise BadInputError("positions contain NaN or inf")
+        from kvmm.compress.rope import pair_indices
+
+        re_idx, im_idx = pair_indices(rope.head_dim, rope.layout)
+        pairs_re = np.ascontiguousarray(arr[..., re_idx])
+        pairs_im = np.ascontiguousarray(arr[..., im_idx])
+        if post_rope and rope.attention_factor != 1.0:
+            # Post-RoPE keys carry the attention factor once; the scale already has it squared.
+            pairs_re /= rope.attention_factor
+            pairs_im /= rope.attention_factor
+        return pairs_re, pairs_im, pos, self.num_heads // kv_heads
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _score_kernel(pairs_re, pairs_im, positions, omega, coef_re, coef_im, norm_weight, group, rotate, out):
+    """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
+
+    pairs_*: (n, kv_heads, F); coef_*: (heads, offsets, F) (one "offset" for the folded mean);
+    norm_weight: (heads, F); rotate = 0 for post-RoPE keys (w = z).  The rotation and |z| of a
+    key are computed once and shared by the ``group`` query heads of its KV head.
+    Runtime complexity: O(n * heads * offsets * F).
+    """
+    n, kv_heads, n_freq = pairs_re.shape
+    n_off = coef_re.shape[1]
+    cos_t = np.empty(n_freq)
+    sin_t = np.empty(n_freq)
+    w_re = np.empty(n_freq)
+    w_im = np.empty(n_freq)
+    mag = np.empty(n_freq)
+    for i in range(n):
+        if rotate:
+            for f in range(n_freq):
+                angle = omega[f] * positions[i]
+                cos_t[f] = math.cos(angle)
+                sin_t[f] = math.sin(angle)
+        for g in range(kv_heads):
+            for f in range(n_freq):
+                zr = pairs_re[i, g, f]
+                zi = pairs_im[i, g, f]
+                if rotate:
+                    w_re[f] = zr * cos_t[f] - zi * sin_t[f]
+                    w_im[f] = zr * sin_t[f] + zi * cos_t[f]
+                else:
+                    w_re[f] = zr
+                    w_im[f] = zi
+                mag[f] = math.sqrt(zr * zr + zi * zi)
+            for h in range(g * group, (g + 1) * group):
+                norm = 0.0
+                for f in range(n_freq):
+                    norm += norm_weight[h, f] * mag[f]
+                best = -np.inf
+                for o in range(n_off):
+                    trig = 0.0
+                    for f in range(n_freq):
+                        trig += coef_re[h, o, f] * w_re[f] + coef_im[h, o, f] * w_im[f]
+                    if trig > best:
+                        best = trig
+                out[h, i] = best + norm
+
+
+def _zscore(scores: np.ndarray) -> np.ndarray:
+    mean = scores.mean(axis=1, keepdims=True)
+    std = scores.std(axis=1, keepdims=True)
+    return np.where(std > 0, (scores - mean) / np.where(std > 0, std, 1.0), 0.0)
+
+
+@dataclass
+class _SequenceState:
+    keys: np.ndarray  # (live, kv_heads, head_dim) float64, pre-RoPE
+    positions: np.ndarray  # (live,) int64 logical positions, increasing
+    next_position: int
+    steps_since: int = 0
+
+
+@dataclass
+class TriAttentionPolicy:
+    """TriAttention as a :class:`~kvmm.protocols.TokenScorer` with periodic top-B eviction.
+
+    ``observe(seq_id, keys=(t, kv_heads, d), positions=None, post_rope=False)`` appends the
+    sequence's new tokens (pre-RoPE keys, or post-RoPE ones which are un-rotated on arrival;
+    positions default to the next ones) and counts them as decode steps.  ``scores(seq_id)``
+    scores the live tokens at the next position.  ``step(seq_id)``: when ``interval`` steps have
+    passed since the last compression and more than ``budget`` tokens are live, keeps the
+    top-``budget`` (ties: the more recent token wins), evicts the rest through
+    ``table.evict(seq_id, logical_positions)`` when a ``table`` is attached, and returns the
+    evicted logical positions.  ``keep_per_head(seq_id)`` gives per-KV-head selections.
+    """
+
+    scorer: TriAttentionScorer
+    budget: int = 1024
+    interval: int = 128
+    table: Any = None
+    _seqs: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scorer, TriAttentionScorer):
+            raise BadInputError(f"scorer must be a TriAttentionScorer, got {type(self.scorer).__name__}")
+        for name in ("budget", "interval"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise BadInputError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.table is not None and not callable(getattr(self.table, "evict", None)):
+            raise BadInputError("table must have an evict(seq_id, logical_positions) method")
+
+    # ---------------------------------------------------------------- TokenScorer
+    def observe(self, seq_id: int, *, keys: Any = None, positions: Any = None, post_rope: bool = False,
+                **evidence: Any) -> None:
+        """Append new tokens' keys ``(t, kv_heads, head_dim)``; other evidence is ignored.
+
+        Runtime complexity: O(live * kv_heads * head_dim) (the stored keys are extended).
+        """
+        if keys is None:
+            return  # attention rows and other evidence carry nothing this scorer uses
+        rope = self.scorer.calibration.rope
+        arr = np.asarray(keys)
+        if arr.ndim == 2:
+            arr = arr[None]
+        state = self._seqs.get(seq_id)
+        if arr.ndim != 3 or arr.shape[2] != rope.head_dim or arr.dtype.kind not in "fiu":
+            raise ShapeError(f"keys must be (tokens, kv_heads, head_dim={rope.head_dim}) real, got {arr.shape} {arr.dtype}")
+        if self.scorer.num_heads % max(arr.shape[1], 1) or arr.shape[1] == 0:
+            raise ShapeError(f"keys have {arr.shape[1]} KV heads; {self.scorer.num_heads} query heads must be a multiple")
+        if state is not None and arr.shape[1] != state.keys.shape[1]:
+            raise ShapeError(f"keys have {arr.shape[1]} KV heads but sequence {seq_id} has {state.keys.shape[1]}")
+        arr = arr.astype(np.float64)
+        if not np.all(np.isfinite(arr)):
+            raise BadInputError("keys contain NaN or inf; expected finite key vectors")
+        start = state.next_position if state is not None else 0
+        if positions is None:
+            pos = np.arange(start, start + arr.shape[0], dtype=np.int64)
+        else:
+            pos = np.asarray(positions)
+            if pos.ndim == 0:
+                pos = pos.reshape(1)
+            if pos.dtype.kind not in "iu" or pos.shape != (arr.shape[0],):
+                raise ShapeError(f"positions must be {arr.shape[0]} integers, got {pos.shape} {pos.dtype}")
+            pos = pos.astype(np.int64)
+            if pos.size and (pos[0] < start or np.any(np.diff(pos) <= 0)):
+                raise BadInputError(f"positions must increase and start at >= {start} for sequence {seq_id}, got {pos[:4]}...")
+        if post_rope and arr.shape[0]:
+            arr = rope.unapply(arr, pos)
+        if state is None:
+            self._seqs[seq_id] = _SequenceState(arr, pos, int(pos[-1]) + 1 if pos.size else 0, arr.shape[0])
+        else:
+            state.keys = np.concatenate([state.keys, arr])
+            state.positions = np.concatenate([state.positions, pos])
+            state.next_position = int(pos[-1]) + 1 if pos.size else state.next_position
+            state.steps_since += arr.shape[0]
+
+    def scores(self, seq_id: int) -> np.ndarray:
+        """Scores of the live tokens in logical order (higher = keep), at the next position."""
+        state = self._state(seq_id)
+        if state.keys.shape[0] == 0:
+            return np.zeros(0)
+        return self.scorer.score(state.keys, state.positions, now=state.next_position)
+
+    def on_evict(self, seq_id: int, indices: Any) -> None:
+        """Drop live-token ``indices`` (positions in the live order) from the sequence's state."""
+        state = self._state(seq_id)
+        idx = np.asarray(indices)
+        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= state.keys.shape[0]):
+            raise BadInputError(f"indices must be live-token indices in [0, {state.keys.shape[0]}), got {idx}")
+        keep = np.ones(state.keys.shape[0], dtype=bool)
+        keep[idx.astype(np.int64)] = False
+        state.keys, state.positions = state.keys[keep], state.positions[keep]
+
+    def forget(self, seq_id: int) -> None:
+        self._seqs.pop(seq_id, None)
+
+    # ---------------------------------------------------------------- eviction
+    def live_positions(self, seq_id: int) -> np.ndarray:
+        return self._state(seq_id).positions.copy()
+
+    def step(self, seq_id: int) -> np.ndarray:
+        """Compress the sequence if due; return the evicted logical positions (int64, maybe empty).
+
+        Runtime complexity: O(live * heads * head_dim + live log live) when it compresses, O(1) otherwise.
+        """
+        state = self._state(seq_id)
+        if state.steps_since < self.interval or state.keys.shape[0] <= self.budget:
+            return np.zeros(0, dtype=np.int64)
+        keep = np.sort(_top_k(self.scores(seq_id), self.budget))
+        drop = np.setdiff1d(np.arange(state.keys.shape[0]), keep)
+        evicted = state.positions[drop].copy()
+        if self.table is not None and evicted.size:
+            self.table.evict(seq_id, evicted)  # first: if the table refuses, our state is unchanged
+        state.keys, state.positions = state.keys[keep], state.positions[keep]
+        state.steps_since = 0
+        return evicted
+
+    def keep_per_head(self, seq_id: int, budget: int | None = None) -> np.ndarray:
+        """Per-KV-head top-``budget`` live-token indices ``(kv_heads, budget)``, each row sorted.
+
+        For caches that keep heads apart.  Raises :class:`BadInputError` when the budget is larger
+        than the number of live tokens.
+        """
+        state = self._state(seq_id)
+        b = self.budget if budget is None else budget
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise BadInputError(f"budget must be an integer >= 1, got {b!r}")
+        n = state.keys.shape[0]
+        if b > n:
+            raise BadInputError(f"budget {b} is larger than the {n} live tokens of sequence {seq_id}")
+        per_head = self.scorer.kv_head_scores(state.keys, state.positions, now=state.next_position)
+        return np.stack([np.sort(_top_k(row, b)) for row in per_head])
+
+    def _state(self, seq_id: int) -> _SequenceState:
+        try:
+            return self._seqs[seq_id]
+        except KeyError:
+            raise UnknownSequenceError(f"sequence {seq_id} has not been observed; call observe(seq_id, keys=...) first") from None
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    # Stable: among equal scores the later (more recent) token is kept.
+    order = np.lexsort((-np.arange(scores.shape[0]), -scores))
+    return order[:k]
