@@ -68,7 +68,7 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.kind not in SCALING_KINDS:
-            raise BadInputError(f"RoPE scaling kind {self.kind!r} is unknown; expected one of {SCALING_KINDS}")
+            raise BadInputError(f"RoPE scaling kind is unknown: got {self.kind!r}, expected one of {SCALING_KINDS}")
         for name in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v <= 0:
@@ -145,7 +145,7 @@ class RopeConfig:
             raise BadInputError(f"theta must be a finite number > 0, got {self.theta!r}")
         object.__setattr__(self, "theta", theta)
         if self.layout not in LAYOUTS:
-            raise BadInputError(f"RoPE layout {self.layout!r} is unknown; expected one of {LAYOUTS}")
+            raise BadInputError(f"RoPE layout is unknown: got {self.layout!r}, expected one of {LAYOUTS}")
         if self.scaling is None:
             object.__setattr__(self, "scaling", RopeScaling())
         elif isinstance(self.scaling, Mapping):
@@ -281,7 +281,7 @@ def pair_indices(head_dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
     ``head_dim=4``: half -> ``([0, 1], [2, 3])``; interleaved -> ``([0, 2], [1, 3])``.
     """
     if layout not in LAYOUTS:
-        raise BadInputError(f"RoPE layout {layout!r} is unknown; expected one of {LAYOUTS}")
+        raise BadInputError(f"RoPE layout is unknown: got {layout!r}, expected one of {LAYOUTS}")
     if head_dim <= 0 or head_dim % 2:
         raise BadInputError(f"head_dim must be a positive even number, got {head_dim}")
     half = head_dim // 2
