@@ -374,6 +374,22 @@ class TriAttentionPolicy:
         per_head = self.scorer.kv_head_scores(state.keys, state.positions, now=state.next_position)
         return np.stack([np.sort(_top_k(row, b)) for row in per_head])
 
+    def check(self) -> None:
+        """Assert every invariant of the per-sequence state (expensive; for tests)."""
+        d = self.scorer.calibration.rope.head_dim
+        for seq_id, st in self._seqs.items():
+            # one position per stored key, keys shaped (live, kv_heads, head_dim)
+            assert st.keys.ndim == 3 and st.keys.shape[2] == d, (seq_id, st.keys.shape)
+            assert st.positions.shape == (st.keys.shape[0],), (seq_id, st.positions.shape)
+            # logical positions strictly increase (live tokens stay in logical order)
+            assert np.all(np.diff(st.positions) > 0), seq_id
+            # every live token lies before the next position to be decoded
+            assert st.positions.size == 0 or st.positions[-1] < st.next_position, seq_id
+            # the query heads split evenly over the KV heads
+            assert self.scorer.num_heads % st.keys.shape[1] == 0, seq_id
+            # stored keys are finite, and the step counter never goes negative
+            assert np.all(np.isfinite(st.keys)) and st.steps_since >= 0, seq_id
+
     def _state(self, seq_id: int) -> _SequenceState:
         try:
             return self._seqs[seq_id]
