@@ -59,7 +59,9 @@ def rope_from_config(config: Any) -> RopeConfig:
 
 def model_shape(model: Any) -> dict[str, int]:
     """``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim`` of a transformers model."""
-    c = model.config
+    c = getattr(model, "config", None)
+    if c is None:
+        raise BadInputError(f"{type(model).__name__} has no .config; expected a transformers model")
     heads = c.num_attention_heads
     return {"num_layers": int(c.num_hidden_layers), "num_heads": int(heads),
             "num_kv_heads": int(getattr(c, "num_key_value_heads", None) or heads),
@@ -72,8 +74,8 @@ def capture_qk(model: Any, input_ids: Any) -> list[tuple[np.ndarray, np.ndarray]
     Runtime complexity: one forward pass.
     """
     ids = _as_ids(input_ids)
-    shape = model_shape(model)
     attn_modules = _attention_modules(model)
+    shape = model_shape(model)
     captured: dict[tuple[int, str], np.ndarray] = {}
     handles = []
     for layer, attn in enumerate(attn_modules):
