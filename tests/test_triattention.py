@@ -130,3 +130,24 @@ def test_bad_input():
         TriAttentionScorer(cal, layer=1)
     with pytest.raises(BadInputError, match="offsets"):
         TriAttentionScorer(cal, offsets=[])
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_float32_keys_are_read_in_place(layout):
+    cal, keys, pos = _setup(6, layout=layout)
+    scorer = TriAttentionScorer(cal, normalize=False)
+    k32 = keys.astype(np.float32)
+    np.testing.assert_allclose(scorer.head_scores(k32, pos, now=6000),
+                               scorer.head_scores(k32.astype(np.float64), pos, now=6000), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("post_rope", [False, True])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_mha_fused_path_matches_reference(post_rope, layout):
+    # one query head per KV head and the folded mean: the kernel's fused fast path
+    cal, keys, pos = _setup(7, heads=3, kv=3, layout=layout, scaling=SCALINGS[2])
+    scorer = TriAttentionScorer(cal, normalize=False)
+    given_keys = cal.rope.apply(keys, pos) if post_rope else keys
+    got = scorer.head_scores(given_keys, None if post_rope else pos, now=6000, post_rope=post_rope)
+    np.testing.assert_allclose(got, _reference(cal, keys, pos, 6000, scorer.offsets, normalize=False),
+                               rtol=1e-9, atol=1e-9)

@@ -112,13 +112,20 @@ class TriAttentionScorer:
         post-RoPE (``post_rope=True``; positions ignored).  ``now``: the current decode position.
         Runtime complexity: O(n * heads * head_dim) for the mean, times ``len(offsets)`` for the max.
         """
-        pairs_re, pairs_im, pos, group = self._prepare(keys, positions, post_rope)
+        arr, pos, group = self._prepare(keys, positions, post_rope)
         if not math.isfinite(float(now)):
             raise BadInputError(f"now must be a finite position, got {now!r}")
         coef = self._coefficients(float(now))
-        out = np.empty((self.num_heads, pairs_re.shape[0]), dtype=np.float64)
-        _score_kernel(pairs_re, pairs_im, pos, self._omega, np.ascontiguousarray(coef.real),
-                      np.ascontiguousarray(coef.imag), self._norm_weight, group, 0 if post_rope else 1, out)
+        norm_weight = self._norm_weight
+        a = self.calibration.rope.attention_factor
+        if post_rope and a != 1.0:
+            # Post-RoPE keys carry the attention factor once; the scale already has it squared.
+            coef, norm_weight = coef / a, norm_weight / a
+        interleaved = 1 if self.calibration.rope.layout == "interleaved" else 0
+        out = np.empty((self.num_heads, arr.shape[0]), dtype=np.float64)
+        _score_kernel(arr, interleaved, pos, self._omega, np.ascontiguousarray(coef.real),
+                      np.ascontiguousarray(coef.imag), np.ascontiguousarray(norm_weight), group,
+                      0 if post_rope else 1, out)
         if self.normalize:
             out = _zscore(out)
         return out
@@ -154,8 +161,10 @@ class TriAttentionScorer:
                              f"must be a multiple of it")
         if self.calibration.k_center is not None and kv_heads != self.calibration.num_kv_heads:
             raise CalibrationError(f"keys have {kv_heads} KV heads but the calibration has {self.calibration.num_kv_heads}")
-        arr = arr.astype(np.float64, copy=False)
-        if not np.all(np.isfinite(arr)):
+        if arr.dtype not in (np.float32, np.float64):
+            arr = arr.astype(np.float64)
+        arr = np.ascontiguousarray(arr)  # float32 / float64 keys are read in place (no copy)
+        if not np.isfinite(arr).all():
             raise BadInputError("keys contain NaN or inf; expected finite key vectors")
         n = arr.shape[0]
         if post_rope:
@@ -169,31 +178,26 @@ class TriAttentionScorer:
             pos = pos.astype(np.float64)
             if not np.all(np.isfinite(pos)):
                 raise BadInputError("positions contain NaN or inf")
-        from kvmm.compress.rope import pair_indices
-
-        re_idx, im_idx = pair_indices(rope.head_dim, rope.layout)
-        pairs_re = np.ascontiguousarray(arr[..., re_idx])
-        pairs_im = np.ascontiguousarray(arr[..., im_idx])
-        if post_rope and rope.attention_factor != 1.0:
-            # Post-RoPE keys carry the attention factor once; the scale already has it squared.
-            pairs_re /= rope.attention_factor
-            pairs_im /= rope.attention_factor
-        return pairs_re, pairs_im, pos, self.num_heads // kv_heads
+        return arr, pos, self.num_heads // kv_heads
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _score_kernel(pairs_re, pairs_im, positions, omega, coef_re, coef_im, norm_weight, group, rotate, out):
+def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate, out):
     """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
 
-    pairs_*: (n, kv_heads, F); coef_*: (heads, offsets, F) (one "offset" for the folded mean);
-    norm_weight: (heads, F); rotate = 0 for post-RoPE keys (w = z).  The rotation and |z| of a
-    key are computed once and shared by the ``group`` query heads of its KV head.
-    Runtime complexity: O(n * heads * offsets * F).
+    keys: (n, kv_heads, d) float32/float64 real head vectors; pair f is (keys[.., f], keys[.., f + d/2])
+    (half layout) or (keys[.., 2f], keys[.., 2f + 1]) (interleaved); coef_*: (heads, offsets, F)
+    (one "offset" for the folded mean); norm_weight: (heads, F); rotate = 0 for post-RoPE keys
+    (w = z).  The rotation and |z| of a key are computed once and shared by the ``group`` query
+    heads of its KV head.  Runtime complexity: O(n * heads * offsets * F).
     """
-    n, kv_heads, n_freq = pairs_re.shape
+    n, kv_heads, d = keys.shape
+    n_freq = d // 2
     n_off = coef_re.shape[1]
     cos_t = np.empty(n_freq)
     sin_t = np.empty(n_freq)
+    z_re = np.empty(n_freq)
+    z_im = np.empty(n_freq)
     w_re = np.empty(n_freq)
     w_im = np.empty(n_freq)
     mag = np.empty(n_freq)
@@ -204,9 +208,34 @@ def _score_kernel(pairs_re, pairs_im, positions, omega, coef_re, coef_im, norm_w
                 cos_t[f] = math.cos(angle)
                 sin_t[f] = math.sin(angle)
         for g in range(kv_heads):
+            if group == 1 and n_off == 1 and not interleaved:
+                # Fast path (MHA, folded mean, half layout): one fused pass over the pairs.
+                trig = 0.0
+                norm = 0.0
+                for f in range(n_freq):
+                    zr = np.float64(keys[i, g, f])
+                    zi = np.float64(keys[i, g, f + n_freq])
+                    if rotate:
+                        wr = zr * cos_t[f] - zi * sin_t[f]
+                        wi = zr * sin_t[f] + zi * cos_t[f]
+                    else:
+                        wr = zr
+                        wi = zi
+                    trig += coef_re[g, 0, f] * wr + coef_im[g, 0, f] * wi
+                    norm += norm_weight[g, f] * math.sqrt(zr * zr + zi * zi)
+                out[g, i] = trig + norm
+                continue
+            if interleaved:
+                for f in range(n_freq):
+                    z_re[f] = keys[i, g, 2 * f]
+                    z_im[f] = keys[i, g, 2 * f + 1]
+            else:
+                for f in range(n_freq):
+                    z_re[f] = keys[i, g, f]
+                    z_im[f] = keys[i, g, f + n_freq]
             for f in range(n_freq):
-                zr = pairs_re[i, g, f]
-                zi = pairs_im[i, g, f]
+                zr = z_re[f]
+                zi = z_im[f]
                 if rotate:
                     w_re[f] = zr * cos_t[f] - zi * sin_t[f]
                     w_im[f] = zr * sin_t[f] + zi * cos_t[f]
