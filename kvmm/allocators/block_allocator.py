@@ -1,0 +1,929 @@
+"""Paged block allocator with a keyed prefix cache (vLLM v1 ``BlockPool`` semantics).
+
+The pool holds ``num_blocks`` blocks of ``block_size`` tokens.  Every block has a reference
+count.  Blocks with count 0 sit in the *free queue*, a doubly linked list that is also the
+eviction order: ``allocate`` takes blocks from its head, and a taken block that still held cached
+content loses its prefix-cache entry (an eviction).  ``free`` puts blocks that hold cached content
+at the tail (evicted last, in the order freed: a request frees its blocks last-first, so prefix
+tails go before heads) and blocks without content at the head (reused first).
+
+The prefix cache maps 128-bit content keys to blocks.  Keys are not de-duplicated (block tables
+stay append-only): one key may be cached in several blocks, and ``lookup`` returns the block that
+was cached earliest among those still cached, exactly like vLLM's insertion-ordered dict.
+
+Array layout (structure of arrays; ``N = num_blocks``, ``T`` = hash-table slots, a power of two
+>= 2N so the table is at most half full)::
+
+    block_fields  int32 (6, N)   rows: REF, FREE_PREV, FREE_NEXT, KEY_PREV, KEY_NEXT, CACHED
+    block_keys    uint64 (N, 2)  the key a cached block holds ((0, 0) when it holds none)
+    table         int32 (2, T)   linear-probing slots: row 0 = first block of the key's chain
+                                 (-1: empty slot), row 1 = last block; the key itself is read
+                                 from block_keys[first block]
+    meta          int64 (10,)    free-queue head/tail, counters (see the ``META_*`` names)
+
+Worked example: 4 blocks, block 1 and block 3 both cached under key K (1 first), block 2 in use::
+
+    REF       = [0, 0, 1, 0]
+    free queue: head 0 <-> 1 <-> 3 tail     FREE_PREV = [-1, 0, -1, 1]  FREE_NEXT = [1, 3, -1, -1]
+    K's chain: 1 -> 3                       KEY_PREV  = [-1, -1, -1, 1] KEY_NEXT  = [-1, 3, -1, -1]
+    CACHED    = [0, 1, 0, 1]                table[:, slot(K)] = (1, 3)
+    lookup([K]) -> [1];  allocate(2) -> [0, 1] (block 1 is evicted: K's chain becomes 3 -> 3)
+
+Every method validates its whole input before changing anything: a call that raises a
+:class:`~kvmm.errors.KvmmError` leaves every array exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numba import njit
+
+from kvmm._validate import as_count, as_index_array, as_key_array
+from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, secret_words
+from kvmm.errors import BadInputError, DoubleFreeError, DTypeError, InvalidIdError, OutOfBlocksError, ShapeError
+
+__all__ = ["BlockAllocator"]
+
+# Rows of block_fields.
+REF, FREE_PREV, FREE_NEXT, KEY_PREV, KEY_NEXT, CACHED = range(6)
+NUM_FIELDS = 6
+# Slots of meta.
+META_FREE_HEAD, META_FREE_TAIL, META_NUM_FREE, META_NUM_CACHED, META_NUM_KEYS = range(5)
+META_QUERIES, META_HITS, META_EVICTIONS, META_SEED, META_TABLE_MASK = range(5, 10)
+NUM_META = 10
+
+# Kernel status codes (0 = success; nothing was changed otherwise).
+OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE = range(7)
+
+
+class BlockAllocator:
+    """Paged KV blocks with reference counts, a free queue in eviction order and a prefix cache.
+
+    Args:
+        num_blocks: blocks in the pool (>= 1).
+        block_size: tokens per block (>= 1), used by :meth:`hash_blocks`.
+        secret: 16-byte SipHash key for content keys; random (``os.urandom``) when ``None``.
+        salt: tenant salt (0 <= salt < 2**64): allocators (or calls) with different salts never
+            produce equal keys for equal tokens.
+
+    Runtime complexity: O(num_blocks) to construct; every operation is O(items in the call)
+    (hash-table operations expected O(1)).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, *, secret: bytes | None = None, salt: int = 0) -> None:
+        num_blocks = as_count(num_blocks, "num_blocks", minimum=1)
+        block_size = as_count(block_size, "block_size", minimum=1)
+        if num_blocks >= 2**31 - 1:
+            raise BadInputError(f"num_blocks must be < 2**31 - 1 (int32 block ids), got {num_blocks}")
+        if secret is None:
+            secret = os.urandom(16)
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) != 16:
+            raise BadInputError(f"secret must be 16 bytes (a SipHash-2-4 key), got {secret!r:.40}")
+        self.salt = _as_salt(salt)
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._secret = bytes(secret)
+        self._k0, self._k1 = secret_words(self._secret)
+        self._tenant = _tenant_key(self._k0, self._k1, self.salt)
+
+        table_size = 1 << max(2, (2 * num_blocks - 1).bit_length())
+        self.block_fields = np.full((NUM_FIELDS, num_blocks), -1, dtype=np.int32)
+        self.block_fields[REF] = 0
+        self.block_fields[CACHED] = 0
+        ids = np.arange(num_blocks, dtype=np.int32)
+        self.block_fields[FREE_PREV] = ids - 1  # initially every block, ascending: 0 <-> 1 <-> ... <-> N-1
+        self.block_fields[FREE_NEXT] = ids + 1
+        self.block_fields[FREE_NEXT, -1] = -1
+        self.block_keys = np.zeros((num_blocks, 2), dtype=np.uint64)
+        self.table = np.full((2, table_size), -1, dtype=np.int32)
+        self.meta = np.zeros(NUM_META, dtype=np.int64)
+        self.meta[META_FREE_HEAD] = 0
+        self.meta[META_FREE_TAIL] = num_blocks - 1
+        self.meta[META_NUM_FREE] = num_blocks
+        # Seed of the table's slot mixer, so externally chosen keys (e.g. trace ids) cannot be
+        # arranged to pile into one probe run without knowing it.
+        self.meta[META_SEED] = int.from_bytes(os.urandom(8), "little") >> 1
+        self.meta[META_TABLE_MASK] = table_size - 1
+
+        ref = self.block_fields[REF].view()
+        ref.flags.writeable = False
+        self._ref_view = ref
+
+    # ----------------------------------------------------------------- read-only state
+    @property
+    def ref_counts(self) -> np.ndarray:
+        """Read-only int32 view: the reference count of every block."""
+        return self._ref_view
+
+    @property
+    def num_free(self) -> int:
+        """Blocks in the free queue (ref count 0, cached or not)."""
+        return int(self.meta[META_NUM_FREE])
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks in use (ref count > 0), in [0, 1]."""
+        return 1.0 - int(self.meta[META_NUM_FREE]) / self.num_blocks
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that hold a prefix-cache key (in use or free)."""
+        return int(self.meta[META_NUM_CACHED])
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: ``queries`` (keys looked up), ``hits`` (keys found), ``evictions`` (cached
+        blocks that lost their key to ``allocate`` or ``evict``), ``cached_blocks``, ``cached_keys``."""
+        m = self.meta
+        return {
+            "queries": int(m[META_QUERIES]),
+            "hits": int(m[META_HITS]),
+            "evictions": int(m[META_EVICTIONS]),
+            "cached_blocks": int(m[META_NUM_CACHED]),
+            "cached_keys": int(m[META_NUM_KEYS]),
+        }
+
+    def free_queue(self) -> np.ndarray:
+        """The free queue from head (next to be allocated) to tail, as int32 block ids.
+
+        Runtime complexity: O(num_free).
+        """
+        return _walk_free_queue(self.block_fields, self.meta)
+
+    def block_key(self, block: int) -> tuple[int, int] | None:
+        """The key a block holds, or ``None``."""
+        b = self._one_id(block, "block")
+        if not self.block_fields[CACHED, b]:
+            return None
+        return int(self.block_keys[b, 0]), int(self.block_keys[b, 1])
+
+    def cached_map(self) -> dict[tuple[int, int], list[int]]:
+        """``{key: [block ids in cache order]}`` (for tests and debugging; O(num_blocks))."""
+        out: dict[tuple[int, int], list[int]] = {}
+        head, tail = self.table
+        for slot in np.flatnonzero(head >= 0):
+            b = int(head[slot])
+            key = (int(self.block_keys[b, 0]), int(self.block_keys[b, 1]))
+            chain = []
+            while b != -1:
+                chain.append(b)
+                b = int(self.block_fields[KEY_NEXT, b])
+            out[key] = chain
+        return out
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of every state array (tests compare them before and after a failing call)."""
+        return {
+            "block_fields": self.block_fields.copy(),
+            "block_keys": self.block_keys.copy(),
+            "table": self.table.copy(),
+            "meta": self.meta.copy(),
+        }
+
+    # ----------------------------------------------------------------- block operations
+    def allocate(self, n: int) -> np.ndarray:
+        """Take ``n`` blocks from the head of the free queue; each gets ref count 1.
+
+        A taken block that held a cached key loses it (counted in ``stats["evictions"]``).
+        Raises :class:`OutOfBlocksError` if fewer than ``n`` blocks are free.
+        Runtime complexity: O(n).
+        """
+        n = as_count(n, "n")
+        if n > self.meta[META_NUM_FREE]:
+            raise OutOfBlocksError(f"asked for {n} blocks but only {self.num_free} of {self.num_blocks} are free")
+        return _allocate(self.block_fields, self.block_keys, self.table, self.meta, n)
+
+    def allocate_many(self, counts) -> tuple[np.ndarray, np.ndarray]:
+        """Allocate for many requests at once: request ``r`` gets ``counts[r]`` blocks.
+
+        Returns CSR arrays ``(offsets int64 [R+1], ids int32 [sum(counts)])``: request ``r``
+        owns ``ids[offsets[r]:offsets[r+1]]``.  Blocks are taken from the head in request order,
+        so the result equals consecutive :meth:`allocate` calls.  Raises
+        :class:`OutOfBlocksError` (nothing allocated) if the total exceeds ``num_free``.
+        Runtime complexity: O(R + sum(counts)).
+        """
+        counts = self._counts(counts, "counts")
+        total = int(counts.sum()) if counts.size else 0
+        if total > self.meta[META_NUM_FREE]:
+            raise OutOfBlocksError(
+                f"counts ask for {total} blocks in all but only {self.num_free} of {self.num_blocks} are free")
+        return _allocate_many(self.block_fields, self.block_keys, self.table, self.meta, counts)
+
+    def free(self, ids) -> None:
+        """Decrement the ref counts of ``ids`` in the given order (pass a request's blocks last-first).
+
+        Blocks of this call that reach 0 and hold a cached key are appended to the tail of the
+        free queue in that order; those that hold none are put at the head, keeping their order
+        (the first freed becomes the new head).  A block may appear several times (once per
+        reference).  Raises :class:`DoubleFreeError` if a block would go below 0 (the whole batch
+        is checked first; nothing changes).  Runtime complexity: O(len(ids)).
+        """
+        ids = self._ids(ids, "ids")
+        status, where = _free(self.block_fields, self.meta, ids, 0, ids)
+        if status != OK:
+            self._raise_ids(status, where, ids, "ids")
+
+    def free_requests(self, offsets, ids) -> None:
+        """Free many requests' blocks (CSR ``offsets``/``ids``), each request's blocks last-first.
+
+        Same as ``free(concatenation of ids[offsets[r]:offsets[r+1]][::-1] for r in order)``.
+        Runtime complexity: O(R + len(ids)).
+        """
+        ids = self._ids(ids, "ids")
+        offsets = self._offsets(offsets, ids.shape[0], "offsets")
+        status, where = _free(self.block_fields, self.meta, ids, 1, offsets.astype(np.int32))
+        if status != OK:
+            self._raise_ids(status, where, _reverse_segments(ids, offsets), "ids (last-first per request)")
+
+    def touch(self, ids) -> None:
+        """Increment the ref counts of ``ids`` (prefix-cache hits taken by a request).
+
+        A block with ref count 0 (a cached block waiting in the free queue) is taken out of the
+        queue.  Runtime complexity: O(len(ids)).
+        """
+        ids = self._ids(ids, "ids")
+        status, where = _touch(self.block_fields, self.meta, ids)
+        if status != OK:
+            self._raise_ids(status, where, ids, "ids")
+
+    # ----------------------------------------------------------------- prefix cache
+    def hash_blocks(self, tokens, parent=None, extra=None, *, salt: int | None = None) -> np.ndarray:
+        """Chained 128-bit content keys of the full blocks of ``tokens``: ``(n_full, 2)`` uint64.
+
+        ``key_i = SipHash-2-4-128(tenant_key, [domain, key_{i-1}, tokens of block i, extra_i])``
+        with ``key_{-1} = parent`` (a key, e.g. the last key of an earlier call; ``None`` starts
+        a chain) and ``tenant_key`` derived from the allocator's secret and ``salt`` (default:
+        the allocator's).  ``extra``: per-block extra words (LoRA id, multimodal hash, ...) as
+        ``(n_full, m)`` or ``(m,)`` (same words for every block) integers.  A trailing partial
+        block is ignored.  Runtime complexity: O(len(tokens) + n_full * m).
+        """
+        toks = np.asarray(tokens)
+        if toks.dtype.kind not in "iu":
+            if toks.size == 0:
+                toks = toks.astype(np.int64)
+            else:
+                raise DTypeError(f"tokens must be an integer array of token ids, got dtype {toks.dtype}")
+        toks = as_index_array(toks, "tokens", dtype=np.int64)
+        n_full = toks.shape[0] // self.block_size
+        if parent is None:
+            has_parent, p0, p1 = False, 0, 0
+        else:
+            pk = as_key_array(np.asarray(parent).reshape(-1, 2) if np.ndim(parent) == 1 else parent, "parent")
+            if pk.shape != (1, 2):
+                raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
+            has_parent, p0, p1 = True, int(pk[0, 0]), int(pk[0, 1])
+        if extra is None:
+            ext = np.zeros((n_full, 0), dtype=np.uint64)
+        else:
+            ext = np.asarray(extra)
+            if ext.dtype.kind not in "iu":
+                raise DTypeError(f"extra must hold integers, got dtype {ext.dtype}")
+            if ext.ndim == 1:
+                ext = np.broadcast_to(ext, (n_full, ext.shape[0]))
+            if ext.ndim != 2 or ext.shape[0] != n_full:
+                raise ShapeError(f"extra must have shape (m,) or ({n_full}, m) (one row per full block), "
+                                 f"got {np.shape(extra)}")
+            ext = np.ascontiguousarray(ext.astype(np.uint64))
+        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
+        return hash_block_keys(t0, t1, has_parent, p0, p1, toks, self.block_size, ext)
+
+    def cache_blocks(self, ids, keys) -> None:
+        """Register full blocks under content keys (``keys``: ``(n, 2)`` uint64, or ``(n,)`` ints).
+
+        Each block must be in use (ref count > 0), must not already hold a key and may appear
+        once.  Keys are not de-duplicated: a key already cached elsewhere gets one more block
+        (lookups keep returning the earlier one).  Runtime complexity: O(n) expected.
+        """
+        ids = self._ids(ids, "ids")
+        keys = self._keys(keys, "keys")
+        if keys.shape[0] != ids.shape[0]:
+            raise ShapeError(f"ids and keys must have the same length, got {ids.shape[0]} ids and {keys.shape[0]} keys")
+        status, where = _cache_blocks(self.block_fields, self.block_keys, self.table, self.meta, ids, keys)
+        if status != OK:
+            self._raise_ids(status, where, ids, "ids")
+
+    def lookup(self, keys) -> np.ndarray:
+        """Block ids (int32) of the longest cached prefix of ``keys`` (stops at the first miss).
+
+        Counts ``len(keys)`` queries and the returned number of hits.  Does not touch the blocks.
+        Runtime complexity: O(hits + 1) expected.
+        """
+        keys = self._keys(keys, "keys")
+        return _lookup(self.block_keys, self.table, self.meta, keys)
+
+    def lookup_many(self, offsets, keys) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`lookup` for many requests (CSR ``offsets``/``keys``) in one call.
+
+        Returns CSR ``(hit_offsets int64 [R+1], hit_ids int32)``; request ``r``'s hits are
+        ``hit_ids[hit_offsets[r]:hit_offsets[r+1]]``.  Runtime complexity: O(R + hits).
+        """
+        keys = self._keys(keys, "keys")
+        offsets = self._offsets(offsets, keys.shape[0], "offsets")
+        return _lookup_many(self.block_keys, self.table, self.meta, offsets, keys)
+
+    def evict(self, ids) -> int:
+        """Drop the cached keys of ``ids`` (blocks keep their ref counts and queue positions).
+
+        Returns how many blocks lost a key (counted in ``stats["evictions"]``); blocks that hold
+        none are skipped.  Runtime complexity: O(len(ids)) expected.
+        """
+        ids = self._ids(ids, "ids")
+        status, where = _evict(self.block_fields, self.block_keys, self.table, self.meta, ids)
+        if status != OK:
+            self._raise_ids(status, where, ids, "ids")
+        return int(where)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached key, as vLLM's ``BlockPool.reset_prefix_cache``.
+
+        Like vLLM it only succeeds when no block is in use (otherwise a running request's block
+        table would point at blocks whose keys vanish): returns ``False`` and changes nothing if
+        any ref count is > 0.  The free-queue order is kept; counters are kept; the dropped keys
+        are not counted as evictions.  Runtime complexity: O(num_blocks).
+        """
+        if self.meta[META_NUM_FREE] != self.num_blocks:
+            return False
+        self.block_fields[KEY_PREV] = -1
+        self.block_fields[KEY_NEXT] = -1
+        self.block_fields[CACHED] = 0
+        self.block_keys[:] = 0
+        self.table[:] = -1
+        self.meta[META_NUM_CACHED] = 0
+        self.meta[META_NUM_KEYS] = 0
+        return True
+
+    # ----------------------------------------------------------------- fused request API
+    def admit(self, keys, num_extra: int = 0) -> tuple[np.ndarray, int]:
+        """One request's whole admission in one call: lookup, touch the hits, allocate the rest.
+
+        ``keys`` are the request's full-block keys; the ``h`` leading keys that are cached are
+        touched, ``len(keys) - h + num_extra`` blocks are allocated, and the newly allocated
+        blocks for keys ``h..`` are cached under those keys (their content is about to be
+        computed).  Returns ``(block ids int32 [len(keys) + num_extra], h)``.  Equivalent to
+        ``lookup``, ``touch``, ``allocate`` and ``cache_blocks`` in sequence; raises
+        :class:`OutOfBlocksError` with nothing changed (not even counters) when the blocks do
+        not fit.  Runtime complexity: O(len(keys) + num_extra) expected.
+        """
+        keys = self._keys(keys, "keys")
+        num_extra = as_count(num_extra, "num_extra")
+        status, hits, ids = _admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra)
+        if status != OK:
+            need = keys.shape[0] - hits + num_extra
+            raise OutOfBlocksError(
+                f"request needs {need} new blocks (+ {hits} cached hits) but only {self.num_free} are free "
+                f"after taking its free cached hits; expected at most num_free new blocks")
+        return ids, int(hits)
+
+    def admit_many(self, offsets, keys, num_extra=None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`admit` for a scheduler step's requests (CSR ``offsets``/``keys``), in order.
+
+        Stops at the first request whose blocks do not fit (like a scheduler that runs out of
+        KV space; no error).  Returns ``(num_admitted, block_offsets int64, block_ids int32,
+        num_hits int64)`` for the admitted requests.  Runtime complexity: O(R + blocks).
+        """
+        keys = self._keys(keys, "keys")
+        offsets = self._offsets(offsets, keys.shape[0], "offsets")
+        r = offsets.shape[0] - 1
+        if num_extra is None:
+            extra = np.zeros(r, dtype=np.int64)
+        else:
+            extra = self._counts(num_extra, "num_extra")
+            if extra.shape[0] != r:
+                raise ShapeError(f"num_extra must have one count per request ({r}), got {extra.shape[0]}")
+        n, block_offsets, block_ids, hits = _admit_many(
+            self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra)
+        return int(n), block_offsets, block_ids, hits
+
+    # ----------------------------------------------------------------- invariants
+    def check(self) -> None:
+        """Assert every invariant (expensive: O(num_blocks + table size), for tests)."""
+        f, keys, table, meta = self.block_fields, self.block_keys, self.table, self.meta
+        n = self.num_blocks
+        ref = f[REF]
+        # Shapes and dtypes never change.
+        assert f.shape == (NUM_FIELDS, n) and f.dtype == np.int32
+        assert keys.shape == (n, 2) and keys.dtype == np.uint64
+        assert table.dtype == np.int32 and table.shape[0] == 2 and meta.dtype == np.int64
+        # Ref counts are never negative.
+        assert (ref >= 0).all(), "negative ref count"
+        # The free queue is a proper doubly linked list from head to tail ...
+        order = []
+        seen = np.zeros(n, dtype=bool)
+        prev, b = -1, int(meta[META_FREE_HEAD])
+        while b != -1:
+            assert 0 <= b < n, f"free queue links to id {b}"
+            assert not seen[b], f"block {b} twice in the free queue"  # no id twice
+            seen[b] = True
+            assert f[FREE_PREV, b] == prev, f"free_prev of {b} is {f[FREE_PREV, b]}, expected {prev}"
+            order.append(b)
+            prev, b = b, int(f[FREE_NEXT, b])
+        assert int(meta[META_FREE_TAIL]) == prev, "free-queue tail does not end the list"
+        # ... holding exactly the ref-0 blocks, and num_free counts them.
+        assert len(order) == meta[META_NUM_FREE], "num_free disagrees with the queue length"
+        assert np.array_equal(seen, ref == 0), "free queue is not exactly the ref-0 blocks"
+        # Blocks in use are unlinked.
+        assert (f[FREE_PREV][~seen] == -1).all() and (f[FREE_NEXT][~seen] == -1).all(), "in-use block still linked"
+        # The cached map and the per-block keys agree: every occupied slot holds a chain of
+        # cached blocks with the slot's key, linked both ways, reachable by linear probing.
+        mask = int(meta[META_TABLE_MASK])
+        assert table.shape[1] == mask + 1 and table.shape[1] >= 2 * n
+        in_chain = np.zeros(n, dtype=bool)
+        occupied = np.flatnonzero(table[0] >= 0)
+        seen_keys = set()
+        for slot in occupied:
+            head, tail = int(table[0, slot]), int(table[1, slot])
+            key = (int(keys[head, 0]), int(keys[head, 1]))
+            assert key not in seen_keys, f"key {key} in two slots"
+            seen_keys.add(key)
+            ideal = int(_slot_hash(keys[head, 0], keys[head, 1], meta[META_SEED])) & mask
+            s = ideal
+            while s != slot:  # linear probing: no empty slot between the ideal slot and this one
+                assert table[0, s] >= 0, f"empty slot {s} breaks the probe run of key {key}"
+                s = (s + 1) & mask
+            prev, b = -1, head
+            while b != -1:
+                assert not in_chain[b], f"block {b} in two key chains"
+                in_chain[b] = True
+                assert f[CACHED, b] == 1 and (int(keys[b, 0]), int(keys[b, 1])) == key
+                assert f[KEY_PREV, b] == prev
+                prev, b = b, int(f[KEY_NEXT, b])
+            assert prev == tail, f"tail of key {key}'s chain is {tail}, expected {prev}"
+        assert (table[1][table[0] < 0] == -1).all(), "empty slot with a tail"
+        # Every cached block is in exactly one chain; blocks without a key are fully reset.
+        assert np.array_equal(in_chain, f[CACHED] == 1), "cached flag and key chains disagree"
+        nc = ~in_chain
+        assert (f[KEY_PREV][nc] == -1).all() and (f[KEY_NEXT][nc] == -1).all() and (keys[nc] == 0).all()
+        assert ((f[CACHED] == 0) | (f[CACHED] == 1)).all()
+        # Counters add up.
+        assert meta[META_NUM_CACHED] == in_chain.sum(), "num_cached counter is off"
+        assert meta[META_NUM_KEYS] == occupied.size, "num_keys counter is off"
+        assert 0 <= meta[META_HITS] <= meta[META_QUERIES] and meta[META_EVICTIONS] >= 0
+
+    # ----------------------------------------------------------------- validation helpers
+    def _ids(self, x, name: str) -> np.ndarray:
+        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range).
+        if type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1 and x.flags.c_contiguous:
+            return x
+        arr = as_index_array(x, name, dtype=np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.num_blocks):
+            bad = int(arr[(arr < 0) | (arr >= self.num_blocks)][0])
+            raise InvalidIdError(f"{name} contains block id {bad}; expected ids in [0, {self.num_blocks})")
+        return arr.astype(np.int32)
+
+    def _one_id(self, x, name: str) -> int:
+        b = as_count(x, name)
+        if b >= self.num_blocks:
+            raise InvalidIdError(f"{name} is {b}; expected a block id in [0, {self.num_blocks})")
+        return b
+
+    @staticmethod
+    def _keys(x, name: str) -> np.ndarray:
+        if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
+            return x
+        return as_key_array(x, name)
+
+    @staticmethod
+    def _counts(x, name: str) -> np.ndarray:
+        arr = as_index_array(x, name, dtype=np.int64)
+        if arr.size and arr.min() < 0:
+            raise BadInputError(f"{name} must be >= 0, got {int(arr.min())}")
+        return arr
+
+    @staticmethod
+    def _offsets(x, length: int, name: str) -> np.ndarray:
+        arr = as_index_array(x, name, dtype=np.int64)
+        if arr.shape[0] < 1 or arr[0] != 0 or arr[-1] != length or (arr.shape[0] > 1 and (np.diff(arr) < 0).any()):
+            raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
+                                f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
+        return arr
+
+    def _raise_ids(self, status: int, where: int, ids: np.ndarray, name: str) -> None:
+        b = int(ids[where]) if 0 <= where < ids.shape[0] else -1
+        if status == ERR_RANGE:
+            raise InvalidIdError(f"{name}[{where}] is block id {b}; expected ids in [0, {self.num_blocks})")
+        if status == ERR_DOUBLE_FREE:
+            raise DoubleFreeError(f"{name}[{where}] frees block {b} more times than it is referenced "
+                                  f"(ref count {int(self.block_fields[REF, b])}); expected each block at most "
+                                  f"ref-count times; nothing was freed")
+        if status == ERR_ALREADY_CACHED:
+            raise BadInputError(f"{name}[{where}]: block {b} already holds a cached key; expected blocks "
+                                f"without one (evict it first)")
+        if status == ERR_NOT_HELD:
+            raise BadInputError(f"{name}[{where}]: block {b} has ref count 0; expected blocks in use "
+                                f"(allocate or touch them before caching)")
+        if status == ERR_DUPLICATE:
+            raise BadInputError(f"{name}[{where}]: block {b} appears twice; expected distinct blocks")
+        raise AssertionError(f"unknown kernel status {status}")  # pragma: no cover
+
+
+def _as_salt(salt) -> int:
+    if isinstance(salt, (bool, np.bool_)) or not isinstance(salt, (int, np.integer)):
+        raise DTypeError(f"salt must be an integer in [0, 2**64), got {salt!r}")
+    if not 0 <= int(salt) < 2**64:
+        raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
+    return int(salt)
+
+
+def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
+    t0, t1 = derive_tenant_key(np.uint64(k0), np.uint64(k1), np.uint64(salt))
+    return int(t0), int(t1)
+
+
+def _reverse_segments(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    return np.concatenate([ids[offsets[r]:offsets[r + 1]][::-1] for r in range(offsets.shape[0] - 1)] or [ids[:0]])
+
+
+# =================================================================== kernels
+# Free queue: doubly linked list through FREE_PREV / FREE_NEXT; head/tail in meta.
+
+
+@njit(cache=True, nogil=True)
+def _fq_unlink(fields, meta, b):
+    prev = fields[FREE_PREV, b]
+    nxt = fields[FREE_NEXT, b]
+    if prev == -1:
+        meta[META_FREE_HEAD] = nxt
+    else:
+        fields[FREE_NEXT, prev] = nxt
+    if nxt == -1:
+        meta[META_FREE_TAIL] = prev
+    else:
+        fields[FREE_PREV, nxt] = prev
+    fields[FREE_PREV, b] = -1
+    fields[FREE_NEXT, b] = -1
+    meta[META_NUM_FREE] -= 1
+
+
+@njit(cache=True, nogil=True)
+def _fq_insert_after(fields, meta, after, b):
+    """Link ``b`` after block ``after`` (``after == -1``: at the head)."""
+    if after == -1:
+        nxt = meta[META_FREE_HEAD]
+        meta[META_FREE_HEAD] = b
+    else:
+        nxt = fields[FREE_NEXT, after]
+        fields[FREE_NEXT, after] = b
+    fields[FREE_PREV, b] = after
+    fields[FREE_NEXT, b] = nxt
+    if nxt == -1:
+        meta[META_FREE_TAIL] = b
+    else:
+        fields[FREE_PREV, nxt] = b
+    meta[META_NUM_FREE] += 1
+
+
+@njit(cache=True, nogil=True)
+def _walk_free_queue(fields, meta):
+    out = np.empty(meta[META_NUM_FREE], dtype=np.int32)
+    b = meta[META_FREE_HEAD]
+    i = 0
+    while b != -1 and i < out.shape[0]:
+        out[i] = b
+        i += 1
+        b = fields[FREE_NEXT, b]
+    return out[:i]
+
+
+# Prefix-cache hash table: linear probing over slots; the slot's key is block_keys[first block].
+
+
+@njit(cache=True, nogil=True)
+def _slot_hash(k0, k1, seed):
+    # splitmix64 finaliser over both words and the seed: keys from outside (trace ids 0, 1, 2, ...)
+    # are far from uniform, SipHash keys already are.
+    h = np.uint64(k0) ^ (np.uint64(k1) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(seed)
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _find_slot(block_keys, table, meta, k0, k1):
+    """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted."""
+    mask = meta[META_TABLE_MASK]
+    s = np.int64(_slot_hash(k0, k1, meta[META_SEED]) & np.uint64(mask))
+    while True:
+        b = table[0, s]
+        if b == -1:
+            return -s - 1
+        if block_keys[b, 0] == k0 and block_keys[b, 1] == k1:
+            return s
+        s = (s + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _cache_one(fields, block_keys, table, meta, b, k0, k1):
+    s = _find_slot(block_keys, table, meta, k0, k1)
+    block_keys[b, 0] = k0
+    block_keys[b, 1] = k1
+    fields[CACHED, b] = 1
+    fields[KEY_NEXT, b] = -1
+    if s < 0:  # new key: b starts its chain
+        s = -s - 1
+        table[0, s] = b
+        table[1, s] = b
+        fields[KEY_PREV, b] = -1
+        meta[META_NUM_KEYS] += 1
+    else:  # key already cached elsewhere: b joins the end of its chain (no de-duplication)
+        tail = table[1, s]
+        fields[KEY_NEXT, tail] = b
+        fields[KEY_PREV, b] = tail
+        table[1, s] = b
+    meta[META_NUM_CACHED] += 1
+
+
+@njit(cache=True, nogil=True)
+def _uncache_one(fields, block_keys, table, meta, b):
+    s = _find_slot(block_keys, table, meta, block_keys[b, 0], block_keys[b, 1])
+    prev = fields[KEY_PREV, b]
+    nxt = fields[KEY_NEXT, b]
+    if prev == -1:
+        table[0, s] = nxt
+    else:
+        fields[KEY_NEXT, prev] = nxt
+    if nxt == -1:
+        table[1, s] = prev
+    else:
+        fields[KEY_PREV, nxt] = prev
+    fields[KEY_PREV, b] = -1
+    fields[KEY_NEXT, b] = -1
+    fields[CACHED, b] = 0
+    meta[META_NUM_CACHED] -= 1
+    if table[0, s] == -1:
+        # The key's last block is gone: delete the slot.  The slot's key is read from its first
+        # block, so the block's key words are cleared only after the probe-run repair.
+        _delete_slot(block_keys, table, meta, s)
+        meta[META_NUM_KEYS] -= 1
+    block_keys[b, 0] = 0
+    block_keys[b, 1] = 0
+
+
+@njit(cache=True, nogil=True)
+def _delete_slot(block_keys, table, meta, s):
+    # Backward-shift deletion keeps linear probing free of tombstones: later members of the probe
+    # run whose ideal slot is not in (s, j] move back into the hole.
+    mask = meta[META_TABLE_MASK]
+    seed = meta[META_SEED]
+    hole = s
+    j = s
+    while True:
+        j = (j + 1) & mask
+        b = table[0, j]
+        if b == -1:
+            break
+        ideal = np.int64(_slot_hash(block_keys[b, 0], block_keys[b, 1], seed) & np.uint64(mask))
+        # Move j into the hole unless its ideal slot lies cyclically in (hole, j].
+        if (j > hole and (ideal <= hole or ideal > j)) or (j < hole and (ideal <= hole and ideal > j)):
+            table[0, hole] = table[0, j]
+            table[1, hole] = table[1, j]
+            hole = j
+    table[0, hole] = -1
+    table[1, hole] = -1
+
+
+# Operations.
+
+
+@njit(cache=True, nogil=True)
+def _take_head(fields, block_keys, table, meta):
+    b = meta[META_FREE_HEAD]
+    _fq_unlink(fields, meta, b)
+    if fields[CACHED, b] == 1:
+        _uncache_one(fields, block_keys, table, meta, b)
+        meta[META_EVICTIONS] += 1
+    fields[REF, b] = 1
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _allocate(fields, block_keys, table, meta, n):
+    out = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        out[i] = _take_head(fields, block_keys, table, meta)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _allocate_many(fields, block_keys, table, meta, counts):
+    r = counts.shape[0]
+    offsets = np.empty(r + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(r):
+        offsets[i + 1] = offsets[i] + counts[i]
+    out = np.empty(offsets[r], dtype=np.int32)
+    for i in range(offsets[r]):
+        out[i] = _take_head(fields, block_keys, table, meta)
+    return offsets, out
+
+
+@njit(cache=True, nogil=True)
+def _free(fields, meta, ids, mode, offsets):
+    """Free ``ids`` in order (mode 0) or each request's segment last-first (mode 1).
+
+    Returns (status, position in free order).  Validates the whole batch first: range, then
+    that no block is freed more times than it is referenced (decrement, and on failure undo).
+    """
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    order = np.empty(n, dtype=np.int32)
+    if mode == 0:
+        for k in range(n):
+            order[k] = ids[k]
+    else:
+        k = 0
+        for r in range(offsets.shape[0] - 1):
+            for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
+                order[k] = ids[i]
+                k += 1
+    for k in range(n):
+        if order[k] < 0 or order[k] >= num_blocks:
+            return ERR_RANGE, k
+    for k in range(n):
+        b = order[k]
+        fields[REF, b] -= 1
+        if fields[REF, b] < 0:
+            for j in range(k + 1):
+                fields[REF, order[j]] += 1
+            return ERR_DOUBLE_FREE, k
+    for k in range(n):
+        fields[REF, order[k]] += 1
+    last_uncached = -1  # uncached blocks of this call form a run at the head, in freeing order
+    for k in range(n):
+        b = order[k]
+        fields[REF, b] -= 1
+        if fields[REF, b] == 0:
+            if fields[CACHED, b] == 1:
+                _fq_insert_after(fields, meta, meta[META_FREE_TAIL], b)
+            else:
+                _fq_insert_after(fields, meta, last_uncached, b)
+                last_uncached = b
+    return OK, 0
+
+
+@njit(cache=True, nogil=True)
+def _touch(fields, meta, ids):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= num_blocks:
+            return ERR_RANGE, k
+    for k in range(n):
+        b = ids[k]
+        if fields[REF, b] == 0:
+            _fq_unlink(fields, meta, b)
+        fields[REF, b] += 1
+    return OK, 0
+
+
+@njit(cache=True, nogil=True)
+def _cache_blocks(fields, block_keys, table, meta, ids, keys):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        b = ids[k]
+        if b < 0 or b >= num_blocks:
+            return ERR_RANGE, k
+    for k in range(n):
+        b = ids[k]
+        if fields[CACHED, b] == 1:
+            return ERR_ALREADY_CACHED, k
+        if fields[REF, b] == 0:
+            return ERR_NOT_HELD, k
+    # Duplicates: mark with CACHED = 2 while scanning, then restore.
+    status, where = OK, 0
+    for k in range(n):
+        b = ids[k]
+        if fields[CACHED, b] == 2:
+            status, where = ERR_DUPLICATE, k
+            break
+        fields[CACHED, b] = 2
+    for k in range(n):
+        if fields[CACHED, ids[k]] == 2:
+            fields[CACHED, ids[k]] = 0
+    if status != OK:
+        return status, where
+    for k in range(n):
+        _cache_one(fields, block_keys, table, meta, ids[k], keys[k, 0], keys[k, 1])
+    return OK, 0
+
+
+@njit(cache=True, nogil=True)
+def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
+    """Write the first cached block of each leading cached key into out; return the hit count."""
+    h = 0
+    for k in range(start, stop):
+        s = _find_slot(block_keys, table, meta, keys[k, 0], keys[k, 1])
+        if s < 0:
+            break
+        out[out_start + h] = table[0, s]
+        h += 1
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _lookup(block_keys, table, meta, keys):
+    out = np.empty(keys.shape[0], dtype=np.int32)
+    h = _prefix_hits(block_keys, table, meta, keys, 0, keys.shape[0], out, 0)
+    meta[META_QUERIES] += keys.shape[0]
+    meta[META_HITS] += h
+    return out[:h].copy()
+
+
+@njit(cache=True, nogil=True)
+def _lookup_many(block_keys, table, meta, offsets, keys):
+    r = offsets.shape[0] - 1
+    hit_offsets = np.empty(r + 1, dtype=np.int64)
+    hit_offsets[0] = 0
+    out = np.empty(keys.shape[0], dtype=np.int32)
+    for i in range(r):
+        h = _prefix_hits(block_keys, table, meta, keys, offsets[i], offsets[i + 1], out, hit_offsets[i])
+        hit_offsets[i + 1] = hit_offsets[i] + h
+    meta[META_QUERIES] += keys.shape[0]
+    meta[META_HITS] += hit_offsets[r]
+    return hit_offsets, out[:hit_offsets[r]].copy()
+
+
+@njit(cache=True, nogil=True)
+def _evict(fields, block_keys, table, meta, ids):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= num_blocks:
+            return ERR_RANGE, k
+    count = 0
+    for k in range(n):
+        b = ids[k]
+        if fields[CACHED, b] == 1:
+            _uncache_one(fields, block_keys, table, meta, b)
+            count += 1
+    meta[META_EVICTIONS] += count
+    return OK, count
+
+
+@njit(cache=True, nogil=True)
+def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, out, out_start):
+    """Admit one request (keys[start:stop]) writing its blocks at out[out_start:]; (ok, hits)."""
+    n = stop - start
+    h = _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start)
+    # Hits that are free (ref 0) leave the free queue when touched; count each block once
+    # (a repeated key returns the same block) by marking it with ref -1 while counting.
+    free_hits = 0
+    for k in range(h):
+        b = out[out_start + k]
+        if fields[REF, b] == 0:
+            fields[REF, b] = -1
+            free_hits += 1
+    for k in range(h):
+        b = out[out_start + k]
+        if fields[REF, b] == -1:
+            fields[REF, b] = 0
+    need = n - h + num_extra
+    if need > meta[META_NUM_FREE] - free_hits:
+        return False, h
+    for k in range(h):
+        b = out[out_start + k]
+        if fields[REF, b] == 0:
+            _fq_unlink(fields, meta, b)
+        fields[REF, b] += 1
+    for k in range(h, n + num_extra):
+        b = _take_head(fields, block_keys, table, meta)
+        out[out_start + k] = b
+        if k < n:
+            _cache_one(fields, block_keys, table, meta, b, keys[start + k, 0], keys[start + k, 1])
+    meta[META_QUERIES] += n
+    meta[META_HITS] += h
+    return True, h
+
+
+@njit(cache=True, nogil=True)
+def _admit(fields, block_keys, table, meta, keys, num_extra):
+    out = np.empty(keys.shape[0] + num_extra, dtype=np.int32)
+    ok, h = _admit_into(fields, block_keys, table, meta, keys, 0, keys.shape[0], num_extra, out, 0)
+    return (OK if ok else ERR_OUT_OF_BLOCKS), h, out
+
+
+@njit(cache=True, nogil=True)
+def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra):
+    r = offsets.shape[0] - 1
+    block_offsets = np.empty(r + 1, dtype=np.int64)
+    block_offsets[0] = 0
+    hits = np.empty(r, dtype=np.int64)
+    total = 0
+    for i in range(r):
+        total += offsets[i + 1] - offsets[i] + num_extra[i]
+    out = np.empty(total, dtype=np.int32)
+    admitted = 0
+    for i in range(r):
+        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], num_extra[i],
+                            out, block_offsets[i])
+        if not ok:
+            break
+        hits[i] = h
+        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + num_extra[i]
+        admitted += 1
+    return admitted, block_offsets[:admitted + 1].copy(), out[:block_offsets[admitted]].copy(), hits[:admitted].copy()

@@ -1,0 +1,136 @@
+"""Shared plumbing of every tier: spec resolution, key and value checks, transfer statistics.
+
+Keys
+----
+Every tier accepts the same keys, so a policy or a simulator can move an entry between tiers
+unchanged: Python ``int`` (numpy integers are normalised to ``int``, so ``np.uint64(5)`` and
+``5`` are one key), ``str``, ``bytes``, and tuples of these (nested tuples allowed).  Bools,
+floats and other objects raise :class:`~kvmm.errors.DTypeError`: ``True == 1`` and NaN would
+make two different keys collide or never match.  File and remote tiers store the key as the
+UTF-8 ``repr`` of its normalised form (``encode_key``), which ``decode_key`` reads back.
+
+Values
+------
+A value is a numpy array (or anything ``np.asarray`` turns into one) of a numeric or bool dtype
+(kinds ``b i u f c``); its bytes, dtype and shape are stored, and ``get`` returns an array equal
+to what was put, with the same dtype and shape.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Hashable
+
+import numpy as np
+
+from kvmm._validate import as_count
+from kvmm.errors import BadInputError, DTypeError
+from kvmm.tiers.spec import TierSpec, preset
+
+__all__ = ["TierBase", "normalize_key", "encode_key", "decode_key", "as_value_array", "resolve_spec"]
+
+_VALUE_KINDS = "biufc"
+
+
+class TierBase:
+    """Name, capacity, timing model and transfer statistics shared by every tier.
+
+    ``stats`` counts ``puts``, ``gets``, ``deletes``, ``bytes_written``, ``bytes_read`` and the
+    modelled ``write_seconds`` / ``read_seconds`` (sum of ``transfer_seconds`` over the calls),
+    so a replay can read off how much time the timing model charged.
+    """
+
+    def __init__(self, spec: TierSpec | str, capacity_bytes: int | None, name: str | None) -> None:
+        self.spec = resolve_spec(spec, capacity_bytes)
+        self.name = str(name) if name is not None else self.spec.name
+        self.stats: dict[str, float] = {
+            "puts": 0, "gets": 0, "deletes": 0,
+            "bytes_written": 0, "bytes_read": 0,
+            "write_seconds": 0.0, "read_seconds": 0.0,
+        }
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Most bytes of values this tier holds at once."""
+        return self.spec.capacity_bytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+    def transfer_seconds(self, nbytes: int, *, write: bool = False) -> float:
+        """Modelled seconds to read (or write) ``nbytes``: ``latency_s + nbytes / bandwidth``.
+
+        Runtime complexity: O(1).
+        """
+        return self.spec.transfer_seconds(as_count(nbytes, "nbytes"), write=write)
+
+    # -- bookkeeping used by subclasses -------------------------------------------------------
+    def _count_put(self, nbytes: int) -> None:
+        self.stats["puts"] += 1
+        self.stats["bytes_written"] += nbytes
+        self.stats["write_seconds"] += self.spec.transfer_seconds(nbytes, write=True)
+
+    def _count_get(self, nbytes: int) -> None:
+        self.stats["gets"] += 1
+        self.stats["bytes_read"] += nbytes
+        self.stats["read_seconds"] += self.spec.transfer_seconds(nbytes)
+
+    def _count_delete(self) -> None:
+        self.stats["deletes"] += 1
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, key: Hashable) -> bool:
+        return self.contains(key)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(name={self.name!r}, used={self.used_bytes}, "
+                f"capacity={self.capacity_bytes})")
+
+
+def resolve_spec(spec: TierSpec | str, capacity_bytes: int | None) -> TierSpec:
+    """A :class:`TierSpec` from a spec or a preset name, resized to ``capacity_bytes`` if given."""
+    if isinstance(spec, str):
+        spec = preset(spec)
+    elif not isinstance(spec, TierSpec):
+        raise BadInputError(f"spec must be a TierSpec or a preset name, got {type(spec).__name__}")
+    if capacity_bytes is not None:
+        spec = spec.with_capacity(as_count(capacity_bytes, "capacity_bytes"))
+    return spec
+
+
+def normalize_key(key: Any) -> Hashable:
+    """The canonical form of a tier key (numpy ints -> int), or :class:`DTypeError`.
+
+    Runtime complexity: O(size of the key).
+    """
+    if isinstance(key, (bool, np.bool_)):
+        raise DTypeError(f"tier keys must be int, str, bytes or tuples of them, got bool {key!r}")
+    if isinstance(key, (int, np.integer)):
+        return int(key)
+    if isinstance(key, (str, bytes)):
+        return key
+    if isinstance(key, tuple):
+        return tuple(normalize_key(part) for part in key)
+    raise DTypeError(f"tier keys must be int, str, bytes or tuples of them, got {type(key).__name__} {key!r}")
+
+
+def encode_key(key: Any) -> bytes:
+    """The bytes under which file and remote tiers store ``key`` (UTF-8 repr of its normal form)."""
+    return repr(normalize_key(key)).encode("utf-8")
+
+
+def decode_key(raw: bytes) -> Hashable:
+    """Inverse of :func:`encode_key`."""
+    return ast.literal_eval(raw.decode("utf-8"))
+
+
+def as_value_array(data: Any, name: str = "data") -> np.ndarray:
+    """``data`` as a C-contiguous numeric numpy array (no copy when it already is one)."""
+    arr = np.asarray(data)
+    if arr.dtype.kind not in _VALUE_KINDS:
+        raise DTypeError(f"{name} must be a numeric or bool array, got dtype {arr.dtype}; "
+                         f"expected one of the kinds bool/int/uint/float/complex")
+    return np.ascontiguousarray(arr)

@@ -1,0 +1,157 @@
+"""Any tier plus any eviction policy: :class:`ManagedTier` evicts to make room on ``put``.
+
+::
+
+    tier = ManagedTier(ArenaTier(1 << 20), LRUPolicy())
+    evicted = tier.put("a", np.zeros(1024, np.float16))   # keys evicted to make room
+    tier.get("a")                                         # counts as an access for the policy
+
+Semantics:
+
+* ``put`` of an entry larger than the whole capacity raises
+  :class:`~kvmm.errors.CapacityExceededError` and evicts nothing.  Otherwise the policy's
+  victims (skipping the key being written and any ``protected`` keys) are removed in order
+  until the entry fits; if the unprotected entries cannot free enough, it raises and evicts
+  nothing.  Key and value are validated before anything is evicted.
+* ``get`` and overwriting ``put`` are accesses (``on_access``); a new key is ``on_insert``;
+  ``delete`` and evictions are ``on_remove``.
+* The policy is told the incoming key (``victims(..., incoming=key)``) when its ``victims``
+  accepts that keyword (ARC uses it to adapt before choosing).
+* Entries already in the backend when the ManagedTier is built (a reopened ``MmapTier``, ...)
+  are registered with the policy in the backend's key order.
+* With a shared backend (``RedisTier`` used by several processes) this object only evicts the
+  keys it knows; another process can still fill the pool between the eviction and the write,
+  in which case the backend's ``CapacityExceededError`` propagates after the evictions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Hashable, Iterable
+
+import numpy as np
+
+from kvmm.errors import CapacityExceededError
+from kvmm.tiers._base import as_value_array, normalize_key
+
+__all__ = ["ManagedTier"]
+
+
+class ManagedTier:
+    """A :class:`~kvmm.protocols.TierBackend` that owns a backend and an eviction policy.
+
+    Runtime complexity: ``put`` O(entry bytes + victims examined); ``get`` O(entry bytes);
+    policy events O(1) or O(log n) depending on the policy.
+    """
+
+    def __init__(self, backend: Any, policy: Any) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.name = backend.name
+        self.evictions = 0
+        self._victims_takes_incoming = "incoming" in inspect.signature(policy.victims).parameters
+        # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
+        self._sizes: dict[Hashable, int] = {}
+        for key in backend.keys():
+            self._sizes[key] = backend.nbytes_of(key)
+            policy.on_insert(key)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.backend.capacity_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.backend.used_bytes
+
+    def transfer_seconds(self, nbytes: int, *, write: bool = False) -> float:
+        return self.backend.transfer_seconds(nbytes, write=write)
+
+    def put(self, key: Hashable, data: Any, *, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Store ``data`` under ``key``, evicting as needed; returns the evicted keys in order."""
+        k = normalize_key(key)
+        arr = as_value_array(data)
+        protected = {normalize_key(p) for p in protected}
+        nbytes = int(arr.nbytes)
+        capacity = self.backend.capacity_bytes
+        if nbytes > capacity:
+            raise CapacityExceededError(
+                f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
+        existed = k in self._sizes
+        need = self.backend.used_bytes - self._sizes.get(k, 0) + nbytes - capacity
+        plan = self._plan_victims(need, protected | {k}, k) if need > 0 else []
+        for victim in plan:
+            self.backend.delete(victim)
+            self.policy.on_remove(victim)
+            del self._sizes[victim]
+            self.evictions += 1
+        self.backend.put(k, arr)
+        self._sizes[k] = nbytes
+        if existed:
+            self.policy.on_access(k)
+        else:
+            self.policy.on_insert(k)
+        return plan
+
+    def get(self, key: Hashable) -> np.ndarray:
+        k = normalize_key(key)
+        data = self.backend.get(k)
+        if k in self._sizes:
+            self.policy.on_access(k)
+        return data
+
+    def delete(self, key: Hashable) -> None:
+        k = normalize_key(key)
+        self.backend.delete(k)
+        if k in self._sizes:
+            del self._sizes[k]
+            self.policy.on_remove(k)
+
+    def contains(self, key: Hashable) -> bool:
+        return self.backend.contains(key)
+
+    def keys(self) -> list[Hashable]:
+        return self.backend.keys()
+
+    def nbytes_of(self, key: Hashable) -> int:
+        return self.backend.nbytes_of(key)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return self.contains(key)
+
+    def check(self) -> None:
+        """Assert every invariant, including the backend's and the policy's own (used by tests)."""
+        if hasattr(self.backend, "check"):
+            self.backend.check()
+        if hasattr(self.policy, "check"):
+            self.policy.check()
+        # The policy tracks exactly the managed keys ...
+        assert len(self.policy) == len(self._sizes)
+        assert all(key in self.policy for key in self._sizes)
+        # ... which are all in the backend, with the recorded sizes.
+        for key, nbytes in self._sizes.items():
+            assert self.backend.nbytes_of(key) == nbytes
+        # Capacity is never exceeded.
+        assert 0 <= self.backend.used_bytes <= self.backend.capacity_bytes
+
+    def _plan_victims(self, need: int, protected: set, incoming: Hashable) -> list[Hashable]:
+        """The shortest prefix of the policy's victim order that frees ``need`` bytes."""
+        n = 1
+        while True:
+            if self._victims_takes_incoming:
+                order = self.policy.victims(n, protected, incoming=incoming)
+            else:
+                order = self.policy.victims(n, protected)
+            freed = 0
+            for i, victim in enumerate(order):
+                freed += self._sizes[victim]
+                if freed >= need:
+                    return list(order[: i + 1])
+            if len(order) < n:
+                raise CapacityExceededError(
+                    f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
+                    f"{need} more bytes are needed (protected: {len(protected)} keys)")
+            n *= 2
