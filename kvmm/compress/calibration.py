@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +42,7 @@ __all__ = ["Calibration", "calibrate", "logit_curve", "mean_logit_by_distance", 
 FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Calibration:
     """Per-layer, per-head frequency statistics (arrays documented in the module docstring).
 
