@@ -151,3 +151,14 @@ def test_mha_fused_path_matches_reference(post_rope, layout):
     got = scorer.head_scores(given_keys, None if post_rope else pos, now=6000, post_rope=post_rope)
     np.testing.assert_allclose(got, _reference(cal, keys, pos, 6000, scorer.offsets, normalize=False),
                                rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("positions", ["fractional", "huge"])
+def test_direct_sin_cos_path_for_positions_outside_the_tables(positions):
+    # integer positions below 2**22 use phase tables; the others take sin/cos directly
+    cal, keys, pos = _setup(8, heads=2, kv=2)
+    pos = pos + 0.5 if positions == "fractional" else pos + 2**23
+    scorer = TriAttentionScorer(cal, normalize=False)
+    now = float(pos.max()) + 1
+    np.testing.assert_allclose(scorer.head_scores(keys, pos, now=now),
+                               _reference(cal, keys, pos, now, scorer.offsets, normalize=False), rtol=1e-7, atol=1e-7)

@@ -123,9 +123,19 @@ class TriAttentionScorer:
             coef, norm_weight = coef / a, norm_weight / a
         interleaved = 1 if self.calibration.rope.layout == "interleaved" else 0
         out = np.empty((self.num_heads, arr.shape[0]), dtype=np.float64)
+        rotate = 0 if post_rope else 1
+        lo, hi = _EMPTY_TABLE, _EMPTY_TABLE
+        if rotate and pos.size and np.all(pos == np.floor(pos)) and pos.min() >= 0 and pos.max() < 2.0**22:
+            # Integer positions: exp(i w p) = exp(i w 256 (p // 256)) * exp(i w (p % 256)) from two
+            # small tables, a complex multiply per pair instead of a sin and a cos.
+            rotate = 2
+            lo = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
+            hi = np.exp(1j * np.outer(np.arange(int(pos.max()) // _TABLE_LOW + 1, dtype=np.float64) * _TABLE_LOW,
+                                      self._omega))
         _score_kernel(arr, interleaved, pos, self._omega, np.ascontiguousarray(coef.real),
                       np.ascontiguousarray(coef.imag), np.ascontiguousarray(norm_weight), group,
-                      0 if post_rope else 1, out)
+                      rotate, np.ascontiguousarray(lo.real), np.ascontiguousarray(lo.imag),
+                      np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag), out)
         if self.normalize:
             out = _zscore(out)
         return out
@@ -182,14 +192,17 @@ class TriAttentionScorer:
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate, out):
+def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate,
+                  lo_cos, lo_sin, hi_cos, hi_sin, out):
     """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
 
     keys: (n, kv_heads, d) float32/float64 real head vectors; pair f is (keys[.., f], keys[.., f + d/2])
     (half layout) or (keys[.., 2f], keys[.., 2f + 1]) (interleaved); coef_*: (heads, offsets, F)
     (one "offset" for the folded mean); norm_weight: (heads, F); rotate = 0 for post-RoPE keys
-    (w = z).  The rotation and |z| of a key are computed once and shared by the ``group`` query
-    heads of its KV head.  Runtime complexity: O(n * heads * offsets * F).
+    (w = z), 1 to rotate by sin/cos of omega * position, 2 for integer positions with the phase
+    taken from the ``lo`` (p % 256) and ``hi`` (p // 256) tables.  The rotation and |z| of a key
+    are computed once and shared by the ``group`` query heads of its KV head.
+    Runtime complexity: O(n * heads * offsets * F).
     """
     n, kv_heads, d = keys.shape
     n_freq = d // 2
@@ -202,11 +215,18 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
     w_im = np.empty(n_freq)
     mag = np.empty(n_freq)
     for i in range(n):
-        if rotate:
+        if rotate == 1:
             for f in range(n_freq):
                 angle = omega[f] * positions[i]
                 cos_t[f] = math.cos(angle)
                 sin_t[f] = math.sin(angle)
+        elif rotate == 2:
+            p = np.int64(positions[i])
+            lo_i = p % 256
+            hi_i = p // 256
+            for f in range(n_freq):
+                cos_t[f] = hi_cos[hi_i, f] * lo_cos[lo_i, f] - hi_sin[hi_i, f] * lo_sin[lo_i, f]
+                sin_t[f] = hi_sin[hi_i, f] * lo_cos[lo_i, f] + hi_cos[hi_i, f] * lo_sin[lo_i, f]
         for g in range(kv_heads):
             if group == 1 and n_off == 1 and not interleaved:
                 # Fast path (MHA, folded mean, half layout): one fused pass over the pairs.
@@ -255,6 +275,10 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
                     if trig > best:
                         best = trig
                 out[h, i] = best + norm
+
+
+_TABLE_LOW = 256
+_EMPTY_TABLE = np.zeros((1, 1), dtype=np.complex128)
 
 
 def _zscore(scores: np.ndarray) -> np.ndarray:
