@@ -287,12 +287,50 @@ def _zscore(scores: np.ndarray) -> np.ndarray:
     return np.where(std > 0, (scores - mean) / np.where(std > 0, std, 1.0), 0.0)
 
 
-@dataclass
 class _SequenceState:
-    keys: np.ndarray  # (live, kv_heads, head_dim) float64, pre-RoPE
-    positions: np.ndarray  # (live,) int64 logical positions, increasing
-    next_position: int
-    steps_since: int = 0
+    """One sequence's live keys and positions in growable buffers (amortised O(1) appends).
+
+    ``key_buf[:n]`` (float64 ``(capacity, kv_heads, head_dim)``, pre-RoPE) and ``pos_buf[:n]``
+    (int64 logical positions, increasing) hold the live tokens in logical order.
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int) -> None:
+        self.key_buf = np.zeros((16, kv_heads, head_dim))
+        self.pos_buf = np.zeros(16, dtype=np.int64)
+        self.n = 0
+        self.next_position = 0
+        self.steps_since = 0
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.key_buf[: self.n]
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self.pos_buf[: self.n]
+
+    def append(self, keys: np.ndarray, positions: np.ndarray) -> None:
+        need = self.n + keys.shape[0]
+        if need > self.key_buf.shape[0]:
+            capacity = max(need, 2 * self.key_buf.shape[0])
+            key_buf = np.zeros((capacity,) + self.key_buf.shape[1:])
+            pos_buf = np.zeros(capacity, dtype=np.int64)
+            key_buf[: self.n] = self.keys
+            pos_buf[: self.n] = self.positions
+            self.key_buf, self.pos_buf = key_buf, pos_buf
+        self.key_buf[self.n: need] = keys
+        self.pos_buf[self.n: need] = positions
+        self.n = need
+        if positions.size:
+            self.next_position = int(positions[-1]) + 1
+        self.steps_since += keys.shape[0]
+
+    def keep_only(self, keep: np.ndarray) -> None:
+        """Compact to the live indices ``keep`` (sorted)."""
+        kept = keep.shape[0]
+        self.key_buf[:kept] = self.key_buf[keep]
+        self.pos_buf[:kept] = self.pos_buf[keep]
+        self.n = kept
 
 
 @dataclass
@@ -330,7 +368,7 @@ class TriAttentionPolicy:
                 **evidence: Any) -> None:
         """Append new tokens' keys ``(t, kv_heads, head_dim)``; other evidence is ignored.
 
-        Runtime complexity: O(live * kv_heads * head_dim) (the stored keys are extended).
+        Runtime complexity: O(tokens * kv_heads * head_dim) amortised (growable buffers).
         """
         if keys is None:
             return  # attention rows and other evidence carry nothing this scorer uses
@@ -363,12 +401,8 @@ class TriAttentionPolicy:
         if post_rope and arr.shape[0]:
             arr = rope.unapply(arr, pos)
         if state is None:
-            self._seqs[seq_id] = _SequenceState(arr, pos, int(pos[-1]) + 1 if pos.size else 0, arr.shape[0])
-        else:
-            state.keys = np.concatenate([state.keys, arr])
-            state.positions = np.concatenate([state.positions, pos])
-            state.next_position = int(pos[-1]) + 1 if pos.size else state.next_position
-            state.steps_since += arr.shape[0]
+            state = self._seqs[seq_id] = _SequenceState(arr.shape[1], rope.head_dim)
+        state.append(arr, pos)
 
     def scores(self, seq_id: int) -> np.ndarray:
         """Scores of the live tokens in logical order (higher = keep), at the next position."""
@@ -385,7 +419,7 @@ class TriAttentionPolicy:
             raise BadInputError(f"indices must be live-token indices in [0, {state.keys.shape[0]}), got {idx}")
         keep = np.ones(state.keys.shape[0], dtype=bool)
         keep[idx.astype(np.int64)] = False
-        state.keys, state.positions = state.keys[keep], state.positions[keep]
+        state.keep_only(np.flatnonzero(keep))
 
     def forget(self, seq_id: int) -> None:
         self._seqs.pop(seq_id, None)
@@ -407,7 +441,7 @@ class TriAttentionPolicy:
         evicted = state.positions[drop].copy()
         if self.table is not None and evicted.size:
             self.table.evict(seq_id, evicted)  # first: if the table refuses, our state is unchanged
-        state.keys, state.positions = state.keys[keep], state.positions[keep]
+        state.keep_only(keep)
         state.steps_since = 0
         return evicted
 
@@ -433,6 +467,8 @@ class TriAttentionPolicy:
         for seq_id, st in self._seqs.items():
             # one position per stored key, keys shaped (live, kv_heads, head_dim)
             assert st.keys.ndim == 3 and st.keys.shape[2] == d, (seq_id, st.keys.shape)
+            # the live prefix fits the buffers
+            assert 0 <= st.n <= st.key_buf.shape[0] == st.pos_buf.shape[0], seq_id
             assert st.positions.shape == (st.keys.shape[0],), (seq_id, st.positions.shape)
             # logical positions strictly increase (live tokens stay in logical order)
             assert np.all(np.diff(st.positions) > 0), seq_id
