@@ -16,7 +16,11 @@ from kvmm.compress import (
     ScissorhandsScorer,
     SnapKVScorer,
     StreamingLLMScorer,
+    RopeConfig,
     TokenScorerBase,
+    TriAttentionPolicy,
+    TriAttentionScorer,
+    calibrate,
     evict_to_budget,
     select_victims,
 )
@@ -33,6 +37,7 @@ SCORERS = [
     pytest.param(lambda: StreamingLLMScorer(sink_tokens=2), id="streamingllm"),
     pytest.param(lambda: KeyNormScorer(), id="keynorm"),
     pytest.param(lambda: RandomScorer(seed=3, recent_window=1), id="random"),
+    pytest.param(lambda: TriAttentionPolicy(TriAttentionScorer(calibrate(np.random.default_rng(0).normal(size=(32, Q_HEADS, HEAD_DIM)) + 1, rope=RopeConfig(HEAD_DIM)), normalize=False)), id="triattention"),  # noqa: E501
 ]
 
 

@@ -187,3 +187,21 @@ class PolicyMachine(RuleBasedStateMachine):
 
 TestPolicyMachine = PolicyMachine.TestCase
 TestPolicyMachine.settings = __import__("hypothesis").settings(max_examples=25, stateful_step_count=15, deadline=None)
+
+
+def test_attention_evidence_is_checked_not_used():
+    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()))
+    rng = np.random.default_rng(6)
+    keys = rng.normal(size=(5, KV, D))
+    policy.observe(0, keys=keys, attention=np.full((HEADS, 1, 5), 0.2))
+    plain = TriAttentionPolicy(TriAttentionScorer(_calibration()))
+    plain.observe(0, keys=keys)
+    np.testing.assert_array_equal(policy.scores(0), plain.scores(0))
+    before = _snapshot(policy)
+    with pytest.raises(ShapeError, match="live \\+ new = 6"):
+        policy.observe(0, keys=rng.normal(size=(1, KV, D)), attention=np.full((HEADS, 1, 5), 0.2))
+    bad = np.full((HEADS, 1, 6), 1 / 6)
+    bad[0, 0, 2] = np.nan
+    with pytest.raises(BadInputError, match="NaN"):
+        policy.observe(0, keys=rng.normal(size=(1, KV, D)), attention=bad)
+    _same(before, _snapshot(policy))

@@ -365,18 +365,30 @@ class TriAttentionPolicy:
 
     # ---------------------------------------------------------------- TokenScorer
     def observe(self, seq_id: int, *, keys: Any = None, positions: Any = None, post_rope: bool = False,
-                **evidence: Any) -> None:
-        """Append new tokens' keys ``(t, kv_heads, head_dim)``; other evidence is ignored.
+                attention: Any = None, **evidence: Any) -> None:
+        """Append new tokens' keys ``(t, kv_heads, head_dim)`` (kvmm evidence convention).
 
+        ``attention`` (over all live tokens, new ones last) is not used for scoring, only checked:
+        its last axis must cover the live tokens plus the new ones, and it must be finite.  Other
+        evidence (``queries``, ...) is ignored.
         Runtime complexity: O(tokens * kv_heads * head_dim) amortised (growable buffers).
         """
+        state = self._seqs.get(seq_id)
+        if attention is not None:
+            att = np.asarray(attention)
+            live = state.n if state is not None else 0
+            new = 0 if keys is None else np.asarray(keys).shape[0]
+            if att.dtype.kind not in "biuf" or att.ndim == 0 or att.shape[-1] != live + new:
+                raise ShapeError(f"attention must end in live + new = {live + new} tokens for sequence {seq_id}, "
+                                 f"got shape {att.shape}; call on_evict when tokens are evicted")
+            if not np.isfinite(att).all():
+                raise BadInputError("attention contains NaN or inf")
         if keys is None:
-            return  # attention rows and other evidence carry nothing this scorer uses
+            return  # nothing this scorer uses
         rope = self.scorer.calibration.rope
         arr = np.asarray(keys)
         if arr.ndim == 2:
-            arr = arr[None]
-        state = self._seqs.get(seq_id)
+            arr = arr[:, None, :]  # (new, head_dim): one KV head
         if arr.ndim != 3 or arr.shape[2] != rope.head_dim or arr.dtype.kind not in "fiu":
             raise ShapeError(f"keys must be (tokens, kv_heads, head_dim={rope.head_dim}) real, got {arr.shape} {arr.dtype}")
         if self.scorer.num_heads % max(arr.shape[1], 1) or arr.shape[1] == 0:
