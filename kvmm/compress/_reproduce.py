@@ -10,11 +10,11 @@ tokens in every head, as a token table evicts them); the ``F`` next queries then
 ``N`` cached keys, and **recall** is the share of their attention mass that falls on kept keys
 (1.0 = lossless), averaged over queries and heads.
 
-Methods: TriAttention (calibrated on a separate sample of the same heads: "a little text"),
-H2O (accumulated attention of all prefix queries + recent half), SnapKV (attention of the last
-32 queries, max-pooled), StreamingLLM (4 sinks + recent), key norm (lowest L2 norm kept, as in
-KNorm) and random.  The baselines come from :mod:`kvmm.compress.scorers` when present, else from
-small local implementations below (said in the report).
+Methods, all as TokenScorers fed the same prefill evidence (causal attention of every prefix
+query, keys, positions): TriAttention (:class:`TriAttentionPolicy`, calibrated on a separate
+sample of the same heads: "a little text"), H2O (accumulated attention + a recent window of
+B/2), SnapKV (attention of the last 32 queries, max-pooled, kernel 7), StreamingLLM (4 sinks +
+recent), key norm (lowest L2 norm kept) and random, from :mod:`kvmm.compress.scorers`.
 
 Also reported: the Pearson correlation between :func:`logit_curve` (centers only) and the
 measured mean logit by distance, per concentration level (the paper: 0.6-0.9 on real models).
@@ -33,7 +33,12 @@ import numpy as np
 
 from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
 from kvmm.compress.rope import RopeConfig
-from kvmm.compress.triattention import TriAttentionScorer
+from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapKVScorer, StreamingLLMScorer,
+                                   select_victims)
+from kvmm.compress.triattention import TriAttentionPolicy, TriAttentionScorer
+
+#: Where the baselines come from (printed in the report).
+BASELINES = "kvmm.compress.scorers (H2OScorer, SnapKVScorer, StreamingLLMScorer, KeyNormScorer, RandomScorer)"
 
 METHODS = ("TriAttention", "H2O", "SnapKV", "StreamingLLM", "key norm", "random")
 #: Not a method: the best any B tokens could do (top-B of the future attention mass itself).
@@ -47,7 +52,7 @@ def reproduce(report) -> None:
     n_tokens, n_future, seeds = (384, 48, (0,)) if quick else (1536, 160, (0, 1))
     heads, kv_heads, head_dim = 8, 2, 64
     report.heading("TriAttention: RoPE trig-series KV compression")
-    source = _baseline_source()
+    source = BASELINES
     rope = RopeConfig(head_dim, 10000.0)
     results: dict[tuple[str, str, float], list[float]] = {}
     pearsons: dict[str, list[float]] = {}
@@ -62,7 +67,7 @@ def reproduce(report) -> None:
                 q, k = _sample(rng, heads_spec, rope, n_tokens + n_future)
                 cal = calibrate(q_cal, k_cal, rope=rope)
                 measured_conc.setdefault(label, []).append(float(cal.head_concentration().mean()))
-                run = recall_experiment(q, k, rope, n_tokens, cal, source=source, seed=seed)
+                run = recall_experiment(q, k, rope, n_tokens, cal, seed=seed)
                 for (method, frac), value in run.items():
                     results.setdefault((label, method, frac), []).append(value)
                 deltas = np.arange(1, min(n_tokens, 1024))
@@ -129,7 +134,7 @@ def reproduce(report) -> None:
         report.figure("triattention_logit_curve", draw_curve)
 
 
-def recall_experiment(q, k, rope, n_tokens, calibration, *, source="local", seed=0, fractions=(0.1, 0.25)):
+def recall_experiment(q, k, rope, n_tokens, calibration, *, seed=0, fractions=(0.1, 0.25)):
     """Recall of each method at each kept fraction; ``q`` (T, H, d), ``k`` (T, G, d) pre-RoPE, T > n_tokens."""
     total, heads = q.shape[0], q.shape[1]
     kv_heads = k.shape[1]
@@ -145,20 +150,15 @@ def recall_experiment(q, k, rope, n_tokens, calibration, *, source="local", seed
     prefix_attn = _softmax(prefix_logits)
     # the future queries' attention over the cached keys: the target
     future_attn = _softmax(np.einsum("mhd,nhd->hmn", q_rot[n_tokens:], k_rep) * scale)
-    scores = {
-        "TriAttention": TriAttentionScorer(calibration).score(k[:n_tokens], positions[:n_tokens], now=n_tokens),
-        "key norm": -np.linalg.norm(k_rot, axis=2).max(axis=1),
-        "random": np.random.default_rng(seed).random(n_tokens),
-    }
+    evidence = dict(attention=prefix_attn, keys=k[:n_tokens], positions=positions[:n_tokens])
     out = {}
     for frac in fractions:
         budget = max(1, int(round(frac * n_tokens)))
-        per = dict(scores)
-        per["H2O"] = _h2o_scores(prefix_attn, budget, source)
-        per["SnapKV"] = _snapkv_scores(prefix_attn, budget, source)
-        per["StreamingLLM"] = _streaming_scores(n_tokens, budget)
         for method in METHODS:
-            keep = np.argsort(-per[method], kind="stable")[:budget]
+            scorer = _make_scorer(method, calibration, budget, seed)
+            scorer.observe(0, **evidence)  # the whole prefill as one observation
+            victims = select_victims(scorer.scores(0), budget)
+            keep = np.setdiff1d(np.arange(n_tokens), victims)
             out[(method, frac)] = float(future_attn[:, :, keep].sum(axis=2).mean())
         best = np.argsort(-future_attn.sum(axis=(0, 1)), kind="stable")[:budget]
         out[(ORACLE, frac)] = float(future_attn[:, :, best].sum(axis=2).mean())
@@ -202,43 +202,20 @@ def _sample(rng, spec, rope, n):
     return rope.from_complex(zq), rope.from_complex(zk)
 
 
-# ----------------------------------------------------------------------------- baselines
-def _baseline_source():
-    try:
-        from kvmm.compress import scorers  # noqa: F401  (vtoken's H2O, SnapKV, ... when merged)
-    except ImportError:
-        return "local reference implementations in kvmm/compress/_reproduce.py"
-    return "local reference implementations in kvmm/compress/_reproduce.py"
-
-
-def _h2o_scores(prefix_attn, budget, source):
-    # heavy hitters: attention accumulated over every prefix query (summed over heads); the most
-    # recent budget/2 tokens are always kept
-    n = prefix_attn.shape[-1]
-    score = prefix_attn.sum(axis=(0, 1))
-    recent = max(budget // 2, 1)
-    score = score.copy()
-    score[n - recent:] = np.inf
-    return score
-
-
-def _snapkv_scores(prefix_attn, budget, source, window=32, kernel=7):
-    # SnapKV: attention of the last `window` queries, max-pooled over neighbouring keys;
-    # the observation window itself is kept
-    n = prefix_attn.shape[-1]
-    w = min(window, n)
-    votes = prefix_attn[:, n - w:, :].sum(axis=(0, 1))
-    pad = kernel // 2
-    padded = np.concatenate([np.full(pad, -np.inf), votes, np.full(pad, -np.inf)])
-    pooled = np.lib.stride_tricks.sliding_window_view(padded, kernel).max(axis=1)
-    pooled[n - w:] = np.inf
-    return pooled
-
-
-def _streaming_scores(n, budget, sinks=4):
-    score = np.arange(n, dtype=np.float64)  # recent first
-    score[: min(sinks, n)] = np.inf
-    return score
+# ----------------------------------------------------------------------------- methods
+def _make_scorer(method, calibration, budget, seed):
+    """Every method as a TokenScorer fed the same evidence (prefix attention, keys, positions)."""
+    if method == "TriAttention":
+        return TriAttentionPolicy(TriAttentionScorer(calibration), budget=budget)
+    if method == "H2O":  # half heavy hitters, half recent window, as in the H2O paper
+        return H2OScorer(recent_window=budget // 2)
+    if method == "SnapKV":
+        return SnapKVScorer(window_size=32, kernel_size=7, pooling="max")
+    if method == "StreamingLLM":
+        return StreamingLLMScorer(sink_tokens=4)
+    if method == "key norm":
+        return KeyNormScorer()
+    return RandomScorer(seed=seed)
 
 
 def _softmax(x):
@@ -256,7 +233,7 @@ def _captured_section(report, path, source):
     n_cal = total // 4
     n_tokens = (total - n_cal) * 3 // 4
     cal = calibrate(q[:n_cal], k[:n_cal], rope=rope)
-    run = recall_experiment(q[n_cal:], k[n_cal:], rope, n_tokens, cal, source=source)
+    run = recall_experiment(q[n_cal:], k[n_cal:], rope, n_tokens, cal)
     deltas = np.arange(1, min(n_tokens, 1024))
     r = pearson(logit_curve(cal, deltas)[0], mean_logit_by_distance(q[n_cal:], k[n_cal:], rope, deltas))
     report.table(
