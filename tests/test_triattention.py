@@ -162,3 +162,18 @@ def test_direct_sin_cos_path_for_positions_outside_the_tables(positions):
     now = float(pos.max()) + 1
     np.testing.assert_allclose(scorer.head_scores(keys, pos, now=now),
                                _reference(cal, keys, pos, now, scorer.offsets, normalize=False), rtol=1e-7, atol=1e-7)
+
+
+@given(st.integers(0, 2**31), st.sampled_from([np.nan, np.inf, -np.inf]), st.sampled_from(["mean", "max"]),
+       st.booleans(), st.sampled_from(["half", "interleaved"]), st.sampled_from([np.float32, np.float64]),
+       st.integers(1, 2))
+def test_any_non_finite_key_element_is_rejected(seed, value, aggregation, post_rope, layout, dtype, kv):
+    # the kernel runs without fastmath's no-NaN assumption so every bad element reaches the output
+    cal, keys, pos = _setup(seed % 1000, heads=2, kv=kv, d=8, n=12, layout=layout)
+    rng = np.random.default_rng(seed)
+    bad = keys.astype(dtype)
+    i, g, j = rng.integers(12), rng.integers(kv), rng.integers(8)
+    bad[i, g, j] = value
+    scorer = TriAttentionScorer(cal, aggregation=aggregation)
+    with pytest.raises(BadInputError, match=f"first at key {i}"):
+        scorer.score(bad, None if post_rope else pos, now=6000, post_rope=post_rope)

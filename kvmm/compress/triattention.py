@@ -136,6 +136,10 @@ class TriAttentionScorer:
                       np.ascontiguousarray(coef.imag), np.ascontiguousarray(norm_weight), group,
                       rotate, np.ascontiguousarray(lo.real), np.ascontiguousarray(lo.imag),
                       np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag), out)
+        if not np.isfinite(out).all():
+            bad = int(np.flatnonzero(~np.isfinite(out).all(axis=0))[0])
+            raise BadInputError(f"keys contain NaN or inf, or overflow float64 (first at key {bad}); "
+                                f"expected finite key vectors")
         if self.normalize:
             out = _zscore(out)
         return out
@@ -174,8 +178,7 @@ class TriAttentionScorer:
         if arr.dtype not in (np.float32, np.float64):
             arr = arr.astype(np.float64)
         arr = np.ascontiguousarray(arr)  # float32 / float64 keys are read in place (no copy)
-        if not np.isfinite(arr).all():
-            raise BadInputError("keys contain NaN or inf; expected finite key vectors")
+        # NaN / inf keys are detected on the kernel's output (every key element reaches its scores)
         n = arr.shape[0]
         if post_rope:
             pos = np.zeros(n, dtype=np.float64)
@@ -191,7 +194,9 @@ class TriAttentionScorer:
         return arr, pos, self.num_heads // kv_heads
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+# fastmath without "nnan"/"ninf": a NaN or inf in the keys must reach the output, where
+# head_scores detects it (cheaper than a separate pass over every key element).
+@njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
 def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate,
                   lo_cos, lo_sin, hi_cos, hi_sin, out):
     """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
@@ -229,20 +234,28 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
                 sin_t[f] = hi_sin[hi_i, f] * lo_cos[lo_i, f] + hi_cos[hi_i, f] * lo_sin[lo_i, f]
         for g in range(kv_heads):
             if group == 1 and n_off == 1 and not interleaved:
-                # Fast path (MHA, folded mean, half layout): one fused pass over the pairs.
+                # Fast path (MHA, folded mean, half layout): one fused pass over the pairs, the
+                # branch on `rotate` hoisted out so the loop vectorises.
+                row = keys[i, g]
+                c_re = coef_re[g, 0]
+                c_im = coef_im[g, 0]
+                nw = norm_weight[g]
                 trig = 0.0
                 norm = 0.0
-                for f in range(n_freq):
-                    zr = np.float64(keys[i, g, f])
-                    zi = np.float64(keys[i, g, f + n_freq])
-                    if rotate:
+                if rotate:
+                    for f in range(n_freq):
+                        zr = np.float64(row[f])
+                        zi = np.float64(row[f + n_freq])
                         wr = zr * cos_t[f] - zi * sin_t[f]
                         wi = zr * sin_t[f] + zi * cos_t[f]
-                    else:
-                        wr = zr
-                        wi = zi
-                    trig += coef_re[g, 0, f] * wr + coef_im[g, 0, f] * wi
-                    norm += norm_weight[g, f] * math.sqrt(zr * zr + zi * zi)
+                        trig += c_re[f] * wr + c_im[f] * wi
+                        norm += nw[f] * math.sqrt(zr * zr + zi * zi)
+                else:
+                    for f in range(n_freq):
+                        zr = np.float64(row[f])
+                        zi = np.float64(row[f + n_freq])
+                        trig += c_re[f] * zr + c_im[f] * zi
+                        norm += nw[f] * math.sqrt(zr * zr + zi * zi)
                 out[g, i] = trig + norm
                 continue
             if interleaved:
