@@ -79,11 +79,21 @@ class EvictionPolicy(Protocol):
 class TokenScorer(Protocol):
     """Scores a sequence's live tokens for token-level KV eviction (higher = keep).
 
-    ``observe`` takes whatever evidence the scorer uses (attention rows of shape
-    ``(heads, live_tokens)`` or ``(live_tokens,)``, or pre-RoPE keys/queries) as keyword
-    arguments; ``scores`` returns a float array over the sequence's live tokens in logical order.
-    ``forget`` drops a sequence; ``on_evict`` tells the scorer which live-token indices were
-    dropped so its per-token state stays aligned.
+    ``observe(seq_id, **evidence)`` folds one step's evidence into the scorer; ``scores(seq_id)``
+    returns a float array over the sequence's *live* tokens in logical order (the order of
+    ``TokenTable.live_mask``), ``+inf`` for tokens the scorer protects.  Evidence keywords (a
+    scorer ignores those it does not use):
+
+    * ``attention``: attention probabilities over all live tokens, new ones last:
+      ``(heads, queries, live)``, ``(queries, live)`` or ``(live,)``;
+    * ``keys``: keys of the new tokens only, ``(new, kv_heads, head_dim)`` (pre-RoPE unless the
+      scorer says otherwise);
+    * ``positions``: original positions of the new tokens, ``(new,)``;
+    * ``queries``: ``(heads, queries, head_dim)``.
+
+    Optional hooks, called by :func:`kvmm.compress.evict_to_budget` when present:
+    ``on_evict(seq_id, live_indices)`` (indices into the live tokens before the eviction, so
+    per-token state stays aligned) and ``forget(seq_id)`` (sequence finished).
     """
 
     def observe(self, seq_id: int, **evidence: Any) -> None: ...

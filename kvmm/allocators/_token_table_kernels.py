@@ -1,0 +1,382 @@
+"""numba kernels of :class:`kvmm.allocators.TokenTable` (append, evict, plan, commit).
+
+Every kernel is ``@njit(cache=True, nogil=True)`` and works on the table's arrays, passed in
+explicitly; the Python class validates input before calling any of them, so kernels assume
+valid arguments.  ``tests/naive/token_table.py`` holds a plain-Python version of each one.
+
+Array names (see ``TokenTable`` for the layout and a worked example):
+
+* per row (one row per live sequence): ``row_tok_start/len`` locate the row's logical tokens in
+  ``tok_slot`` (CSR with spare capacity), ``row_blk_start/len`` its blocks in ``blk_pool``;
+  ``row_live`` counts live tokens.
+* per block: ``block_row`` (owning row, ``FREE`` or ``SHARED``), ``block_live`` (live tokens of
+  the owner in it), ``block_fill`` (high-water offset: slots at ``offset >= fill`` are empty).
+* per slot: ``slot_logical`` (the owner's logical position of the live token there, or -1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: ``block_row`` value of a block this table does not hold.
+FREE = -1
+#: ``block_row`` value of a block held read-only (a shared prefix): never repacked.
+SHARED = -2
+
+
+@njit(cache=True, nogil=True)
+def append_tokens(rows, counts, new_block_offsets, new_block_ids, block_size,
+                  row_tok_start, row_tok_len, row_blk_start, row_blk_len, row_live,
+                  tok_slot, blk_pool, block_row, block_live, block_fill, slot_logical, out_slots):
+    """Append ``counts[i]`` tokens to row ``rows[i]``; write their slots to ``out_slots``.
+
+    New tokens go to the row's tail block at its fill offset, then to the row's new blocks
+    ``new_block_ids[new_block_offsets[i]:new_block_offsets[i + 1]]`` (exactly as many as needed,
+    computed by the caller).  Runtime complexity: O(total tokens + new blocks).
+    """
+    out = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        next_new = new_block_offsets[i]
+        tail = -1
+        if row_blk_len[r] > 0:
+            b = blk_pool[row_blk_start[r] + row_blk_len[r] - 1]
+            if block_row[b] == r:
+                tail = b
+        for _ in range(counts[i]):
+            if tail < 0 or block_fill[tail] == block_size:
+                tail = new_block_ids[next_new]
+                next_new += 1
+                blk_pool[row_blk_start[r] + row_blk_len[r]] = tail
+                row_blk_len[r] += 1
+                block_row[tail] = r
+                block_live[tail] = 0
+                block_fill[tail] = 0
+            slot = np.int64(tail) * block_size + block_fill[tail]
+            block_fill[tail] += 1
+            block_live[tail] += 1
+            logical = row_tok_len[r]
+            tok_slot[row_tok_start[r] + logical] = slot
+            row_tok_len[r] += 1
+            slot_logical[slot] = logical
+            row_live[r] += 1
+            out_slots[out] = slot
+            out += 1
+
+
+@njit(cache=True, nogil=True)
+def evict_tokens(rows, offsets, positions, block_size, row_tok_start, row_live, tok_slot,
+                 block_row, block_live, slot_logical):
+    """Mark logical ``positions[offsets[i]:offsets[i+1]]`` of row ``rows[i]`` dead.
+
+    Only the mapping changes: the slot becomes a hole (no data moves, no block is freed).
+    Runtime complexity: O(positions).
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(offsets[i], offsets[i + 1]):
+            at = row_tok_start[r] + positions[k]
+            slot = tok_slot[at]
+            tok_slot[at] = -1
+            row_live[r] -= 1
+            b = slot // block_size
+            if block_row[b] == r:  # shared blocks keep no per-token reverse state
+                slot_logical[slot] = -1
+                block_live[b] -= 1
+
+
+@njit(cache=True, nogil=True)
+def _row_candidates(r, block_size, row_blk_start, row_blk_len, blk_pool, block_row, block_live,
+                    movable, order_out):
+    """Order row ``r``'s movable blocks for removal; return (movable count, keep count, live).
+
+    ``order_out[:count]`` receives list positions sorted by (live ascending, later first): the
+    first ``count - keep`` of them are the blocks a full repack frees (the sparsest ones, so
+    freeing them moves the fewest tokens).
+    """
+    count = 0
+    live = 0
+    start = row_blk_start[r]
+    n = row_blk_len[r]
+    keys = np.empty(n, dtype=np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        b = blk_pool[start + j]
+        if block_row[b] == r and movable[b]:
+            keys[count] = np.int64(block_live[b]) * (n + 1) + (n - 1 - j)
+            pos[count] = j
+            live += block_live[b]
+            count += 1
+    order = np.argsort(keys[:count], kind="mergesort")
+    for j in range(count):
+        order_out[j] = pos[order[j]]
+    keep = (live + block_size - 1) // block_size
+    return count, keep, live
+
+
+@njit(cache=True, nogil=True)
+def plan_repack(num_rows, row_incarnation, block_size, row_blk_start, row_blk_len, blk_pool,
+                block_row, block_live, block_fill, slot_logical, movable, budget):
+    """Propose token moves that free the most blocks for the fewest moves, within ``budget``.
+
+    Per row, a full repack keeps the ``ceil(live / block_size)`` densest movable blocks and
+    empties the others (each emptied block costs its live tokens in moves, the least any plan
+    freeing that many blocks can cost).  Across rows the emptied blocks are taken cheapest
+    first while the total cost fits ``budget`` (blocks with no live token cost nothing and are
+    always taken).  A row all of whose blocks were taken is also *densified*, if the budget still
+    allows: its partial block ``T`` (the kept block needing the fewest extra moves) ends up
+    holding its live tokens at offsets ``[0, r)`` and becomes the row's last block at commit.
+
+    Returns ``(src, dst, move_row, move_logical, free_blocks, free_rows, tail_rows,
+    tail_blocks, min_moves)``.  Runtime complexity: O(B log B + moves) for B held blocks.
+    """
+    total_blocks = 0
+    max_n = 0
+    for r in range(num_rows):
+        if row_incarnation[r] != 0:
+            total_blocks += row_blk_len[r]
+            if row_blk_len[r] > max_n:
+                max_n = row_blk_len[r]
+    order = np.empty(max_n, dtype=np.int64)
+    # Phase 1: every row's removal candidates, with costs and ranks.
+    cand_row = np.empty(total_blocks, dtype=np.int64)
+    cand_block = np.empty(total_blocks, dtype=np.int64)
+    cand_key = np.empty(total_blocks, dtype=np.int64)
+    row_cands = np.zeros(num_rows, dtype=np.int64)
+    nc = 0
+    for r in range(num_rows):
+        if row_incarnation[r] == 0:
+            continue
+        count, keep, live = _row_candidates(r, block_size, row_blk_start, row_blk_len, blk_pool,
+                                            block_row, block_live, movable, order)
+        row_cands[r] = count - keep
+        for rank in range(count - keep):
+            b = blk_pool[row_blk_start[r] + order[rank]]
+            cand_row[nc] = r
+            cand_block[nc] = b
+            # cost first, then rank in its row (keeps each row's taken set a prefix), then row
+            cand_key[nc] = (np.int64(block_live[b]) * (max_n + 1) + rank) * (num_rows + 1) + r
+            nc += 1
+    # Phase 2: cheapest blocks first, while the moves fit the budget.
+    sel = np.argsort(cand_key[:nc], kind="mergesort")
+    row_taken = np.zeros(num_rows, dtype=np.int64)
+    spent = 0
+    taken = 0
+    for k in range(nc):
+        b = cand_block[sel[k]]
+        cost = block_live[b]
+        if budget >= 0 and spent + cost > budget:
+            break
+        spent += cost
+        row_taken[cand_row[sel[k]]] += 1
+        taken += 1
+    min_moves = spent
+    # Phase 3: per row, the moves (sources in removal order, destinations in kept blocks).
+    max_moves = spent  # plus at most block_size densifying moves per fully planned row
+    for r in range(num_rows):
+        if row_incarnation[r] != 0 and row_taken[r] == row_cands[r]:
+            max_moves += block_size
+    src = np.empty(max_moves, dtype=np.int64)
+    dst = np.empty(max_moves, dtype=np.int64)
+    move_row = np.empty(max_moves, dtype=np.int32)
+    move_logical = np.empty(max_moves, dtype=np.int64)
+    free_blocks = np.empty(taken, dtype=np.int32)
+    free_rows = np.empty(taken, dtype=np.int32)
+    tail_rows = np.empty(num_rows, dtype=np.int32)
+    tail_blocks = np.empty(num_rows, dtype=np.int32)
+    nm = 0
+    nf = 0
+    nt = 0
+    kept_mark = np.zeros(max_n, dtype=np.uint8)
+    for r in range(num_rows):
+        if row_incarnation[r] == 0:
+            continue
+        count, keep, live = _row_candidates(r, block_size, row_blk_start, row_blk_len, blk_pool,
+                                            block_row, block_live, movable, order)
+        full = row_taken[r] == count - keep
+        if row_taken[r] == 0 and not full:
+            continue
+        start = row_blk_start[r]
+        n = row_blk_len[r]
+        for j in range(n):
+            kept_mark[j] = 0
+        for rank in range(count - keep, count):
+            kept_mark[order[rank]] = 1
+        # The partial block T: the kept block with the fewest live tokens at offsets >= rem.
+        t_pos = -1
+        extra = 0
+        rem = live - (keep - 1) * block_size
+        if keep > 0:
+            best = -1
+            for j in range(n - 1, -1, -1):  # later blocks win ties: the current tail first
+                if kept_mark[j] == 0:
+                    continue
+                b = blk_pool[start + j]
+                hi = 0
+                for o in range(rem, block_size):
+                    if slot_logical[np.int64(b) * block_size + o] >= 0:
+                        hi += 1
+                if best < 0 or hi < best:
+                    best = hi
+                    t_pos = j
+            extra = best
+        densify = full and t_pos >= 0 and (budget < 0 or spent + extra <= budget)
+        if densify:
+            spent += extra
+        # destination cursor: kept blocks except T in list order, then T below rem
+        d_j = 0
+        d_o = 0
+        for rank in range(row_taken[r] + (1 if densify else 0)):
+            if rank < row_taken[r]:
+                b = blk_pool[start + order[rank]]
+                o_lo = 0
+                free_blocks[nf] = b
+                free_rows[nf] = r
+                nf += 1
+            else:
+                b = blk_pool[start + t_pos]
+                o_lo = rem
+            for o in range(o_lo, block_size):
+                s = np.int64(b) * block_size + o
+                if slot_logical[s] < 0:
+                    continue
+                # next empty destination slot
+                while True:
+                    if d_j < n:
+                        if kept_mark[d_j] == 0 or d_j == t_pos:
+                            d_j += 1
+                            d_o = 0
+                            continue
+                        db = blk_pool[start + d_j]
+                    else:
+                        db = blk_pool[start + t_pos]
+                        if d_o >= rem:
+                            break  # cannot happen: sources never exceed destinations
+                    d = np.int64(db) * block_size + d_o
+                    d_o += 1
+                    if d_j < n and d_o == block_size:
+                        d_j += 1
+                        d_o = 0
+                    if slot_logical[d] < 0:
+                        src[nm] = s
+                        dst[nm] = d
+                        move_row[nm] = r
+                        move_logical[nm] = slot_logical[s]
+                        nm += 1
+                        break
+        if densify and t_pos >= 0:
+            tail_rows[nt] = r
+            tail_blocks[nt] = blk_pool[start + t_pos]
+            nt += 1
+    return (src[:nm].copy(), dst[:nm].copy(), move_row[:nm].copy(), move_logical[:nm].copy(),
+            free_blocks[:nf].copy(), free_rows[:nf].copy(), tail_rows[:nt].copy(), tail_blocks[:nt].copy(),
+            min_moves)
+
+
+@njit(cache=True, nogil=True)
+def validate_moves(src, dst, move_row, move_logical, move_incarnation, block_size, row_incarnation,
+                   row_tok_start, row_tok_len, tok_slot, block_row, slot_logical, ref_counts, out_valid):
+    """Mark which planned moves still apply to the current table (``out_valid``).
+
+    A move applies when its row is the same sequence incarnation, the source slot still holds
+    that live token, the destination slot is empty, both blocks are exclusively held by the row
+    (not shared, ref count 1).  Moves of one plan never share a slot or a token, so each move's
+    validity does not depend on the others.  Runtime complexity: O(moves).
+    """
+    n_valid = 0
+    for i in range(src.shape[0]):
+        r = move_row[i]
+        ok = r < row_incarnation.shape[0] and row_incarnation[r] == move_incarnation[i]
+        if ok:
+            s = src[i]
+            d = dst[i]
+            sb = s // block_size
+            db = d // block_size
+            ok = (move_logical[i] < row_tok_len[r] and tok_slot[row_tok_start[r] + move_logical[i]] == s
+                  and slot_logical[s] == move_logical[i] and slot_logical[d] < 0
+                  and block_row[sb] == r and block_row[db] == r
+                  and ref_counts[sb] == 1 and ref_counts[db] == 1)
+        out_valid[i] = ok
+        if ok:
+            n_valid += 1
+    return n_valid
+
+
+@njit(cache=True, nogil=True)
+def apply_moves(src, dst, move_row, move_logical, valid, block_size, row_tok_start, tok_slot,
+                block_live, block_fill, slot_logical):
+    """Flip the mapping of every valid move (the data was copied already).  O(moves)."""
+    for i in range(src.shape[0]):
+        if not valid[i]:
+            continue
+        s = src[i]
+        d = dst[i]
+        logical = move_logical[i]
+        tok_slot[row_tok_start[move_row[i]] + logical] = d
+        slot_logical[d] = logical
+        slot_logical[s] = -1
+        sb = s // block_size
+        db = d // block_size
+        block_live[sb] -= 1
+        block_live[db] += 1
+        off = d - np.int64(db) * block_size + 1
+        if off > block_fill[db]:
+            block_fill[db] = off
+
+
+@njit(cache=True, nogil=True)
+def release_blocks(free_blocks, free_rows, free_incarnation, tail_rows, tail_blocks, tail_incarnation,
+                   block_size, row_incarnation, row_blk_start, row_blk_len, blk_pool, block_row,
+                   block_live, block_fill, ref_counts, out_freed):
+    """Drop the plan's emptied blocks from their rows; move designated tails last.
+
+    A block is released only if it is still held by the same row, holds no live token and is
+    not shared (ref count 1).  A designated partial block becomes its row's last block with its
+    fill lowered to just past its last live token, so appends continue densely.
+    Returns how many block ids were written to ``out_freed``.  O(plan blocks + their rows' blocks).
+    """
+    nf = 0
+    for i in range(free_blocks.shape[0]):
+        b = free_blocks[i]
+        r = free_rows[i]
+        if (r < row_incarnation.shape[0] and row_incarnation[r] == free_incarnation[i]
+                and block_row[b] == r and block_live[b] == 0 and ref_counts[b] == 1):
+            block_row[b] = -1  # FREE; marks it for removal from the row's list below
+            block_fill[b] = 0
+            out_freed[nf] = b
+            nf += 1
+            # compact the row's block list in place, dropping b
+            start = row_blk_start[r]
+            w = start
+            for j in range(start, start + row_blk_len[r]):
+                if blk_pool[j] != b:
+                    blk_pool[w] = blk_pool[j]
+                    w += 1
+            row_blk_len[r] = w - start
+    for i in range(tail_rows.shape[0]):
+        r = tail_rows[i]
+        t = tail_blocks[i]
+        if not (r < row_incarnation.shape[0] and row_incarnation[r] == tail_incarnation[i] and block_row[t] == r):
+            continue
+        start = row_blk_start[r]
+        n = row_blk_len[r]
+        w = start
+        for j in range(start, start + n):
+            if blk_pool[j] != t:
+                blk_pool[w] = blk_pool[j]
+                w += 1
+        blk_pool[start + n - 1] = t
+    return nf
+
+
+@njit(cache=True, nogil=True)
+def lower_fill(blocks, block_size, slot_logical, block_fill):
+    """Set each block's fill to one past its last occupied slot.  O(blocks * block_size)."""
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        fill = 0
+        for o in range(block_size):
+            if slot_logical[np.int64(b) * block_size + o] >= 0:
+                fill = o + 1
+        block_fill[b] = fill

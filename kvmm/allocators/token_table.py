@@ -1,0 +1,691 @@
+"""Token table with background repacking (vToken): token-level eviction that frees whole blocks.
+
+Token-level eviction policies (H2O, Scissorhands, random, ...) drop single tokens, but paged KV
+memory is handed out in blocks: a block with one live token cannot go back to the pool.  The
+token table decouples *is this token alive* from *where does it sit*.  Each sequence keeps a
+stable **logical view**: logical position ``i`` always means the ``i``-th token ever appended to
+it, dead or alive.  Each live logical token maps to a physical **slot**
+``block * block_size + offset``.  Evicting a token only marks it dead; a **repacker** later
+moves live tokens out of sparse blocks into holes of dense ones and returns whole blocks to the
+:class:`~kvmm.allocators.BlockAllocator`.
+
+Repacking has two phases so it can run off the critical path: :meth:`TokenTable.plan` proposes
+``src slot -> dst slot`` moves without touching the mapping (its kernel releases the GIL, so a
+background thread can plan while the main thread appends and evicts); :meth:`TokenTable.commit`
+re-checks every move against the current table, copies the data of the moves that still apply
+(``copy_slots``, e.g. :meth:`KVArena.copy_slots`), flips their mapping and frees the emptied
+blocks.
+
+Layout (structure of arrays; no Python object per token or block), worked example with
+``block_size = 4``.  Sequence 7 (row ``r``) appended 10 tokens (logical 0..9) into blocks 9, 2, 5::
+
+    block 9: slots 36..39 <- logical 0 1 2 3
+    block 2: slots  8..11 <- logical 4 5 6 7
+    block 5: slots 20..21 <- logical 8 9          (fill = 2: slots 22, 23 never written)
+
+    row_tok_start[r] = 0, row_tok_len[r] = 10     tok_slot[0:10] = 36 37 38 39 8 9 10 11 20 21
+    row_blk_start[r] = 0, row_blk_len[r] = 3      blk_pool[0:3]  = 9 2 5
+    slot_logical[36..39] = 0 1 2 3, [8..11] = 4 5 6 7, [20..23] = 8 9 -1 -1
+
+Evicting logical 4, 5, 6 sets their ``tok_slot`` and ``slot_logical`` entries to -1
+(``block_live`` of blocks 9, 2, 5 becomes 4, 1, 2).  Seven live tokens need ``ceil(7/4) = 2``
+blocks, so a full plan empties the sparsest block, 2, with one move (logical 7: slot 11 -> slot
+22, the first hole of the partial block 5), and block 5 becomes the last block.  After commit::
+
+    tok_slot[0:10] = 36 37 38 39 -1 -1 -1 22 20 21     blk_pool[0:2] = 9 5     block 2: freed
+    live_mask      =  1  1  1  1  0  0  0  1  1  1     positions()   = 0 1 2 3 7 8 9
+
+The logical view did not change (logical 7 is still the 8th token ever appended); only its slot
+did.  Every block but the last is full and the last holds its live tokens at its first offsets, so
+an unmodified paged-attention kernel given ``block_table(7) = [9, 5]`` and context length 7 reads
+exactly the seven live tokens (attention does not depend on key order once RoPE has been applied
+to the keys; original positions stay available from :meth:`TokenTable.positions`).
+
+Rows are reused after :meth:`free_sequence`; a row's *incarnation* number (unique per
+:meth:`add_sequence`) lets a stale plan recognise that a row now holds another sequence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from kvmm._validate import as_index_array, check_ids_in_range
+from kvmm.allocators import _token_table_kernels as kernels
+from kvmm.allocators._token_table_kernels import FREE, SHARED
+from kvmm.errors import (
+    BadInputError,
+    DTypeError,
+    InvalidIdError,
+    KvmmError,
+    OutOfBlocksError,
+    ShapeError,
+    StalePlanError,
+    UnknownSequenceError,
+)
+
+__all__ = ["TokenTable", "RepackPlan", "CommitResult"]
+
+_TABLE_IDS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class RepackPlan:
+    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
+
+    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
+    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
+    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
+    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
+    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
+    """
+
+    table_id: int
+    plan_id: int
+    src: np.ndarray
+    dst: np.ndarray
+    move_row: np.ndarray
+    move_logical: np.ndarray
+    move_incarnation: np.ndarray
+    free_blocks: np.ndarray
+    free_rows: np.ndarray
+    free_incarnation: np.ndarray
+    tail_rows: np.ndarray
+    tail_blocks: np.ndarray
+    tail_incarnation: np.ndarray
+    min_moves: int
+
+    @property
+    def num_moves(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks this plan frees if every move still applies at commit."""
+        return int(self.free_blocks.shape[0])
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
+
+    applied: int
+    dropped: np.ndarray
+    freed_blocks: np.ndarray = field(repr=False)
+
+    @property
+    def num_freed(self) -> int:
+        return int(self.freed_blocks.shape[0])
+
+
+class TokenTable:
+    """Per-sequence logical token views over a :class:`BlockAllocator`, with repacking.
+
+    ``TokenTable(allocator)`` takes blocks from ``allocator`` as sequences grow and gives them
+    back when a sequence is freed or a repack empties them.  Sequence ids are Python ints.
+
+    Sharing: blocks passed as ``shared_blocks`` to :meth:`add_sequence` (a cached prefix) are
+    held read-only: the table touches them (ref count + 1) and never moves tokens into or out of
+    them; nor out of or into any block whose allocator ref count is above 1.  Evicting a token
+    inside a shared block only marks it dead for this sequence; the memory comes back only when
+    every holder frees the block, and until then a paged kernel still reads that slot (mask it,
+    or keep shared prefixes out of eviction: ``evict_to_budget(..., protect_shared=True)``).
+    Repacking changes what a block holds, so blocks of a sequence that evicts tokens must not be
+    put in the allocator's prefix cache under their original content key.
+    """
+
+    def __init__(self, allocator, *, initial_sequences: int = 16, initial_tokens: int = 4096) -> None:
+        for attr in ("num_blocks", "block_size", "allocate_many", "free", "touch", "ref_counts"):
+            if not hasattr(allocator, attr):
+                raise BadInputError(f"allocator must be a BlockAllocator (missing {attr!r}), got {type(allocator).__name__}")
+        self.allocator = allocator
+        self.block_size = int(allocator.block_size)
+        self.num_blocks_total = int(allocator.num_blocks)
+        self.table_id = next(_TABLE_IDS)
+        self.lock = threading.Lock()  # guards every array below against the planner's snapshot
+        rows = max(int(initial_sequences), 1)
+        self.row_of: dict[int, int] = {}
+        self.free_rows: list[int] = []
+        self.num_rows = 0  # rows ever used (high-water mark)
+        self.row_seq = np.zeros(rows, dtype=np.int64)
+        self.row_incarnation = np.zeros(rows, dtype=np.int64)  # 0 = row unused
+        self.row_first_position = np.zeros(rows, dtype=np.int64)
+        self.row_live = np.zeros(rows, dtype=np.int64)
+        self.row_tok_start = np.zeros(rows, dtype=np.int64)
+        self.row_tok_len = np.zeros(rows, dtype=np.int64)
+        self.row_tok_cap = np.zeros(rows, dtype=np.int64)
+        self.row_blk_start = np.zeros(rows, dtype=np.int64)
+        self.row_blk_len = np.zeros(rows, dtype=np.int64)
+        self.row_blk_cap = np.zeros(rows, dtype=np.int64)
+        self.tok_slot = np.full(max(int(initial_tokens), 16), -1, dtype=np.int64)
+        self.tok_end = 0
+        self.blk_pool = np.full(max(int(initial_tokens) // self.block_size, 16), -1, dtype=np.int32)
+        self.blk_end = 0
+        nb = self.num_blocks_total
+        self.block_row = np.full(nb, FREE, dtype=np.int32)
+        self.block_live = np.zeros(nb, dtype=np.int32)
+        self.block_fill = np.zeros(nb, dtype=np.int32)
+        self.block_shared = np.zeros(nb, dtype=np.int32)  # rows holding the block read-only
+        self.slot_logical = np.full(nb * self.block_size, -1, dtype=np.int64)
+        self.next_incarnation = 1
+        self.next_plan_id = 1
+        self.committed_plans: set[int] = set()
+        self.total_live = 0
+        self.total_blocks = 0  # sum over sequences of blocks held (a shared block once per holder)
+
+    # ------------------------------------------------------------------ sequences
+    def add_sequence(self, seq_id: int, *, shared_blocks=None, first_position: int = 0) -> None:
+        """Register ``seq_id``, optionally starting with full read-only blocks (a cached prefix).
+
+        ``shared_blocks`` (block ids, in prefix order) become logical tokens
+        ``0 .. len(shared_blocks) * block_size - 1``, all live; the table touches each block.
+        A block may come from the allocator's prefix cache or from another sequence of this
+        table, which must hold it full with every token live.  ``first_position`` is the
+        original position of logical token 0.  Runtime complexity: O(shared tokens).
+        """
+        key = _seq_key(seq_id)
+        if key in self.row_of:
+            raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
+        if isinstance(first_position, (bool, np.bool_)) or not isinstance(first_position, (int, np.integer)):
+            raise DTypeError(f"first_position must be an integer, got {first_position!r}")
+        shared = as_index_array([] if shared_blocks is None else shared_blocks, "shared_blocks", dtype=np.int32)
+        check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
+        if np.unique(shared).size != shared.size:
+            raise BadInputError("shared_blocks contains a block twice; expected distinct block ids")
+        owned = shared[self.block_row[shared] >= 0]
+        for b in owned:
+            if self.block_live[b] != self.block_size:
+                owner = int(self.row_seq[self.block_row[b]])
+                raise InvalidIdError(
+                    f"block {int(b)} of sequence {owner} is not full of live tokens "
+                    f"({int(self.block_live[b])}/{self.block_size}); only full, intact blocks can be shared")
+        with self.lock:
+            if shared.size:
+                self.allocator.touch(shared)  # raises (changing nothing) on a bad block
+            row = self._take_row()
+            self.row_of[key] = row
+            self.row_seq[row] = key
+            self.row_incarnation[row] = self.next_incarnation
+            self.next_incarnation += 1
+            self.row_first_position[row] = int(first_position)
+            n_tok = shared.size * self.block_size
+            self._place_row(row, max(n_tok, 8), max(shared.size, 2))
+            for b in owned:  # an owned block becomes read-only for its owner too
+                self.slot_logical[b * self.block_size:(b + 1) * self.block_size] = -1
+                self.block_row[b] = SHARED
+                self.block_live[b] = 0
+                self.block_shared[b] = 1
+            self.block_row[shared] = SHARED
+            self.block_shared[shared] += 1
+            s = self.row_blk_start[row]
+            self.blk_pool[s:s + shared.size] = shared
+            self.row_blk_len[row] = shared.size
+            t = self.row_tok_start[row]
+            self.tok_slot[t:t + n_tok] = (shared.astype(np.int64)[:, None] * self.block_size
+                                          + np.arange(self.block_size)).ravel()
+            self.row_tok_len[row] = n_tok
+            self.row_live[row] = n_tok
+            self.total_live += n_tok
+            self.total_blocks += shared.size
+
+    def free_sequence(self, seq_id: int) -> None:
+        """Drop ``seq_id`` and give its blocks back to the allocator (last block first).
+
+        Runtime complexity: O(blocks * block_size).
+        """
+        row = self._row(seq_id)
+        with self.lock:
+            blocks = self._blocks_of(row).copy()
+            self.allocator.free(blocks[::-1].copy())  # a request frees last-first
+            owned = blocks[self.block_row[blocks] == row]
+            shared = blocks[self.block_row[blocks] == SHARED]
+            if owned.size:
+                slots = (owned.astype(np.int64)[:, None] * self.block_size + np.arange(self.block_size)).ravel()
+                self.slot_logical[slots] = -1
+                self.block_row[owned] = FREE
+                self.block_live[owned] = 0
+                self.block_fill[owned] = 0
+            self.block_shared[shared] -= 1
+            self.block_row[shared[self.block_shared[shared] == 0]] = FREE
+            self.total_live -= int(self.row_live[row])
+            self.total_blocks -= blocks.size
+            del self.row_of[int(self.row_seq[row])]
+            self.row_incarnation[row] = 0
+            self.row_live[row] = 0
+            self.row_tok_len[row] = 0
+            self.row_blk_len[row] = 0
+            self.free_rows.append(row)
+
+    # ------------------------------------------------------------------ append / evict
+    def append(self, seq_ids, counts) -> np.ndarray:
+        """Append ``counts[i]`` tokens to ``seq_ids[i]`` (one call per scheduler step).
+
+        Returns the new tokens' slots (int64, batch order, ``counts[i]`` per sequence): where
+        the caller writes their K/V.  Takes new blocks from the allocator as needed; raises
+        :class:`OutOfBlocksError` (changing nothing) when the pool cannot hold them.
+        Runtime complexity: O(sequences + tokens + new blocks), amortised.
+        """
+        rows = self._rows(seq_ids)
+        counts = as_index_array(counts, "counts", dtype=np.int64)
+        if counts.shape != rows.shape:
+            raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
+        if counts.size and int(counts.min()) < 0:
+            raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+        with self.lock:
+            need = self._blocks_needed(rows, counts)
+            total_need = int(need.sum())
+            if total_need > int(self.allocator.num_free):
+                raise OutOfBlocksError(
+                    f"appending {int(counts.sum())} tokens needs {total_need} new blocks; "
+                    f"the allocator has {int(self.allocator.num_free)} free")
+            if total_need:
+                offsets, ids = self.allocator.allocate_many(need)
+                offsets = np.asarray(offsets, dtype=np.int64)
+                ids = np.asarray(ids, dtype=np.int32)
+                if offsets.shape[0] == need.shape[0]:  # start offsets only: close the CSR
+                    offsets = np.append(offsets, ids.shape[0])
+            else:
+                offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+                ids = np.zeros(0, dtype=np.int32)
+            self._reserve(rows, counts, need)
+            out = np.empty(int(counts.sum()), dtype=np.int64)
+            kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
+                                  self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
+                                  self.row_live, self.tok_slot, self.blk_pool, self.block_row, self.block_live,
+                                  self.block_fill, self.slot_logical, out)
+            self.total_live += out.shape[0]
+            self.total_blocks += total_need
+        return out
+
+    def evict(self, seq_id: int, logical_positions) -> None:
+        """Mark ``logical_positions`` of ``seq_id`` dead (no data moves, no block is freed).
+
+        Raises :class:`InvalidIdError` for positions out of range, repeated or already dead.
+        Runtime complexity: O(positions).
+        """
+        self.evict_many([seq_id], [np.asarray(logical_positions).size], logical_positions)
+
+    def evict_many(self, seq_ids, counts, logical_positions) -> None:
+        """Batched :meth:`evict`: ``counts[i]`` positions of ``logical_positions`` per sequence."""
+        rows = self._rows(seq_ids)
+        counts = as_index_array(counts, "counts", dtype=np.int64)
+        if counts.shape != rows.shape:
+            raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
+        if counts.size and int(counts.min()) < 0:
+            raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+        positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
+        offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if positions.shape[0] != offsets[-1]:
+            raise ShapeError(f"logical_positions must hold sum(counts) = {int(offsets[-1])} entries, got {positions.shape[0]}")
+        with self.lock:
+            owner = np.repeat(rows, counts)
+            length = self.row_tok_len[owner]
+            bad = (positions < 0) | (positions >= length)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
+                                     f"is out of range; expected positions in [0, {int(length[i])})")
+            flat = self.row_tok_start[owner] + positions
+            if np.unique(flat).size != flat.size:
+                raise InvalidIdError("logical_positions repeats a position; expected distinct positions")
+            dead = self.tok_slot[flat] < 0
+            if dead.any():
+                i = int(np.flatnonzero(dead)[0])
+                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
+                                     "is already dead; expected live tokens only")
+            kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start, self.row_live,
+                                 self.tok_slot, self.block_row, self.block_live, self.slot_logical)
+            self.total_live -= positions.shape[0]
+
+    # ------------------------------------------------------------------ repacking
+    def plan(self, budget: int | None = None) -> RepackPlan:
+        """Propose moves that free the most blocks for the fewest moved tokens (mapping unchanged).
+
+        ``budget`` caps the number of moves (``None``: no cap, a full repack).  Blocks whose
+        tokens are all dead are always included (they cost no move).  Safe to call from a
+        background thread: it copies the table's arrays under the lock, then plans on the copy
+        in a GIL-free kernel.  Runtime complexity: O(B log B + moves) for B held blocks, plus
+        the O(slots) copy.
+        """
+        if budget is None:
+            limit = -1
+        else:
+            limit = int(budget) if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) else None
+            if limit is None or limit < 0:
+                raise BadInputError(f"budget must be None or an integer >= 0, got {budget!r}")
+        with self.lock:
+            n = self.num_rows
+            incarnation = self.row_incarnation[:n].copy()
+            blk_start = self.row_blk_start[:n].copy()
+            blk_len = self.row_blk_len[:n].copy()
+            blk_pool = self.blk_pool[:self.blk_end].copy()
+            block_row = self.block_row.copy()
+            block_live = self.block_live.copy()
+            block_fill = self.block_fill.copy()
+            slot_logical = self.slot_logical.copy()
+            movable = (block_row >= 0) & (np.asarray(self.allocator.ref_counts) == 1)
+            plan_id = self.next_plan_id
+            self.next_plan_id += 1
+        (src, dst, mrow, mlog, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
+            n, incarnation, self.block_size, blk_start, blk_len, blk_pool, block_row, block_live,
+            block_fill, slot_logical, movable.view(np.uint8), limit)
+        arrays = [src, dst, mrow, mlog, incarnation[mrow], fblocks, frows, incarnation[frows],
+                  trows, tblocks, incarnation[trows]]
+        for a in arrays:
+            a.setflags(write=False)
+        return RepackPlan(self.table_id, plan_id, *arrays[:5], *arrays[5:8], *arrays[8:], int(min_moves))
+
+    def commit(self, plan: RepackPlan, copy_slots: Callable[[np.ndarray, np.ndarray], None] | None = None) -> CommitResult:
+        """Apply the moves of ``plan`` that are still valid; free the blocks they emptied.
+
+        A move still applies when the sequence is the same, its token is still live at the
+        source and the destination is still empty (appends, evictions and other commits since
+        the plan may invalidate some; those are dropped and listed).  ``copy_slots(src, dst)``,
+        when given, is called with the applying moves before the mapping flips (pass your KV
+        arena's ``copy_slots``): the safe way to copy.  Without it the caller must have copied
+        ``plan.src -> plan.dst`` itself, after the plan and before any other call that can
+        write or free slots (append, free_sequence, commit).  Raises :class:`StalePlanError` for
+        a plan of another table or one already committed.  Runtime complexity: O(moves + freed
+        blocks * their sequences' blocks).
+        """
+        if not isinstance(plan, RepackPlan):
+            raise BadInputError(f"plan must be a RepackPlan from TokenTable.plan(), got {type(plan).__name__}")
+        if plan.table_id != self.table_id:
+            raise StalePlanError(f"plan {plan.plan_id} belongs to token table {plan.table_id}, not this table ({self.table_id})")
+        with self.lock:
+            if plan.plan_id in self.committed_plans:
+                raise StalePlanError(f"plan {plan.plan_id} was already committed; make a new plan")
+            ref_counts = np.asarray(self.allocator.ref_counts)
+            valid = np.zeros(plan.num_moves, dtype=np.bool_)
+            kernels.validate_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, plan.move_incarnation,
+                                   self.block_size, self.row_incarnation, self.row_tok_start, self.row_tok_len,
+                                   self.tok_slot, self.block_row, self.slot_logical, ref_counts, valid)
+            if copy_slots is not None and valid.any():
+                copy_slots(plan.src[valid], plan.dst[valid])  # may raise: nothing has changed yet
+            self.committed_plans.add(plan.plan_id)
+            kernels.apply_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, valid.view(np.uint8),
+                                self.block_size, self.row_tok_start, self.tok_slot, self.block_live,
+                                self.block_fill, self.slot_logical)
+            freed = np.empty(plan.num_blocks, dtype=np.int32)
+            nf = kernels.release_blocks(plan.free_blocks, plan.free_rows, plan.free_incarnation, plan.tail_rows,
+                                        plan.tail_blocks, plan.tail_incarnation, self.block_size,
+                                        self.row_incarnation, self.row_blk_start, self.row_blk_len, self.blk_pool,
+                                        self.block_row, self.block_live, self.block_fill, ref_counts, freed)
+            freed = freed[:nf]
+            tails = plan.tail_blocks[self.block_row[plan.tail_blocks] == plan.tail_rows]
+            kernels.lower_fill(tails, self.block_size, self.slot_logical, self.block_fill)
+            if nf:
+                self.allocator.free(freed)
+            self.total_blocks -= nf
+        dropped = np.flatnonzero(~valid)
+        return CommitResult(int(valid.sum()), dropped, freed)
+
+    # ------------------------------------------------------------------ views
+    def block_table(self, seq_id: int) -> np.ndarray:
+        """The sequence's physical block ids (int32, PagedAttention layout; a copy)."""
+        return self._blocks_of(self._row(seq_id)).copy()
+
+    def slot_mapping(self, seq_id: int, *, live_only: bool = True) -> np.ndarray:
+        """Slots of the live tokens in logical order (``live_only=False``: every token, -1 if dead)."""
+        slots = self._tokens_of(self._row(seq_id))
+        return slots[slots >= 0] if live_only else slots.copy()
+
+    def live_mask(self, seq_id: int) -> np.ndarray:
+        """Boolean mask over every logical position of the sequence: True where live."""
+        return self._tokens_of(self._row(seq_id)) >= 0
+
+    def positions(self, seq_id: int) -> np.ndarray:
+        """Original positions (int64) of the live tokens, in logical order."""
+        row = self._row(seq_id)
+        return np.flatnonzero(self._tokens_of(row) >= 0).astype(np.int64) + self.row_first_position[row]
+
+    def shared_mask(self, seq_id: int) -> np.ndarray:
+        """Over the live tokens: True where the token sits in a read-only (shared) block."""
+        slots = self.slot_mapping(seq_id)
+        return self.block_row[slots // self.block_size] == SHARED
+
+    def num_tokens(self, seq_id: int) -> int:
+        """Logical length: tokens ever appended (dead or alive)."""
+        return int(self.row_tok_len[self._row(seq_id)])
+
+    def num_live(self, seq_id: int) -> int:
+        return int(self.row_live[self._row(seq_id)])
+
+    def num_blocks(self, seq_id: int) -> int:
+        return int(self.row_blk_len[self._row(seq_id)])
+
+    def live_counts(self, seq_ids) -> np.ndarray:
+        """Live tokens per sequence (int64), batched."""
+        return self.row_live[self._rows(seq_ids)].copy()
+
+    def block_counts(self, seq_ids) -> np.ndarray:
+        """Blocks held per sequence (int64), batched."""
+        return self.row_blk_len[self._rows(seq_ids)].copy()
+
+    @property
+    def sequences(self) -> list[int]:
+        return list(self.row_of)
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def __contains__(self, seq_id) -> bool:
+        return isinstance(seq_id, (int, np.integer)) and int(seq_id) in self.row_of
+
+    def is_dense(self, seq_id: int) -> bool:
+        """True if a paged kernel with context length = live tokens reads exactly the live tokens.
+
+        That is: every block but the last is full of live tokens, the last holds its live tokens
+        at offsets ``[0, live % block_size)`` (all of it when that is 0), and there are just
+        ``ceil(live / block_size)`` blocks.  Runtime complexity: O(tokens).
+        """
+        row = self._row(seq_id)
+        live = int(self.row_live[row])
+        blocks = self._blocks_of(row).astype(np.int64)
+        expect = (blocks[:, None] * self.block_size + np.arange(self.block_size)).ravel()[:live]
+        slots = self._tokens_of(row)
+        slots = slots[slots >= 0]
+        return blocks.size == -(-live // self.block_size) and np.array_equal(np.sort(slots), np.sort(expect))
+
+    # ------------------------------------------------------------------ checks
+    def snapshot(self) -> dict:
+        """Copies of every array and counter (and the allocator's snapshot), for tests."""
+        out = {name: getattr(self, name).copy() for name in _ARRAYS}
+        out["scalars"] = np.array([self.num_rows, self.tok_end, self.blk_end, self.next_incarnation,
+                                   self.total_live, self.total_blocks], dtype=np.int64)
+        out["row_of"] = np.array(sorted(self.row_of.items()), dtype=np.int64).reshape(-1, 2)
+        out["free_rows"] = np.array(self.free_rows, dtype=np.int64)
+        out["committed_plans"] = np.array(sorted(self.committed_plans), dtype=np.int64)
+        if hasattr(self.allocator, "snapshot"):
+            for k, v in self.allocator.snapshot().items():
+                out[f"allocator.{k}"] = np.asarray(v).copy()
+        return out
+
+    def check(self) -> None:
+        """Assert every invariant of the table (expensive; for tests).  O(rows + tokens + slots)."""
+        bs = self.block_size
+        refs = np.asarray(self.allocator.ref_counts)
+        used = np.flatnonzero(self.row_incarnation[:self.num_rows] != 0)
+        # The sequence map and the in-use rows are the same set, both ways.
+        assert len(self.row_of) == used.size, "row_of and in-use rows disagree"
+        for seq, row in self.row_of.items():
+            assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
+        # Free rows are unused, listed once, and with used rows cover every row ever used.
+        assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
+        assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
+        # Every row's token and block segments fit their capacity and lie inside the pools, disjoint.
+        for start, length, cap, end, what in ((self.row_tok_start, self.row_tok_len, self.row_tok_cap, self.tok_end, "token"),
+                                              (self.row_blk_start, self.row_blk_len, self.row_blk_cap, self.blk_end, "block")):
+            s, ln, c = start[used], length[used], cap[used]
+            assert np.all(ln <= c) and np.all(s >= 0) and np.all(s + c <= end), f"a {what} segment overflows"
+            order = np.argsort(s)
+            assert np.all(s[order][1:] >= (s + c)[order][:-1]), f"two {what} segments overlap"
+        total_live = 0
+        total_blocks = 0
+        seen_slot = np.zeros(self.slot_logical.shape[0], dtype=np.bool_)
+        shared_holders = np.zeros(self.num_blocks_total, dtype=np.int64)
+        for row in used.tolist():
+            toks = self._tokens_of(row)
+            blocks = self._blocks_of(row)
+            # A row lists each block once, each either owned by it or shared.
+            assert np.unique(blocks).size == blocks.size, f"row {row} lists a block twice"
+            kinds = self.block_row[blocks]
+            assert np.all((kinds == row) | (kinds == SHARED)), f"row {row} lists a block it does not hold"
+            shared_holders[blocks[kinds == SHARED]] += 1
+            # Live tokens sit in the row's blocks; in owned blocks the reverse map points back.
+            live = np.flatnonzero(toks >= 0)
+            slots = toks[live]
+            assert np.all(np.isin(slots // bs, blocks)), f"row {row} has a live token outside its blocks"
+            in_owned = self.block_row[slots // bs] == row
+            assert np.array_equal(self.slot_logical[slots[in_owned]], live[in_owned]), f"row {row}: slot_logical mismatch"
+            # No two live tokens of owned blocks share a slot.
+            assert not seen_slot[slots[in_owned]].any() and np.unique(slots[in_owned]).size == in_owned.sum(), "slot used twice"
+            seen_slot[slots[in_owned]] = True
+            # The live counter matches.
+            assert self.row_live[row] == live.size, f"row {row}: live count {self.row_live[row]} != {live.size}"
+            total_live += live.size
+            total_blocks += blocks.size
+        # Every occupied slot is accounted for by exactly one live token (no orphans).
+        assert np.array_equal(self.slot_logical >= 0, seen_slot), "an occupied slot has no live token"
+        owned = np.flatnonzero(self.block_row >= 0)
+        per_block = (self.slot_logical.reshape(-1, bs) >= 0)
+        # Owned blocks: live count matches occupancy; slots at or past the fill are empty.
+        assert np.array_equal(self.block_live[owned], per_block[owned].sum(axis=1)), "block_live mismatch"
+        past_fill = np.arange(bs)[None, :] >= self.block_fill[:, None]
+        assert not (per_block & past_fill).any(), "a slot at or past its block's fill is occupied"
+        assert np.all((self.block_fill >= 0) & (self.block_fill <= bs)), "fill out of range"
+        # Shared blocks: held read-only by exactly block_shared rows; none has a reverse map.
+        shared = self.block_row == SHARED
+        assert np.array_equal(shared_holders, np.where(shared, self.block_shared, 0)), "block_shared mismatch"
+        assert np.all(self.block_shared[~shared] == 0), "a non-shared block has sharers"
+        assert not per_block[shared].any(), "a shared block has reverse-mapped tokens"
+        # Held blocks are allocated: at least one reference per holder.
+        held = self.block_row != FREE
+        assert np.all(refs[owned] >= 1), "an owned block has ref count 0"
+        assert np.all(refs[shared] >= self.block_shared[shared]), "a shared block has fewer refs than holders"
+        # Free blocks carry no state.
+        assert np.all(self.block_live[~held] == 0) and not per_block[~held].any(), "a free block holds tokens"
+        assert total_live == self.total_live and total_blocks == self.total_blocks, "total counters mismatch"
+
+    # ------------------------------------------------------------------ helpers
+    def _row(self, seq_id) -> int:
+        key = _seq_key(seq_id)
+        row = self.row_of.get(key)
+        if row is None:
+            raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
+        return row
+
+    def _rows(self, seq_ids) -> np.ndarray:
+        ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
+        rows = np.empty(ids.shape[0], dtype=np.int64)
+        for i, s in enumerate(ids.tolist()):
+            row = self.row_of.get(s)
+            if row is None:
+                raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
+            rows[i] = row
+        if np.unique(rows).size != rows.size:
+            raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
+        return rows
+
+    def _tokens_of(self, row: int) -> np.ndarray:
+        s = self.row_tok_start[row]
+        return self.tok_slot[s:s + self.row_tok_len[row]]
+
+    def _blocks_of(self, row: int) -> np.ndarray:
+        s = self.row_blk_start[row]
+        return self.blk_pool[s:s + self.row_blk_len[row]]
+
+    def _take_row(self) -> int:
+        if self.free_rows:
+            return self.free_rows.pop()
+        if self.num_rows == self.row_seq.shape[0]:
+            for name in _ROW_ARRAYS:
+                old = getattr(self, name)
+                new = np.zeros(2 * old.shape[0], dtype=old.dtype)
+                new[:old.shape[0]] = old
+                setattr(self, name, new)
+        self.num_rows += 1
+        return self.num_rows - 1
+
+    def _blocks_needed(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """New blocks each row needs for ``counts`` more tokens (int64)."""
+        bs = self.block_size
+        room = np.zeros(rows.shape[0], dtype=np.int64)
+        has = self.row_blk_len[rows] > 0
+        if has.any():
+            tails = self.blk_pool[self.row_blk_start[rows[has]] + self.row_blk_len[rows[has]] - 1]
+            owned = self.block_row[tails] == rows[has]
+            room[has] = np.where(owned, bs - self.block_fill[tails], 0)
+        return (np.maximum(counts - room, 0) + bs - 1) // bs
+
+    def _place_row(self, row: int, tok_cap: int, blk_cap: int) -> None:
+        """Give a fresh row empty segments of the given capacities at the pools' ends."""
+        self.row_tok_len[row] = 0
+        self.row_blk_len[row] = 0
+        self._ensure_pool_room(tok_cap, blk_cap)
+        self.row_tok_start[row], self.row_tok_cap[row] = self.tok_end, tok_cap
+        self.tok_end += tok_cap
+        self.row_blk_start[row], self.row_blk_cap[row] = self.blk_end, blk_cap
+        self.blk_end += blk_cap
+
+    def _reserve(self, rows: np.ndarray, counts: np.ndarray, need: np.ndarray) -> None:
+        """Grow the segments of rows that lack room (doubling; moved to the pools' ends)."""
+        tok_short = self.row_tok_len[rows] + counts > self.row_tok_cap[rows]
+        blk_short = self.row_blk_len[rows] + need > self.row_blk_cap[rows]
+        if not (tok_short.any() or blk_short.any()):
+            return
+        grow_tok = rows[tok_short]
+        new_tok = np.maximum(2 * self.row_tok_cap[grow_tok], self.row_tok_len[grow_tok] + counts[tok_short])
+        grow_blk = rows[blk_short]
+        new_blk = np.maximum(2 * self.row_blk_cap[grow_blk], self.row_blk_len[grow_blk] + need[blk_short])
+        self._ensure_pool_room(int(new_tok.sum()), int(new_blk.sum()))
+        for row, cap in zip(grow_tok.tolist(), new_tok.tolist()):
+            s, n = self.row_tok_start[row], self.row_tok_len[row]
+            self.tok_slot[self.tok_end:self.tok_end + n] = self.tok_slot[s:s + n]
+            self.row_tok_start[row], self.row_tok_cap[row] = self.tok_end, cap
+            self.tok_end += cap
+        for row, cap in zip(grow_blk.tolist(), new_blk.tolist()):
+            s, n = self.row_blk_start[row], self.row_blk_len[row]
+            self.blk_pool[self.blk_end:self.blk_end + n] = self.blk_pool[s:s + n]
+            self.row_blk_start[row], self.row_blk_cap[row] = self.blk_end, cap
+            self.blk_end += cap
+
+    def _ensure_pool_room(self, extra_tok: int, extra_blk: int) -> None:
+        """Make room for ``extra`` entries at the pools' ends, compacting live rows if needed."""
+        used = np.flatnonzero(self.row_incarnation[:self.num_rows] != 0)
+        if self.tok_end + extra_tok > self.tok_slot.shape[0]:
+            self.tok_slot, self.tok_end = _compact(self.tok_slot, self.row_tok_start, self.row_tok_len,
+                                                   self.row_tok_cap, used, extra_tok, -1)
+        if self.blk_end + extra_blk > self.blk_pool.shape[0]:
+            self.blk_pool, self.blk_end = _compact(self.blk_pool, self.row_blk_start, self.row_blk_len,
+                                                   self.row_blk_cap, used, extra_blk, -1)
+
+
+_ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
+               "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
+_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
+
+
+def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,
+             extra: int, fill_value: int):
+    """A new pool (about twice what is needed) holding ``rows``' segments back to back; updates ``start``."""
+    needed = int(cap[rows].sum()) + extra
+    new = np.full(max(2 * needed, 16), fill_value, dtype=pool.dtype)
+    end = 0
+    for row in rows.tolist():
+        s, n = start[row], length[row]
+        new[end:end + n] = pool[s:s + n]
+        start[row] = end
+        end += cap[row]
+    return new, end
+
+
+def _seq_key(seq_id) -> int:
+    if isinstance(seq_id, (bool, np.bool_)) or not isinstance(seq_id, (int, np.integer)):
+        raise DTypeError(f"seq_id must be an integer, got {seq_id!r} ({type(seq_id).__name__})")
+    return int(seq_id)

@@ -1,0 +1,164 @@
+"""Capture pre-RoPE queries and keys (and the true attention logits) from a transformers model.
+
+Needs the ``hf`` extra (torch, transformers); importing this module without them raises
+:class:`~kvmm.errors.BackendUnavailableError`.  Supported: decoder models whose attention
+module has ``q_proj`` / ``k_proj`` (Llama, Qwen2, Mistral, ...) and optionally ``q_norm`` /
+``k_norm`` applied per head before RoPE (Qwen3).
+
+* :func:`rope_from_config` reads ``head_dim``, ``rope_theta`` and the scaling from
+  ``model.config`` (``rope_parameters`` in transformers 5, ``rope_scaling`` + ``rope_theta``
+  before), as a :class:`~kvmm.compress.RopeConfig` with the ``half`` layout HF models use.
+* :func:`capture_qk` runs the model once with forward hooks on q_proj/k_proj (q_norm/k_norm
+  when present) and returns per layer ``q (tokens, heads, head_dim)`` and
+  ``k (tokens, kv_heads, head_dim)`` as float64 numpy arrays, pre-RoPE.
+* :func:`attention_logits` returns the model's own pre-softmax logits ``(heads, T, T)`` per
+  layer (scaled by ``1/sqrt(d)``, before the causal mask), captured by an attention function
+  registered with transformers' ``AttentionInterface`` that then computes eager attention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvmm.compress.rope import RopeConfig, RopeScaling
+from kvmm.errors import BackendUnavailableError, BadInputError, ShapeError
+
+try:
+    import torch
+    import transformers  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise BackendUnavailableError(f"kvmm.compress.hf needs torch and transformers (pip install 'kvmm[hf]'): {exc}") from exc
+
+__all__ = ["rope_from_config", "capture_qk", "attention_logits", "model_shape"]
+
+_CAPTURE_NAME = "kvmm_capture_logits"
+
+
+def rope_from_config(config: Any) -> RopeConfig:
+    """The model's RoPE as a :class:`RopeConfig` (layout ``half``).
+
+    Raises :class:`BadInputError` for partial rotary embeddings or unsupported RoPE types.
+    """
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    params = getattr(config, "rope_parameters", None)
+    if params is None or not isinstance(params, dict):
+        params = getattr(config, "rope_scaling", None) or {}
+    if params and isinstance(next(iter(params.values())), dict):
+        raise BadInputError("per-layer-type rope parameters (e.g. Gemma) are not supported")
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        theta = 10000.0
+    partial = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
+    if float(partial) != 1.0:
+        raise BadInputError(f"partial_rotary_factor={partial} is not supported; expected 1.0 (full RoPE)")
+    scaling = RopeScaling.from_hf(params, getattr(config, "max_position_embeddings", None))
+    return RopeConfig(int(head_dim), float(theta), "half", scaling)
+
+
+def model_shape(model: Any) -> dict[str, int]:
+    """``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim`` of a transformers model."""
+    c = getattr(model, "config", None)
+    if c is None:
+        raise BadInputError(f"{type(model).__name__} has no .config; expected a transformers model")
+    heads = c.num_attention_heads
+    return {"num_layers": int(c.num_hidden_layers), "num_heads": int(heads),
+            "num_kv_heads": int(getattr(c, "num_key_value_heads", None) or heads),
+            "head_dim": int(getattr(c, "head_dim", None) or c.hidden_size // heads)}
+
+
+def capture_qk(model: Any, input_ids: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pre-RoPE ``(q, k)`` of every layer for one sequence of token ids ``(T,)`` or ``(1, T)``.
+
+    Runtime complexity: one forward pass.
+    """
+    ids = _as_ids(input_ids)
+    attn_modules = _attention_modules(model)
+    shape = model_shape(model)
+    captured: dict[tuple[int, str], np.ndarray] = {}
+    handles = []
+    for layer, attn in enumerate(attn_modules):
+        for kind, heads in (("q", shape["num_heads"]), ("k", shape["num_kv_heads"])):
+            norm = getattr(attn, f"{kind}_norm", None)
+            target = norm if norm is not None else getattr(attn, f"{kind}_proj")
+            handles.append(target.register_forward_hook(_make_hook(captured, layer, kind, heads, shape["head_dim"])))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return [(captured[(i, "q")], captured[(i, "k")]) for i in range(len(attn_modules))]
+
+
+def attention_logits(model: Any, input_ids: Any) -> list[np.ndarray]:
+    """The model's own pre-softmax, pre-mask logits ``q_rot . k_rot / sqrt(d)``, ``(heads, T, T)`` per layer."""
+    from transformers import AttentionInterface
+
+    ids = _as_ids(input_ids)
+    logits: dict[int, np.ndarray] = {}
+
+    def capture(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        groups = query.shape[1] // key.shape[1]
+        key_all = key.repeat_interleave(groups, dim=1)
+        value_all = value.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(query, key_all.transpose(2, 3)) * scaling
+        logits[int(module.layer_idx)] = scores[0].detach().to(torch.float64).cpu().numpy()
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, :, :, : key_all.shape[-2]]
+        else:
+            t = scores.shape[-1]
+            causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(causal, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = torch.matmul(weights, value_all).transpose(1, 2).contiguous()
+        return out, weights
+
+    AttentionInterface.register(_CAPTURE_NAME, capture)
+    previous = model.config._attn_implementation
+    _set_attn(model, _CAPTURE_NAME)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        _set_attn(model, previous)
+    return [logits[i] for i in sorted(logits)]
+
+
+def _set_attn(model: Any, name: str) -> None:
+    setter = getattr(model, "set_attn_implementation", None)
+    try:
+        if setter is None:
+            raise AttributeError
+        setter(name)
+    except Exception:  # older transformers or a name it does not validate: set it directly
+        model.config._attn_implementation = name
+        for module in model.modules():
+            cfg = getattr(module, "config", None)
+            if cfg is not None:
+                cfg._attn_implementation = name
+
+
+def _make_hook(captured, layer, kind, heads, head_dim):
+    def hook(module, inputs, output):
+        out = output[0] if isinstance(output, tuple) else output
+        arr = out.detach().to(torch.float64).cpu().numpy()
+        captured[(layer, kind)] = arr.reshape(arr.shape[0], arr.shape[1], heads, head_dim)[0]
+    return hook
+
+
+def _attention_modules(model: Any) -> list[Any]:
+    mods = [m for m in model.modules() if hasattr(m, "q_proj") and hasattr(m, "k_proj")]
+    if not mods:
+        raise BadInputError(f"{type(model).__name__} has no attention module with q_proj/k_proj")
+    return mods
+
+
+def _as_ids(input_ids: Any) -> "torch.Tensor":
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long)
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+        raise ShapeError(f"input_ids must be one sequence (T,) or (1, T), got shape {tuple(ids.shape)}")
+    return ids
