@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["secret_words", "siphash128_bytes", "siphash128_words", "derive_tenant_key", "hash_block_keys"]
+__all__ = ["secret_words", "siphash128_bytes", "siphash128_words", "derive_tenant_key", "hash_block_keys",
+           "hash_many_block_keys"]
 
 #: First word of the message that derives a tenant key from (secret, salt).
 TENANT_DOMAIN = 0x6B766D6D54454E54  # "kvmmTENT"
@@ -157,17 +158,35 @@ def hash_block_keys(t0, t1, has_parent, parent0, parent1, tokens, block_size, ex
     ``extra`` is ``(n_full, m)`` uint64 (m may be 0): extra words mixed into each block's key.
     Returns an ``(n_full, 2)`` uint64 array.  Runtime complexity: O(n_full * (block_size + m)).
     """
-    t0 = np.uint64(t0)
-    t1 = np.uint64(t1)
     n_full = tokens.shape[0] // block_size
-    m = extra.shape[1]
     out = np.empty((n_full, 2), dtype=np.uint64)
-    p0 = np.uint64(parent0)
-    p1 = np.uint64(parent1)
+    _hash_chain_into(np.uint64(t0), np.uint64(t1), has_parent, np.uint64(parent0), np.uint64(parent1),
+                     tokens, 0, n_full, block_size, extra, out, 0)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def hash_many_block_keys(t0, t1, token_offsets, tokens, block_size, key_offsets, out):
+    """Keys of many token sequences (CSR ``token_offsets``), each chain starting fresh.
+
+    Writes sequence ``r``'s keys to ``out[key_offsets[r]:key_offsets[r+1]]``.
+    Runtime complexity: O(len(tokens)).
+    """
+    no_extra = np.zeros((0, 0), dtype=np.uint64)
+    for r in range(token_offsets.shape[0] - 1):
+        n_full = (token_offsets[r + 1] - token_offsets[r]) // block_size
+        _hash_chain_into(np.uint64(t0), np.uint64(t1), False, np.uint64(0), np.uint64(0),
+                         tokens[token_offsets[r]:], 0, n_full, block_size, no_extra, out, key_offsets[r])
+
+
+@njit(cache=True, nogil=True)
+def _hash_chain_into(t0, t1, has_parent, p0, p1, tokens, first, n_full, block_size, extra, out, out_start):
+    # Blocks first .. n_full-1 of tokens; extra has one row per block, or zero columns.
+    m = extra.shape[1]
     domain = np.uint64(1) if has_parent else np.uint64(0)
     nbytes = 8 * (3 + block_size + m)
     last = np.uint64(nbytes & 0xFF) << np.uint64(56)
-    for i in range(n_full):
+    for i in range(first, n_full):
         v0, v1, v2, v3 = _sip_init(t0, t1)
         v0, v1, v2, v3 = _sip_absorb(v0, v1, v2, v3, domain)
         v0, v1, v2, v3 = _sip_absorb(v0, v1, v2, v3, p0)
@@ -178,7 +197,6 @@ def hash_block_keys(t0, t1, has_parent, parent0, parent1, tokens, block_size, ex
         for j in range(m):
             v0, v1, v2, v3 = _sip_absorb(v0, v1, v2, v3, extra[i, j])
         p0, p1 = _sip_finish128(v0, v1, v2, v3, last)
-        out[i, 0] = p0
-        out[i, 1] = p1
+        out[out_start + i, 0] = p0
+        out[out_start + i, 1] = p1
         domain = np.uint64(1)  # every later block has a parent: the previous key
-    return out

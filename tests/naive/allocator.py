@@ -13,6 +13,14 @@ from collections import OrderedDict
 from tests.naive import siphash
 
 
+def _ids(ids) -> list[int]:
+    return [int(b) for b in ids]
+
+
+def _keys(keys) -> list[tuple[int, int]]:
+    return [(int(k[0]), int(k[1])) for k in keys]
+
+
 class NaiveBlockAllocator:
     def __init__(self, num_blocks: int, block_size: int, *, secret: bytes = bytes(16), salt: int = 0) -> None:
         self.num_blocks = num_blocks
@@ -70,6 +78,7 @@ class NaiveBlockAllocator:
         return [self.allocate(c) for c in counts]
 
     def free(self, ids: list[int]) -> None:
+        ids = _ids(ids)
         for b in ids:
             if not 0 <= b < self.num_blocks:
                 raise IndexError(b)
@@ -91,6 +100,7 @@ class NaiveBlockAllocator:
             self.free_q.move_to_end(b, last=False)
 
     def touch(self, ids: list[int]) -> None:
+        ids = _ids(ids)
         for b in ids:
             if not 0 <= b < self.num_blocks:
                 raise IndexError(b)
@@ -105,6 +115,7 @@ class NaiveBlockAllocator:
                                   self.block_size, parent, extra)
 
     def cache_blocks(self, ids: list[int], keys: list[tuple[int, int]]) -> None:
+        ids, keys = _ids(ids), _keys(keys)
         if len(ids) != len(keys) or len(set(ids)) != len(ids):
             raise ValueError("bad cache_blocks")
         for b in ids:
@@ -126,6 +137,7 @@ class NaiveBlockAllocator:
         return out
 
     def lookup(self, keys) -> list[int]:
+        keys = _keys(keys)
         out = self._prefix(keys)
         self.queries += len(keys)
         self.hits += len(out)
@@ -135,6 +147,7 @@ class NaiveBlockAllocator:
         return [self.lookup(keys) for keys in requests]
 
     def evict(self, ids: list[int]) -> int:
+        ids = _ids(ids)
         for b in ids:
             if not 0 <= b < self.num_blocks:
                 raise IndexError(b)
@@ -155,6 +168,7 @@ class NaiveBlockAllocator:
 
     # -- fused request API
     def admit(self, keys, num_extra: int = 0) -> tuple[list[int], int]:
+        keys = _keys(keys)
         hits = self._prefix(keys)
         free_hits = len({b for b in hits if self.ref[b] == 0})
         if len(keys) - len(hits) + num_extra > len(self.free_q) - free_hits:
