@@ -76,3 +76,24 @@ def test_arc_state_matches_paper_transcription(trace, c):
     assert policy.lists() == {k: ref_state[k] for k in ("T1", "T2", "B1", "B2")}
     assert policy.p == pytest.approx(ref_state["p"])
     policy.check()
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+@pytest.mark.parametrize("tier_name", ["arena", "simulated"])
+def test_managed_tier_reproduces_the_pinned_orders(name, tier_name):
+    import numpy as np
+
+    from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
+
+    backend = ArenaTier(3 * 8) if tier_name == "arena" else SimulatedTier(3 * 8)
+    tier = ManagedTier(backend, FACTORIES[name]())
+    got = []
+    for x in TRACE:
+        if tier.contains(x):
+            tier.get(x)
+            got.append(H)
+        else:
+            evicted = tier.put(x, np.zeros(1, dtype=np.float64))
+            got.append(evicted[0] if evicted else None)
+        tier.check()
+    assert got == PINNED[name]

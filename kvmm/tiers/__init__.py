@@ -9,7 +9,9 @@
 
 from kvmm.tiers.arena import ArenaTier, KVArena
 from kvmm.tiers.managed import ManagedTier
+from kvmm.tiers.mmap_tier import MmapTier
+from kvmm.tiers.redis_tier import RedisTier
 from kvmm.tiers.simulated import SimulatedTier
 from kvmm.tiers.spec import PRESETS, TierSpec, preset
 
-__all__ = ["PRESETS", "TierSpec", "preset", "ArenaTier", "KVArena", "ManagedTier", "SimulatedTier"]
+__all__ = ["PRESETS", "TierSpec", "preset", "ArenaTier", "KVArena", "ManagedTier", "MmapTier", "RedisTier", "SimulatedTier"]

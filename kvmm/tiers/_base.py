@@ -24,7 +24,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, DTypeError
+from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.tiers.spec import TierSpec, preset
 
 __all__ = ["TierBase", "normalize_key", "encode_key", "decode_key", "as_value_array", "resolve_spec"]
@@ -64,6 +64,18 @@ class TierBase:
         Runtime complexity: O(1).
         """
         return self.spec.transfer_seconds(as_count(nbytes, "nbytes"), write=write)
+
+    def get_many(self, keys: Any) -> list[np.ndarray]:
+        """The values of several keys (a request's blocks, say), in order.
+
+        All-or-nothing: an unknown key raises before any value is returned.  Remote tiers
+        override this with one round trip.  Runtime complexity: O(total bytes).
+        """
+        ks = [normalize_key(k) for k in keys]
+        for k in ks:
+            if not self.contains(k):
+                raise UnknownKeyError(f"tier {self.name!r} holds no entry {k!r}")
+        return [self.get(k) for k in ks]
 
     # -- bookkeeping used by subclasses -------------------------------------------------------
     def _count_put(self, nbytes: int) -> None:
@@ -133,4 +145,5 @@ def as_value_array(data: Any, name: str = "data") -> np.ndarray:
     if arr.dtype.kind not in _VALUE_KINDS:
         raise DTypeError(f"{name} must be a numeric or bool array, got dtype {arr.dtype}; "
                          f"expected one of the kinds bool/int/uint/float/complex")
-    return np.ascontiguousarray(arr)
+    # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)

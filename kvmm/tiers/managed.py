@@ -31,7 +31,8 @@ from typing import Any, Hashable, Iterable
 
 import numpy as np
 
-from kvmm.errors import CapacityExceededError
+from kvmm._validate import as_count
+from kvmm.errors import BadInputError, CapacityExceededError
 from kvmm.tiers._base import as_value_array, normalize_key
 
 __all__ = ["ManagedTier"]
@@ -69,10 +70,19 @@ class ManagedTier:
 
     def put(self, key: Hashable, data: Any, *, protected: Iterable[Hashable] = ()) -> list[Hashable]:
         """Store ``data`` under ``key``, evicting as needed; returns the evicted keys in order."""
-        k = normalize_key(key)
         arr = as_value_array(data)
+        return self._put(normalize_key(key), int(arr.nbytes), lambda k: self.backend.put(k, arr), protected)
+
+    def put_size(self, key: Hashable, nbytes: int, *, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Record an entry of ``nbytes`` bytes without data (backends with ``put_size``, i.e.
+        :class:`~kvmm.tiers.SimulatedTier`), evicting as needed; returns the evicted keys."""
+        if not hasattr(self.backend, "put_size"):
+            raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
+        nbytes = as_count(nbytes, "nbytes")
+        return self._put(normalize_key(key), nbytes, lambda k: self.backend.put_size(k, nbytes), protected)
+
+    def _put(self, k: Hashable, nbytes: int, write: Any, protected: Iterable[Hashable]) -> list[Hashable]:
         protected = {normalize_key(p) for p in protected}
-        nbytes = int(arr.nbytes)
         capacity = self.backend.capacity_bytes
         if nbytes > capacity:
             raise CapacityExceededError(
@@ -85,7 +95,7 @@ class ManagedTier:
             self.policy.on_remove(victim)
             del self._sizes[victim]
             self.evictions += 1
-        self.backend.put(k, arr)
+        write(k)
         self._sizes[k] = nbytes
         if existed:
             self.policy.on_access(k)
@@ -99,6 +109,15 @@ class ManagedTier:
         if k in self._sizes:
             self.policy.on_access(k)
         return data
+
+    def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
+        """Several values in order (one round trip on remote tiers); each counts as an access."""
+        ks = [normalize_key(k) for k in keys]
+        out = self.backend.get_many(ks)
+        for k in ks:
+            if k in self._sizes:
+                self.policy.on_access(k)
+        return out
 
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
