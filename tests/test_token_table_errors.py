@@ -60,7 +60,7 @@ def test_unknown_sequence(table, call):
     (lambda t: t.evict(1, [-1]), InvalidIdError, "out of range"),
     (lambda t: t.evict(1, [0]), InvalidIdError, "already dead"),
     (lambda t: t.evict(1, [1, 2, 5]), InvalidIdError, "already dead"),
-    (lambda t: t.evict(1, [2, 2]), InvalidIdError, "repeats a position"),
+    (lambda t: t.evict(1, [2, 2]), InvalidIdError, "is repeated"),
     (lambda t: t.evict(1, [1.0]), DTypeError, "integers"),
     (lambda t: t.evict(1, [[1]]), ShapeError, "1-dimensional"),
     (lambda t: t.evict_many([1, 2], [1], [1]), ShapeError, "one entry per sequence"),

@@ -149,6 +149,9 @@ class TokenTable:
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
         rows = max(int(initial_sequences), 1)
         self.row_of: dict[int, int] = {}
+        # the same map as sorted arrays, for batched lookups (np.searchsorted)
+        self.seq_sorted = np.zeros(0, dtype=np.int64)
+        self.seq_sorted_rows = np.zeros(0, dtype=np.int64)
         self.free_rows: list[int] = []
         self.num_rows = 0  # rows ever used (high-water mark)
         self.row_seq = np.zeros(rows, dtype=np.int64)
@@ -208,6 +211,9 @@ class TokenTable:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
             row = self._take_row()
             self.row_of[key] = row
+            at = int(np.searchsorted(self.seq_sorted, key))
+            self.seq_sorted = np.insert(self.seq_sorted, at, key)
+            self.seq_sorted_rows = np.insert(self.seq_sorted_rows, at, row)
             self.row_seq[row] = key
             self.row_incarnation[row] = self.next_incarnation
             self.next_incarnation += 1
@@ -254,6 +260,9 @@ class TokenTable:
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
+            at = int(np.searchsorted(self.seq_sorted, self.row_seq[row]))
+            self.seq_sorted = np.delete(self.seq_sorted, at)
+            self.seq_sorted_rows = np.delete(self.seq_sorted_rows, at)
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -276,8 +285,11 @@ class TokenTable:
         if counts.size and int(counts.min()) < 0:
             raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
         with self.lock:
-            need = self._blocks_needed(rows, counts)
-            total_need = int(need.sum())
+            need = np.empty(rows.shape[0], dtype=np.int64)
+            total_need, short = kernels.blocks_needed(rows, counts, self.block_size, self.row_blk_start,
+                                                      self.row_blk_len, self.row_tok_len, self.row_tok_cap,
+                                                      self.row_blk_cap, self.blk_pool, self.block_row,
+                                                      self.block_fill, need)
             if total_need > int(self.allocator.num_free):
                 raise OutOfBlocksError(
                     f"appending {int(counts.sum())} tokens needs {total_need} new blocks; "
@@ -291,7 +303,8 @@ class TokenTable:
             else:
                 offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
                 ids = np.zeros(0, dtype=np.int32)
-            self._reserve(rows, counts, need)
+            if short:
+                self._reserve(rows, counts, need)
             out = np.empty(int(counts.sum()), dtype=np.int64)
             kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
                                   self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
@@ -323,23 +336,16 @@ class TokenTable:
         if positions.shape[0] != offsets[-1]:
             raise ShapeError(f"logical_positions must hold sum(counts) = {int(offsets[-1])} entries, got {positions.shape[0]}")
         with self.lock:
-            owner = np.repeat(rows, counts)
-            length = self.row_tok_len[owner]
-            bad = (positions < 0) | (positions >= length)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
-                                     f"is out of range; expected positions in [0, {int(length[i])})")
-            flat = self.row_tok_start[owner] + positions
-            if np.unique(flat).size != flat.size:
-                raise InvalidIdError("logical_positions repeats a position; expected distinct positions")
-            dead = self.tok_slot[flat] < 0
-            if dead.any():
-                i = int(np.flatnonzero(dead)[0])
-                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
-                                     "is already dead; expected live tokens only")
-            kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start, self.row_live,
-                                 self.tok_slot, self.block_row, self.block_live, self.slot_logical)
+            status, where = kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start,
+                                                 self.row_tok_len, self.row_live, self.tok_slot, self.block_row,
+                                                 self.block_live, self.slot_logical)
+            if status != kernels.OK:
+                owner = int(np.searchsorted(offsets, where, side="right") - 1)
+                row = int(rows[owner])
+                what = {kernels.OUT_OF_RANGE: f"is out of range; expected positions in [0, {int(self.row_tok_len[row])})",
+                        kernels.DEAD: "is already dead; expected live tokens only",
+                        kernels.REPEATED: "is repeated; expected distinct positions"}[int(status)]
+                raise InvalidIdError(f"logical position {int(positions[where])} of sequence {int(self.row_seq[row])} {what}")
             self.total_live -= positions.shape[0]
 
     # ------------------------------------------------------------------ repacking
@@ -515,6 +521,9 @@ class TokenTable:
         assert len(self.row_of) == used.size, "row_of and in-use rows disagree"
         for seq, row in self.row_of.items():
             assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
+        # The sorted index holds the same map, strictly increasing.
+        assert self.seq_sorted.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
+        assert self.seq_sorted_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
@@ -581,15 +590,20 @@ class TokenTable:
         return row
 
     def _rows(self, seq_ids) -> np.ndarray:
+        """Rows of ``seq_ids`` (vectorised through the sorted id index).  O(n log S)."""
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
-        rows = np.empty(ids.shape[0], dtype=np.int64)
-        for i, s in enumerate(ids.tolist()):
-            row = self.row_of.get(s)
-            if row is None:
-                raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
-            rows[i] = row
-        if np.unique(rows).size != rows.size:
-            raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
+        keys = self.seq_sorted
+        idx = np.searchsorted(keys, ids)
+        found = idx < keys.shape[0]
+        found[found] = keys[idx[found]] == ids[found]
+        if not found.all():
+            s = int(ids[np.flatnonzero(~found)[0]])
+            raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
+        rows = self.seq_sorted_rows[idx]
+        if rows.shape[0] > 1:
+            ordered = np.sort(rows)
+            if (ordered[1:] == ordered[:-1]).any():
+                raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
 
     def _tokens_of(self, row: int) -> np.ndarray:
@@ -611,17 +625,6 @@ class TokenTable:
                 setattr(self, name, new)
         self.num_rows += 1
         return self.num_rows - 1
-
-    def _blocks_needed(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """New blocks each row needs for ``counts`` more tokens (int64)."""
-        bs = self.block_size
-        room = np.zeros(rows.shape[0], dtype=np.int64)
-        has = self.row_blk_len[rows] > 0
-        if has.any():
-            tails = self.blk_pool[self.row_blk_start[rows[has]] + self.row_blk_len[rows[has]] - 1]
-            owned = self.block_row[tails] == rows[has]
-            room[has] = np.where(owned, bs - self.block_fill[tails], 0)
-        return (np.maximum(counts - room, 0) + bs - 1) // bs
 
     def _place_row(self, row: int, tok_cap: int, blk_cap: int) -> None:
         """Give a fresh row empty segments of the given capacities at the pools' ends."""
@@ -668,7 +671,7 @@ class TokenTable:
 
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
-_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
+_ARRAYS = _ROW_ARRAYS + ("seq_sorted", "seq_sorted_rows", "tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
 
 
 def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,
