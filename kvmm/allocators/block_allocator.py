@@ -125,7 +125,7 @@ class BlockAllocator:
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use (ref count > 0), in [0, 1]."""
+        """Fraction of blocks in use (ref count > 0), in [0, 1].  Runtime complexity: O(1)."""
         return 1.0 - int(self.meta[META_NUM_FREE]) / self.num_blocks
 
     @property
@@ -154,7 +154,7 @@ class BlockAllocator:
         return _walk_free_queue(self.block_fields, self.meta)
 
     def block_key(self, block: int) -> tuple[int, int] | None:
-        """The key a block holds, or ``None``."""
+        """The key a block holds, or ``None``.  Runtime complexity: O(1)."""
         b = self._one_id(block, "block")
         if not self.block_fields[CACHED, b]:
             return None
@@ -175,7 +175,10 @@ class BlockAllocator:
         return out
 
     def snapshot(self) -> dict[str, np.ndarray]:
-        """Copies of every state array (tests compare them before and after a failing call)."""
+        """Copies of every state array (tests compare them before and after a failing call).
+
+        Runtime complexity: O(num_blocks).
+        """
         return {
             "block_fields": self.block_fields.copy(),
             "block_keys": self.block_keys.copy(),
@@ -687,8 +690,7 @@ def _uncache_one(fields, block_keys, table, meta, b):
     fields[CACHED, b] = 0
     meta[META_NUM_CACHED] -= 1
     if table[0, s] == -1:
-        # The key's last block is gone: delete the slot.  The slot's key is read from its first
-        # block, so the block's key words are cleared only after the probe-run repair.
+        # The key's last block is gone: free the slot and repair the probe run behind it.
         _delete_slot(block_keys, table, meta, s)
         meta[META_NUM_KEYS] -= 1
     block_keys[b, 0] = 0
