@@ -423,7 +423,9 @@ class TokenTable:
                                         self.row_incarnation, self.row_blk_start, self.row_blk_len, self.blk_pool,
                                         self.block_row, self.block_live, self.block_fill, ref_counts, freed)
             freed = freed[:nf]
-            tails = plan.tail_blocks[self.block_row[plan.tail_blocks] == plan.tail_rows]
+            same = plan.tail_rows < self.row_incarnation.shape[0]
+            same[same] = self.row_incarnation[plan.tail_rows[same]] == plan.tail_incarnation[same]
+            tails = plan.tail_blocks[same & (self.block_row[plan.tail_blocks] == plan.tail_rows)]
             kernels.lower_fill(tails, self.block_size, self.slot_logical, self.block_fill)
             if nf:
                 self.allocator.free(freed)
