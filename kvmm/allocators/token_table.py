@@ -61,7 +61,6 @@ from kvmm.errors import (
     BadInputError,
     DTypeError,
     InvalidIdError,
-    KvmmError,
     OutOfBlocksError,
     ShapeError,
     StalePlanError,
@@ -71,55 +70,6 @@ from kvmm.errors import (
 __all__ = ["TokenTable", "RepackPlan", "CommitResult"]
 
 _TABLE_IDS = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class RepackPlan:
-    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
-
-    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
-    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
-    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
-    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
-    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
-    """
-
-    table_id: int
-    plan_id: int
-    src: np.ndarray
-    dst: np.ndarray
-    move_row: np.ndarray
-    move_logical: np.ndarray
-    move_incarnation: np.ndarray
-    free_blocks: np.ndarray
-    free_rows: np.ndarray
-    free_incarnation: np.ndarray
-    tail_rows: np.ndarray
-    tail_blocks: np.ndarray
-    tail_incarnation: np.ndarray
-    min_moves: int
-
-    @property
-    def num_moves(self) -> int:
-        return int(self.src.shape[0])
-
-    @property
-    def num_blocks(self) -> int:
-        """Blocks this plan frees if every move still applies at commit."""
-        return int(self.free_blocks.shape[0])
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
-
-    applied: int
-    dropped: np.ndarray
-    freed_blocks: np.ndarray = field(repr=False)
-
-    @property
-    def num_freed(self) -> int:
-        return int(self.freed_blocks.shape[0])
 
 
 class TokenTable:
@@ -669,6 +619,55 @@ class TokenTable:
         if self.blk_end + extra_blk > self.blk_pool.shape[0]:
             self.blk_pool, self.blk_end = _compact(self.blk_pool, self.row_blk_start, self.row_blk_len,
                                                    self.row_blk_cap, used, extra_blk, -1)
+
+
+@dataclass(frozen=True)
+class RepackPlan:
+    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
+
+    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
+    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
+    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
+    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
+    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
+    """
+
+    table_id: int
+    plan_id: int
+    src: np.ndarray
+    dst: np.ndarray
+    move_row: np.ndarray
+    move_logical: np.ndarray
+    move_incarnation: np.ndarray
+    free_blocks: np.ndarray
+    free_rows: np.ndarray
+    free_incarnation: np.ndarray
+    tail_rows: np.ndarray
+    tail_blocks: np.ndarray
+    tail_incarnation: np.ndarray
+    min_moves: int
+
+    @property
+    def num_moves(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks this plan frees if every move still applies at commit."""
+        return int(self.free_blocks.shape[0])
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
+
+    applied: int
+    dropped: np.ndarray
+    freed_blocks: np.ndarray = field(repr=False)
+
+    @property
+    def num_freed(self) -> int:
+        return int(self.freed_blocks.shape[0])
 
 
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
