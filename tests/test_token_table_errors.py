@@ -74,6 +74,7 @@ def test_unknown_sequence(table, call):
     (lambda t: t.add_sequence(1), BadInputError, "already registered"),
     (lambda t: t.add_sequence("x"), DTypeError, "seq_id must be an integer"),
     (lambda t: t.add_sequence(3, first_position=1.5), DTypeError, "first_position"),
+    (lambda t: t.add_sequence(3, first_position=-1), BadInputError, "first_position must be >= 0"),
     (lambda t: t.add_sequence(3, shared_blocks=[8]), InvalidIdError, r"expected ids in \[0, 8\)"),
     (lambda t: t.add_sequence(3, shared_blocks=[5, 5]), BadInputError, "twice"),
     (lambda t: t.add_sequence(3, shared_blocks=[0]), InvalidIdError, "not full of live tokens"),

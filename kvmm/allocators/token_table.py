@@ -54,7 +54,7 @@ from typing import Callable
 
 import numpy as np
 
-from kvmm._validate import as_index_array, check_ids_in_range
+from kvmm._validate import as_count, as_index_array, check_ids_in_range
 from kvmm.allocators import _token_table_kernels as kernels
 from kvmm.allocators._token_table_kernels import FREE, SHARED
 from kvmm.errors import (
@@ -143,8 +143,7 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        if isinstance(first_position, (bool, np.bool_)) or not isinstance(first_position, (int, np.integer)):
-            raise DTypeError(f"first_position must be an integer, got {first_position!r}")
+        first_position = as_count(first_position, "first_position")
         shared = as_index_array([] if shared_blocks is None else shared_blocks, "shared_blocks", dtype=np.int32)
         check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
         if np.unique(shared).size != shared.size:
