@@ -65,25 +65,85 @@ def append_tokens(rows, counts, new_block_offsets, new_block_ids, block_size,
             out += 1
 
 
-@njit(cache=True, nogil=True)
-def evict_tokens(rows, offsets, positions, block_size, row_tok_start, row_live, tok_slot,
-                 block_row, block_live, slot_logical):
-    """Mark logical ``positions[offsets[i]:offsets[i+1]]`` of row ``rows[i]`` dead.
+#: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
+OK, OUT_OF_RANGE, DEAD, REPEATED = 0, 1, 2, 3
 
-    Only the mapping changes: the slot becomes a hole (no data moves, no block is freed).
-    Runtime complexity: O(positions).
+
+@njit(cache=True, nogil=True)
+def evict_tokens(rows, offsets, positions, block_size, row_tok_start, row_tok_len, row_live, tok_slot,
+                 block_row, block_live, slot_logical):
+    """Mark logical ``positions[offsets[i]:offsets[i+1]]`` of row ``rows[i]`` dead, all or nothing.
+
+    Only the mapping changes: the slot becomes a hole (no data moves, no block is freed).  A
+    first pass checks every position (in range, live, not repeated: it marks each visited
+    token by encoding its slot as ``-slot - 2``) and, on a bad one, undoes its marks and returns
+    ``(status, index)`` having changed nothing.  Runtime complexity: O(positions).
     """
+    bad = OK
+    where = -1
+    done = 0
     for i in range(rows.shape[0]):
         r = rows[i]
         for k in range(offsets[i], offsets[i + 1]):
+            p = positions[k]
+            if p < 0 or p >= row_tok_len[r]:
+                bad = OUT_OF_RANGE
+            else:
+                v = tok_slot[row_tok_start[r] + p]
+                if v == -1:
+                    bad = DEAD
+                elif v < -1:
+                    bad = REPEATED
+                else:
+                    tok_slot[row_tok_start[r] + p] = -v - 2
+            if bad != OK:
+                where = k
+                break
+            done = k + 1
+        if bad != OK:
+            break
+    # second pass: undo the marks (on error) or evict
+    k = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(offsets[i], min(offsets[i + 1], done)):
             at = row_tok_start[r] + positions[k]
-            slot = tok_slot[at]
+            slot = -tok_slot[at] - 2
+            if bad != OK:
+                tok_slot[at] = slot
+                continue
             tok_slot[at] = -1
             row_live[r] -= 1
             b = slot // block_size
             if block_row[b] == r:  # shared blocks keep no per-token reverse state
                 slot_logical[slot] = -1
                 block_live[b] -= 1
+    return bad, where
+
+
+@njit(cache=True, nogil=True)
+def blocks_needed(rows, counts, block_size, row_blk_start, row_blk_len, row_tok_len, row_tok_cap, row_blk_cap,
+                  blk_pool, block_row, block_fill, need_out):
+    """New blocks each row needs for ``counts`` more tokens; return (total, rows lacking pool room).
+
+    Runtime complexity: O(rows).
+    """
+    total = 0
+    short = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        room = 0
+        if row_blk_len[r] > 0:
+            tail = blk_pool[row_blk_start[r] + row_blk_len[r] - 1]
+            if block_row[tail] == r:
+                room = block_size - block_fill[tail]
+        extra = counts[i] - room
+        need = (extra + block_size - 1) // block_size if extra > 0 else 0
+        need_out[i] = need
+        total += need
+        if row_tok_len[r] + counts[i] > row_tok_cap[r] or row_blk_len[r] + need > row_blk_cap[r]:
+            short += 1
+    return total, short
 
 
 @njit(cache=True, nogil=True)

@@ -54,14 +54,13 @@ from typing import Callable
 
 import numpy as np
 
-from kvmm._validate import as_index_array, check_ids_in_range
+from kvmm._validate import as_count, as_index_array, check_ids_in_range
 from kvmm.allocators import _token_table_kernels as kernels
 from kvmm.allocators._token_table_kernels import FREE, SHARED
 from kvmm.errors import (
     BadInputError,
     DTypeError,
     InvalidIdError,
-    KvmmError,
     OutOfBlocksError,
     ShapeError,
     StalePlanError,
@@ -71,55 +70,6 @@ from kvmm.errors import (
 __all__ = ["TokenTable", "RepackPlan", "CommitResult"]
 
 _TABLE_IDS = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class RepackPlan:
-    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
-
-    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
-    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
-    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
-    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
-    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
-    """
-
-    table_id: int
-    plan_id: int
-    src: np.ndarray
-    dst: np.ndarray
-    move_row: np.ndarray
-    move_logical: np.ndarray
-    move_incarnation: np.ndarray
-    free_blocks: np.ndarray
-    free_rows: np.ndarray
-    free_incarnation: np.ndarray
-    tail_rows: np.ndarray
-    tail_blocks: np.ndarray
-    tail_incarnation: np.ndarray
-    min_moves: int
-
-    @property
-    def num_moves(self) -> int:
-        return int(self.src.shape[0])
-
-    @property
-    def num_blocks(self) -> int:
-        """Blocks this plan frees if every move still applies at commit."""
-        return int(self.free_blocks.shape[0])
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
-
-    applied: int
-    dropped: np.ndarray
-    freed_blocks: np.ndarray = field(repr=False)
-
-    @property
-    def num_freed(self) -> int:
-        return int(self.freed_blocks.shape[0])
 
 
 class TokenTable:
@@ -149,6 +99,9 @@ class TokenTable:
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
         rows = max(int(initial_sequences), 1)
         self.row_of: dict[int, int] = {}
+        # the same map as sorted arrays, for batched lookups (np.searchsorted)
+        self.seq_sorted = np.zeros(0, dtype=np.int64)
+        self.seq_sorted_rows = np.zeros(0, dtype=np.int64)
         self.free_rows: list[int] = []
         self.num_rows = 0  # rows ever used (high-water mark)
         self.row_seq = np.zeros(rows, dtype=np.int64)
@@ -190,8 +143,7 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        if isinstance(first_position, (bool, np.bool_)) or not isinstance(first_position, (int, np.integer)):
-            raise DTypeError(f"first_position must be an integer, got {first_position!r}")
+        first_position = as_count(first_position, "first_position")
         shared = as_index_array([] if shared_blocks is None else shared_blocks, "shared_blocks", dtype=np.int32)
         check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
         if np.unique(shared).size != shared.size:
@@ -208,6 +160,9 @@ class TokenTable:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
             row = self._take_row()
             self.row_of[key] = row
+            at = int(np.searchsorted(self.seq_sorted, key))
+            self.seq_sorted = np.insert(self.seq_sorted, at, key)
+            self.seq_sorted_rows = np.insert(self.seq_sorted_rows, at, row)
             self.row_seq[row] = key
             self.row_incarnation[row] = self.next_incarnation
             self.next_incarnation += 1
@@ -254,6 +209,9 @@ class TokenTable:
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
+            at = int(np.searchsorted(self.seq_sorted, self.row_seq[row]))
+            self.seq_sorted = np.delete(self.seq_sorted, at)
+            self.seq_sorted_rows = np.delete(self.seq_sorted_rows, at)
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -276,8 +234,11 @@ class TokenTable:
         if counts.size and int(counts.min()) < 0:
             raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
         with self.lock:
-            need = self._blocks_needed(rows, counts)
-            total_need = int(need.sum())
+            need = np.empty(rows.shape[0], dtype=np.int64)
+            total_need, short = kernels.blocks_needed(rows, counts, self.block_size, self.row_blk_start,
+                                                      self.row_blk_len, self.row_tok_len, self.row_tok_cap,
+                                                      self.row_blk_cap, self.blk_pool, self.block_row,
+                                                      self.block_fill, need)
             if total_need > int(self.allocator.num_free):
                 raise OutOfBlocksError(
                     f"appending {int(counts.sum())} tokens needs {total_need} new blocks; "
@@ -291,7 +252,8 @@ class TokenTable:
             else:
                 offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
                 ids = np.zeros(0, dtype=np.int32)
-            self._reserve(rows, counts, need)
+            if short:
+                self._reserve(rows, counts, need)
             out = np.empty(int(counts.sum()), dtype=np.int64)
             kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
                                   self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
@@ -323,23 +285,16 @@ class TokenTable:
         if positions.shape[0] != offsets[-1]:
             raise ShapeError(f"logical_positions must hold sum(counts) = {int(offsets[-1])} entries, got {positions.shape[0]}")
         with self.lock:
-            owner = np.repeat(rows, counts)
-            length = self.row_tok_len[owner]
-            bad = (positions < 0) | (positions >= length)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
-                                     f"is out of range; expected positions in [0, {int(length[i])})")
-            flat = self.row_tok_start[owner] + positions
-            if np.unique(flat).size != flat.size:
-                raise InvalidIdError("logical_positions repeats a position; expected distinct positions")
-            dead = self.tok_slot[flat] < 0
-            if dead.any():
-                i = int(np.flatnonzero(dead)[0])
-                raise InvalidIdError(f"logical position {int(positions[i])} of sequence {int(self.row_seq[owner[i]])} "
-                                     "is already dead; expected live tokens only")
-            kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start, self.row_live,
-                                 self.tok_slot, self.block_row, self.block_live, self.slot_logical)
+            status, where = kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start,
+                                                 self.row_tok_len, self.row_live, self.tok_slot, self.block_row,
+                                                 self.block_live, self.slot_logical)
+            if status != kernels.OK:
+                owner = int(np.searchsorted(offsets, where, side="right") - 1)
+                row = int(rows[owner])
+                what = {kernels.OUT_OF_RANGE: f"is out of range; expected positions in [0, {int(self.row_tok_len[row])})",
+                        kernels.DEAD: "is already dead; expected live tokens only",
+                        kernels.REPEATED: "is repeated; expected distinct positions"}[int(status)]
+                raise InvalidIdError(f"logical position {int(positions[where])} of sequence {int(self.row_seq[row])} {what}")
             self.total_live -= positions.shape[0]
 
     # ------------------------------------------------------------------ repacking
@@ -417,7 +372,9 @@ class TokenTable:
                                         self.row_incarnation, self.row_blk_start, self.row_blk_len, self.blk_pool,
                                         self.block_row, self.block_live, self.block_fill, ref_counts, freed)
             freed = freed[:nf]
-            tails = plan.tail_blocks[self.block_row[plan.tail_blocks] == plan.tail_rows]
+            same = plan.tail_rows < self.row_incarnation.shape[0]
+            same[same] = self.row_incarnation[plan.tail_rows[same]] == plan.tail_incarnation[same]
+            tails = plan.tail_blocks[same & (self.block_row[plan.tail_blocks] == plan.tail_rows)]
             kernels.lower_fill(tails, self.block_size, self.slot_logical, self.block_fill)
             if nf:
                 self.allocator.free(freed)
@@ -515,6 +472,9 @@ class TokenTable:
         assert len(self.row_of) == used.size, "row_of and in-use rows disagree"
         for seq, row in self.row_of.items():
             assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
+        # The sorted index holds the same map, strictly increasing.
+        assert self.seq_sorted.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
+        assert self.seq_sorted_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
@@ -581,15 +541,20 @@ class TokenTable:
         return row
 
     def _rows(self, seq_ids) -> np.ndarray:
+        """Rows of ``seq_ids`` (vectorised through the sorted id index).  O(n log S)."""
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
-        rows = np.empty(ids.shape[0], dtype=np.int64)
-        for i, s in enumerate(ids.tolist()):
-            row = self.row_of.get(s)
-            if row is None:
-                raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
-            rows[i] = row
-        if np.unique(rows).size != rows.size:
-            raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
+        keys = self.seq_sorted
+        idx = np.searchsorted(keys, ids)
+        found = idx < keys.shape[0]
+        found[found] = keys[idx[found]] == ids[found]
+        if not found.all():
+            s = int(ids[np.flatnonzero(~found)[0]])
+            raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
+        rows = self.seq_sorted_rows[idx]
+        if rows.shape[0] > 1:
+            ordered = np.sort(rows)
+            if (ordered[1:] == ordered[:-1]).any():
+                raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
 
     def _tokens_of(self, row: int) -> np.ndarray:
@@ -611,17 +576,6 @@ class TokenTable:
                 setattr(self, name, new)
         self.num_rows += 1
         return self.num_rows - 1
-
-    def _blocks_needed(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """New blocks each row needs for ``counts`` more tokens (int64)."""
-        bs = self.block_size
-        room = np.zeros(rows.shape[0], dtype=np.int64)
-        has = self.row_blk_len[rows] > 0
-        if has.any():
-            tails = self.blk_pool[self.row_blk_start[rows[has]] + self.row_blk_len[rows[has]] - 1]
-            owned = self.block_row[tails] == rows[has]
-            room[has] = np.where(owned, bs - self.block_fill[tails], 0)
-        return (np.maximum(counts - room, 0) + bs - 1) // bs
 
     def _place_row(self, row: int, tok_cap: int, blk_cap: int) -> None:
         """Give a fresh row empty segments of the given capacities at the pools' ends."""
@@ -666,9 +620,58 @@ class TokenTable:
                                                    self.row_blk_cap, used, extra_blk, -1)
 
 
+@dataclass(frozen=True)
+class RepackPlan:
+    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
+
+    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
+    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
+    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
+    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
+    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
+    """
+
+    table_id: int
+    plan_id: int
+    src: np.ndarray
+    dst: np.ndarray
+    move_row: np.ndarray
+    move_logical: np.ndarray
+    move_incarnation: np.ndarray
+    free_blocks: np.ndarray
+    free_rows: np.ndarray
+    free_incarnation: np.ndarray
+    tail_rows: np.ndarray
+    tail_blocks: np.ndarray
+    tail_incarnation: np.ndarray
+    min_moves: int
+
+    @property
+    def num_moves(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks this plan frees if every move still applies at commit."""
+        return int(self.free_blocks.shape[0])
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
+
+    applied: int
+    dropped: np.ndarray
+    freed_blocks: np.ndarray = field(repr=False)
+
+    @property
+    def num_freed(self) -> int:
+        return int(self.freed_blocks.shape[0])
+
+
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
-_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
+_ARRAYS = _ROW_ARRAYS + ("seq_sorted", "seq_sorted_rows", "tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
 
 
 def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,
