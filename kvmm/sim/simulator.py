@@ -173,6 +173,8 @@ class _Engine:
         self.channel_free_at = 0.0
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.transfer_seq = 0
+        self.step_start = self.step_end = 0.0  # the engine step in progress (for work-ahead estimates)
+        self.step_prefill = 0
         self.ungranted = 0  # claims not yet committed: the controller's timer runs while any exist
         self.next_poll = 0.0
 
@@ -188,9 +190,7 @@ class _Engine:
         while done < self.n:
             # 1. events up to now, in time order, each at its own time
             next_arrival = self._events_until(now, next_arrival, waiting)
-            # 2. scheduler step at `now`: progress estimates, due commitments, admission
-            if waiting:
-                self._update_work_ahead(waiting, len(running), now)
+            # 2. scheduler step at `now`: due commitments, admission
             self._start_transfers(self.policy.due(now), now)
             admitted = self._admit(waiting, len(running), now)
             if not admitted and not running:
@@ -207,6 +207,10 @@ class _Engine:
             dt = load_s + prefill / m.prefill_tokens_per_s
             if running:
                 dt += m.decode_step_seconds(len(running))
+            self.step_start, self.step_end, self.step_prefill = now, now + dt, prefill
+            if waiting:
+                # progress estimates: the queue waits for this step, then drains step by step
+                self._update_work_ahead(waiting, len(running) + len(admitted), now, prefill)
             claims_done = [int(self.claim_id[r]) for r in admitted if self.claim_id[r] >= 0]
             if claims_done:
                 # the data is in GPU memory once loaded: its protected capacity is released then
@@ -299,6 +303,8 @@ class _Engine:
                 queued = float(self.prefill_tokens[waiting[:-1]].sum()) if len(waiting) > 1 else 0.0
                 budget = self.model.max_prefill_tokens
                 ahead = (queued // budget) * budget  # refined at the next step (_update_work_ahead)
+                if t < self.step_end:  # the rest of the running step comes first
+                    ahead += self.step_prefill * (self.step_end - t) / (self.step_end - self.step_start)
                 cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead)
                 self.claim_id[r] = cid
                 if self.ungranted == 0 or self.next_poll < t:
@@ -314,12 +320,13 @@ class _Engine:
                 self.prefill_tokens[r] += extra
                 self.slow_hit_tokens -= extra
 
-    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float) -> None:
-        """Work ahead of each queued claim = prefill tokens of the *steps* before its own.
+    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float, base: int) -> None:
+        """Work ahead of each queued claim = ``base`` (the step starting now) + prefill tokens
+        of the *steps* before its own.
 
         The queue drains a step at a time (up to ``max_prefill_tokens`` and the free batch
-        room), so requests packed into the next step have nothing ahead of them even if other
-        requests precede them in the queue.
+        room), so requests packed into the next step wait only for the current one even if
+        other requests precede them in the queue.
         """
         w = np.asarray(waiting, dtype=np.int64)
         cids = self.claim_id[w]
@@ -327,7 +334,7 @@ class _Engine:
             return
         budget = self.model.max_prefill_tokens
         room = self.model.max_batch - n_running
-        before = 0  # tokens of the steps before the current packing step
+        before = base  # tokens of the steps before the current packing step
         step_tokens = 0
         step_count = 0
         ahead = np.empty(w.shape[0], dtype=np.float64)
