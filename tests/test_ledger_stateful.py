@@ -36,10 +36,10 @@ class LedgerMachine(RuleBasedStateMachine):
     def advance(self, dt):
         self.now += dt
 
-    @rule(request=st.integers(0, 5), nbytes=st.integers(1, 400), wa=work, source=st.integers(0, 1))
-    def claim(self, request, nbytes, wa, source):
-        a = self.led.claim(request, None, nbytes, now=self.now, work_ahead=wa, source=source)
-        b = self.ref.claim(request, None, nbytes, now=self.now, work_ahead=wa, source=source)
+    @rule(request=st.integers(0, 5), nbytes=st.integers(1, 400), wa=work, source=st.integers(0, 1), delay=times)
+    def claim(self, request, nbytes, wa, source, delay):
+        a = self.led.claim(request, None, nbytes, now=self.now, work_ahead=wa, source=source, delay_s=delay)
+        b = self.ref.claim(request, None, nbytes, now=self.now, work_ahead=wa, source=source, delay_s=delay)
         assert a == b
 
     @rule(k=st.integers(1, 4), nbytes=st.integers(1, 300))
@@ -56,12 +56,13 @@ class LedgerMachine(RuleBasedStateMachine):
         assert_same_snapshot(before, snapshot(self.led))
 
     @precondition(lambda self: self.ref.open_claims > 0)
-    @rule(data=st.data(), wa=work)
-    def update(self, data, wa):
+    @rule(data=st.data(), wa=work, delay=st.one_of(st.none(), times))
+    def update(self, data, wa, delay):
         ids = data.draw(st.lists(st.sampled_from(self.ref.open_ids()), min_size=1, max_size=4, unique=True))
         vals = [wa * (i + 1) for i in range(len(ids))]
-        self.led.update(ids, vals, now=self.now)
-        self.ref.update(ids, vals, now=self.now)
+        delays = None if delay is None else [delay] * len(ids)
+        self.led.update(ids, vals, now=self.now, delay_s=delays)
+        self.ref.update(ids, vals, now=self.now, delay_s=delays)
 
     @rule(tokens=st.sampled_from([0.0, 10.0, 100.0, 1000.0]), seconds=st.sampled_from([0.01, 0.1, 1.0]))
     def observe(self, tokens, seconds):

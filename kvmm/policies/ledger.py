@@ -6,8 +6,9 @@ the critical path; staging immediately holds protected capacity long before the 
 The ledger separates the two:
 
 1. ``claim`` records a **metadata-only claim** (no capacity held);
-2. two estimates run per claim: **time until use** (``work_ahead`` tokens of runtime progress,
-   converted to seconds by the learned progress rate) and **time to ready** (the source tier's
+2. two estimates run per claim: **time until use** (a known delay ``delay_s``, e.g. the rest of
+   the engine step in flight, plus ``work_ahead`` tokens of runtime progress converted to
+   seconds by the learned progress rate) and **time to ready** (the source tier's
    latency + bytes / bandwidth, including the bytes already queued on it, scaled by the learned
    observed/predicted staging-time ratio);
 3. ``poll`` turns claims whose ``use_at - time_to_ready <= now + margin + poll_gap + use_slack``
@@ -205,11 +206,11 @@ class CommitmentLedger:
 
     # ------------------------------------------------------------------ claims
     def claim(self, request: int, keys: Any = None, nbytes: int = 0, *, now: float,
-              work_ahead: float = 0.0, source: int = 0) -> int:
+              work_ahead: float = 0.0, source: int = 0, delay_s: float = 0.0) -> int:
         """Record a metadata-only claim of ``nbytes`` on ``keys`` for ``request``; return its id.
 
         ``work_ahead`` is the runtime progress (tokens) expected before the request uses the
-        data (0 = now).  Holds no capacity.  Runtime complexity: O(len(keys)).
+        data, after a known delay of ``delay_s`` seconds (both 0 = now).  Holds no capacity.  Runtime complexity: O(len(keys)).
         """
         request = as_count(request, "request")
         nbytes = as_count(nbytes, "nbytes", minimum=1)
@@ -221,13 +222,13 @@ class CommitmentLedger:
                 key = (int(k[0]), int(k[1])) if k[1] else int(k[0])
                 if not tier.contains(key):
                     raise UnknownKeyError(f"key {key!r} is not in source tier {source}; a claim must name keys the tier holds")
-        ids = self.claim_many([request], [nbytes], now=now, work_ahead=[work_ahead], source=[source])
+        ids = self.claim_many([request], [nbytes], now=now, work_ahead=[work_ahead], source=[source], delay_s=[delay_s])
         if key_arr is not None:
             self._keys[int(ids[0]) & _SLOT_MASK] = key_arr
         return int(ids[0])
 
     def claim_many(self, requests: Any, nbytes: Any, *, now: float, work_ahead: Any = None,
-                   source: Any = None) -> np.ndarray:
+                   source: Any = None, delay_s: Any = None) -> np.ndarray:
         """Batch :meth:`claim` without keys; returns the claim ids (int64).
 
         Runtime complexity: O(k) amortised (arrays double when full).
@@ -245,6 +246,7 @@ class CommitmentLedger:
             raise CapacityExceededError(
                 f"a claim of {int(nb.max())} bytes can never be committed: protected capacity is {self._capacity} bytes")
         wa = np.zeros(k) if work_ahead is None else _as_float_array(work_ahead, "work_ahead", k)
+        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k)
         src = np.zeros(k, dtype=np.int32) if source is None else as_index_array(source, "source", dtype=np.int32)
         if src.shape[0] != k:
             raise BadInputError(f"source has {src.shape[0]} entries; expected {k}")
@@ -259,6 +261,7 @@ class CommitmentLedger:
         self.nbytes[slots] = nb
         self.source[slots] = src
         self.work_ahead[slots] = wa
+        self.delay_s[slots] = dl
         self.updated_at[slots] = now
         self.deadline[slots] = np.inf
         self.claimed_at[slots] = now
@@ -272,20 +275,24 @@ class CommitmentLedger:
         self.claims_total += k
         return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots.astype(np.int64)
 
-    def update(self, claim_ids: Any, work_ahead: Any, *, now: float) -> None:
-        """Report fresh runtime progress: ``work_ahead`` tokens remain before each claim's use.
+    def update(self, claim_ids: Any, work_ahead: Any, *, now: float, delay_s: Any = None) -> None:
+        """Report fresh runtime progress: after ``delay_s`` seconds (default 0), ``work_ahead``
+        tokens remain before each claim's use.
 
         Runtime complexity: O(k).
         """
         slots = self._live_slots(claim_ids)
         wa = _as_float_array(work_ahead, "work_ahead", slots.shape[0])
+        dl = np.zeros(slots.shape[0]) if delay_s is None else _as_float_array(delay_s, "delay_s", slots.shape[0])
         now = self._check_now(now)
         self.clock = now
         if slots.shape[0]:
-            shift = float(np.max((self.updated_at[slots] + self.work_ahead[slots] / self.rate) - (now + wa / self.rate)))
+            old_use = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
+            shift = float(np.max(old_use - ((now + dl) + wa / self.rate)))
             if shift > 0.0:  # the use comes sooner than predicted: widen the trigger
                 self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * shift
         self.work_ahead[slots] = wa
+        self.delay_s[slots] = dl
         self.updated_at[slots] = now
 
     def observe_progress(self, tokens: float, seconds: float) -> None:
@@ -312,7 +319,7 @@ class CommitmentLedger:
         now = self._check_now(now)
         self.clock = now
         if dl is None:
-            dl = self.updated_at[slots] + self.work_ahead[slots] / self.rate
+            dl = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
         for s, d in zip(slots.tolist(), dl.tolist()):
             self.deadline[s] = min(self.deadline[s], d) if self.state[s] == PENDING else d
             self.state[s] = PENDING
@@ -332,7 +339,7 @@ class CommitmentLedger:
         s = self.n_slots
         out = np.empty(s, dtype=np.int64)
         ng = _poll_kernel(
-            self.state, self.nbytes, self.source, self.work_ahead, self.updated_at, self.deadline,
+            self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline,
             self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap + self.use_slack,
             self.rate,
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
@@ -449,9 +456,9 @@ class CommitmentLedger:
         return None if k is None else k.copy()
 
     def predicted_use_time(self, claim_ids: Any) -> np.ndarray:
-        """Absolute predicted use times: ``updated_at + work_ahead / rate``."""
+        """Absolute predicted use times: ``updated_at + delay_s + work_ahead / rate``."""
         slots = self._live_slots(claim_ids)
-        return self.updated_at[slots] + self.work_ahead[slots] / self.rate
+        return (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
 
     def predicted_ready_seconds(self, claim_ids: Any) -> np.ndarray:
         """Predicted seconds to stage each claim if committed now (queue included)."""
@@ -497,6 +504,7 @@ class CommitmentLedger:
         assert self.consumed_in_time + self.consumed_late <= self.commits_total, "more consumptions than commits"
         # live claims carry sane sizes, sources and timestamps
         lv = st != FREE
+        assert np.all(self.work_ahead[:s][lv] >= 0) and np.all(self.delay_s[:s][lv] >= 0), "negative time until use"
         assert np.all(self.nbytes[:s][lv] >= 1) and np.all(self.nbytes[:s][lv] <= self._capacity), "bad claim size"
         assert np.all((self.source[:s][lv] >= 0) & (self.source[:s][lv] < self.num_sources)), "bad source"
         assert np.all(self.claimed_at[:s][lv] <= self.clock), "claim from the future"
@@ -522,6 +530,7 @@ class CommitmentLedger:
         self.source = np.zeros(n, dtype=np.int32)
         self.seq = np.zeros(n, dtype=np.int64)
         self.work_ahead = np.zeros(n, dtype=np.float64)
+        self.delay_s = np.zeros(n, dtype=np.float64)
         self.updated_at = np.zeros(n, dtype=np.float64)
         self.deadline = np.full(n, np.inf, dtype=np.float64)
         self.claimed_at = np.full(n, np.nan, dtype=np.float64)
@@ -531,7 +540,7 @@ class CommitmentLedger:
         self.needed_at = np.full(n, np.nan, dtype=np.float64)
         self.free_stack = np.zeros(n, dtype=np.int64)
 
-    _SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "updated_at",
+    _SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "delay_s", "updated_at",
                     "deadline", "claimed_at", "committed_at", "predicted_stage_s", "ready_at", "needed_at",
                     "free_stack")
 
@@ -557,7 +566,7 @@ class CommitmentLedger:
             new = np.empty(n, dtype=old.dtype)
             new[: old.shape[0]] = old
             fill = {"state": 0, "generation": 0, "claim_request": 0, "nbytes": 0, "source": 0, "seq": 0,
-                    "work_ahead": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0}.get(name, np.nan)
+                    "work_ahead": 0.0, "delay_s": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0}.get(name, np.nan)
             new[old.shape[0]:] = fill
             setattr(self, name, new)
 
@@ -602,13 +611,13 @@ class CommitmentLedger:
 
 # ---------------------------------------------------------------------- kernels
 @njit(cache=True, nogil=True)
-def _poll_kernel(state, nbytes, source, work_ahead, updated_at, deadline, seq, committed_at, predicted_stage_s,
+def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadline, seq, committed_at, predicted_stage_s,
                  n_slots, now, margin, rate, src_latency, src_bandwidth, src_ratio, queue_bytes, free_bytes,
                  timely, out):
     """Trigger due claims, then grant pending ones EDF within ``free_bytes``; return the count.
 
     Trigger (timely only): CLAIMED slot with ``use_at - ready_s <= now + margin`` becomes
-    PENDING with deadline ``use_at``, where ``use_at = updated_at + work_ahead / rate`` and
+    PENDING with deadline ``use_at``, where ``use_at = updated_at + delay_s + work_ahead / rate`` and
     ``ready_s = ratio * (latency + (queue_bytes + nbytes) / bandwidth)`` (queue at poll start).
     Grant: pending slots in (deadline, seq) order; stop at the first that does not fit.
     Granted slots become STAGING with ``committed_at = now`` and their predicted staging time
@@ -619,7 +628,7 @@ def _poll_kernel(state, nbytes, source, work_ahead, updated_at, deadline, seq, c
         st = state[s]
         if st == 1 and timely:  # CLAIMED
             src = source[s]
-            use_at = updated_at[s] + work_ahead[s] / rate
+            use_at = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
             ready_s = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])
             if use_at - ready_s <= now + margin:
                 state[s] = 2

@@ -20,8 +20,9 @@ What it models (one serving instance, continuous batching, FCFS admission):
   nominal bandwidth (the ledger only knows the nominal figure and learns the difference).
   Protected capacity is held from commit until the step that uses it has read the data into
   the GPU (the step starts with that read).
-* The ledger learns the progress rate from prefill tokens per second of prefill steps, and each
-  queued request's *work ahead* is the prefill tokens queued before it.
+* The ledger learns the progress rate from prefill tokens per second of prefill steps.  A
+  queued request's time until use is the rest of the step in flight (known exactly) plus the
+  prefill tokens of the later steps that come before its own (converted at the learned rate).
 
 Everything is deterministic: same config -> same result, whichever process runs it.
 """
@@ -173,8 +174,7 @@ class _Engine:
         self.channel_free_at = 0.0
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.transfer_seq = 0
-        self.step_start = self.step_end = 0.0  # the engine step in progress (for work-ahead estimates)
-        self.step_prefill = 0
+        self.step_end = 0.0  # end of the engine step in flight (a known delay for queued claims)
         self.ungranted = 0  # claims not yet committed: the controller's timer runs while any exist
         self.next_poll = 0.0
 
@@ -207,10 +207,11 @@ class _Engine:
             dt = load_s + prefill / m.prefill_tokens_per_s
             if running:
                 dt += m.decode_step_seconds(len(running))
-            self.step_start, self.step_end, self.step_prefill = now, now + dt, prefill
+            self.step_end = now + dt
             if waiting:
-                # progress estimates: the queue waits for this step, then drains step by step
-                self._update_work_ahead(waiting, len(running) + len(admitted), now, prefill)
+                # progress estimates: the queue waits for this step (known length), then drains
+                # step by step at the learned rate
+                self._update_work_ahead(waiting, len(running) + len(admitted), now, dt)
             claims_done = [int(self.claim_id[r]) for r in admitted if self.claim_id[r] >= 0]
             if claims_done:
                 # the data is in GPU memory once loaded: its protected capacity is released then
@@ -303,9 +304,8 @@ class _Engine:
                 queued = float(self.prefill_tokens[waiting[:-1]].sum()) if len(waiting) > 1 else 0.0
                 budget = self.model.max_prefill_tokens
                 ahead = (queued // budget) * budget  # refined at the next step (_update_work_ahead)
-                if t < self.step_end:  # the rest of the running step comes first
-                    ahead += self.step_prefill * (self.step_end - t) / (self.step_end - self.step_start)
-                cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead)
+                delay = max(self.step_end - t, 0.0)  # the rest of the step in flight comes first
+                cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay)
                 self.claim_id[r] = cid
                 if self.ungranted == 0 or self.next_poll < t:
                     self.next_poll = t + self.cfg.poll_interval_s
@@ -320,9 +320,9 @@ class _Engine:
                 self.prefill_tokens[r] += extra
                 self.slow_hit_tokens -= extra
 
-    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float, base: int) -> None:
-        """Work ahead of each queued claim = ``base`` (the step starting now) + prefill tokens
-        of the *steps* before its own.
+    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float, step_s: float) -> None:
+        """Time until each queued claim's use = ``step_s`` (the step starting now, known) +
+        prefill tokens of the *later steps* before its own (at the ledger's learned rate).
 
         The queue drains a step at a time (up to ``max_prefill_tokens`` and the free batch
         room), so requests packed into the next step wait only for the current one even if
@@ -334,7 +334,7 @@ class _Engine:
             return
         budget = self.model.max_prefill_tokens
         room = self.model.max_batch - n_running
-        before = base  # tokens of the steps before the current packing step
+        before = 0  # tokens of the steps before the current packing step
         step_tokens = 0
         step_count = 0
         ahead = np.empty(w.shape[0], dtype=np.float64)
@@ -348,7 +348,7 @@ class _Engine:
             step_tokens += p
             step_count += 1
         has = cids >= 0
-        self.ledger.update(cids[has], ahead[has], now=now)
+        self.ledger.update(cids[has], ahead[has], now=now, delay_s=np.full(int(has.sum()), step_s))
 
     def _start_transfers(self, granted, now: float) -> None:
         for cid in np.asarray(granted, dtype=np.int64).tolist():
@@ -451,6 +451,12 @@ def _resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
     elif isinstance(workload, MooncakeTrace):
         trace = workload
     else:
+        from pathlib import Path
+
+        from kvmm.traces.mooncake import BUNDLED_TRACES
+
+        if not (isinstance(workload, str) and workload in BUNDLED_TRACES) and not Path(workload).is_file():
+            raise BadInputError(f"workload {str(workload)!r} is neither a bundled trace {sorted(BUNDLED_TRACES)} nor a file")
         trace = load_mooncake(workload)
     if trace.num_requests == 0:
         raise BadInputError("the workload has no requests; expected at least one")

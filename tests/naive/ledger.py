@@ -63,11 +63,12 @@ class NaiveLedger:
         return self.ratio[src] * (self.latency[src] + (self.queue[src] + c["nbytes"]) / self.bandwidth[src])
 
     def _use_at(self, c):
-        return c["updated_at"] + c["work_ahead"] / self.rate
+        return (c["updated_at"] + c["delay_s"]) + c["work_ahead"] / self.rate
 
     # -- API
-    def claim_many(self, requests, nbytes, *, now, work_ahead=None, source=None):
+    def claim_many(self, requests, nbytes, *, now, work_ahead=None, source=None, delay_s=None):
         k = len(requests)
+        delay_s = [0.0] * k if delay_s is None else list(delay_s)
         work_ahead = [0.0] * k if work_ahead is None else list(work_ahead)
         source = [0] * k if source is None else list(source)
         for r, nb, wa, sr in zip(requests, nbytes, work_ahead, source):
@@ -77,7 +78,7 @@ class NaiveLedger:
                 raise CapacityExceededError("claim larger than capacity")
         self._time(now)
         ids = []
-        for r, nb, wa, sr in zip(requests, nbytes, work_ahead, source):
+        for r, nb, wa, sr, dl in zip(requests, nbytes, work_ahead, source, delay_s):
             if self.free:
                 slot = self.free.pop()
             else:
@@ -85,22 +86,25 @@ class NaiveLedger:
                 self.next_slot += 1
                 self.generation[slot] = 0
             self.claims[slot] = dict(state=CLAIMED, request=int(r), nbytes=int(nb), source=int(sr),
-                                     work_ahead=float(wa), updated_at=now, deadline=math.inf, seq=self.seq,
+                                     work_ahead=float(wa), delay_s=float(dl), updated_at=now, deadline=math.inf, seq=self.seq,
                                      claimed_at=now, committed_at=None, predicted=None, ready_at=None, needed_at=None)
             self.seq += 1
             ids.append((self.generation[slot] << 32) | slot)
         return ids
 
-    def claim(self, request, keys=None, nbytes=0, *, now, work_ahead=0.0, source=0):
-        return self.claim_many([request], [nbytes], now=now, work_ahead=[work_ahead], source=[source])[0]
+    def claim(self, request, keys=None, nbytes=0, *, now, work_ahead=0.0, source=0, delay_s=0.0):
+        return self.claim_many([request], [nbytes], now=now, work_ahead=[work_ahead], source=[source], delay_s=[delay_s])[0]
 
-    def update(self, claim_ids, work_ahead, *, now):
+    def update(self, claim_ids, work_ahead, *, now, delay_s=None):
         slots = [self._slot(c) for c in claim_ids]
+        delay_s = [0.0] * len(slots) if delay_s is None else [float(d) for d in delay_s]
         self._time(now)
-        shifts = [self._use_at(self.claims[s]) - (now + float(wa) / self.rate) for s, wa in zip(slots, work_ahead)]
+        shifts = [self._use_at(self.claims[s]) - ((now + dl) + float(wa) / self.rate)
+                  for s, wa, dl in zip(slots, work_ahead, delay_s)]
         if shifts and max(shifts) > 0.0:
             self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * max(shifts)
-        for s, wa in zip(slots, work_ahead):
+        for s, wa, dl in zip(slots, work_ahead, delay_s):
+            self.claims[s]["delay_s"] = dl
             self.claims[s]["work_ahead"] = float(wa)
             self.claims[s]["updated_at"] = now
 
