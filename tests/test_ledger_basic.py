@@ -188,3 +188,12 @@ def test_ten_thousand_open_claims_poll_matches_reference():
         assert led.poll(t).tolist() == ref.poll(t)
         assert led.protected_bytes == ref.protected_bytes
     led.check()
+
+
+def test_known_delay_adds_to_time_until_use():
+    led = make(1000)
+    c = led.claim(0, None, 100, now=0.0, work_ahead=100.0, delay_s=0.5)  # rest of a step + 1 s of work
+    assert led.predicted_use_time([c]).tolist() == [1.5]
+    led.update([c], [0.0], now=0.2, delay_s=[0.3])
+    assert led.predicted_use_time([c]).tolist() == [0.5]
+    assert led.use_slack == pytest.approx(0.2 * 1.0)  # moved 1.0 s earlier, EWMA weight 0.2
