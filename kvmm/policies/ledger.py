@@ -198,7 +198,7 @@ class CommitmentLedger:
 
         Runtime complexity: O(slots).
         """
-        t = self.clock if now is None else self._check_now(now, advance=False)
+        t = self.clock if now is None else self._check_now(now)
         s = self.n_slots
         holding = np.isin(self.state[:s], _HOLDING)
         live = float(np.sum(self.nbytes[:s][holding] * (t - self.committed_at[:s][holding])))
@@ -602,7 +602,7 @@ class CommitmentLedger:
             raise BadInputError(f"source must be in [0, {self.num_sources}), got {source}")
         return source
 
-    def _check_now(self, now: Any, *, advance: bool = True) -> float:
+    def _check_now(self, now: Any) -> float:
         t = as_positive_float(now, "now", allow_zero=True)
         if t < self.clock:
             raise BadInputError(f"now={t} is earlier than the ledger clock {self.clock}; time must not go backwards")
