@@ -104,6 +104,7 @@ def test_byte_seconds_cover_commit_to_release_only():
     assert out.tolist() == [0.0, 400.0]
     assert led.protected_byte_seconds() == pytest.approx(400.0)
     assert led.stats["released"] == 2 and led.open_claims == 0
+    assert led.byte_seconds_by_request() == {0: 0.0, 1: 400.0}
     led.check()
 
 

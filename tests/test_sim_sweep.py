@@ -50,6 +50,7 @@ def test_dask_local_cluster(expected):
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
             assert sweep(CONFIGS, client.get_executor()) == expected
+            assert sweep(CONFIGS[:1], client) == expected[:1]  # a Client works directly
 
 
 def test_bad_sweeps():

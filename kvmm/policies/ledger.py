@@ -164,6 +164,7 @@ class CommitmentLedger:
         self.n_slots = 0  # high-water mark: slots [0, n_slots) have been used at least once
         self.free_top = 0  # free_stack[:free_top] are released slots (reused LIFO)
         self._keys: dict[int, np.ndarray] = {}  # slot -> claimed keys (only when given)
+        self._request_byte_seconds: dict[int, float] = {}  # request -> byte-seconds of its released claims
 
     # ------------------------------------------------------------------ properties
     @property
@@ -434,6 +435,8 @@ class CommitmentLedger:
                 self.protected_bytes -= int(self.nbytes[s])
                 if st == STAGING:
                     self.queue_bytes[self.source[s]] -= self.nbytes[s]
+            req = int(self.claim_request[s])
+            self._request_byte_seconds[req] = self._request_byte_seconds.get(req, 0.0) + float(out[i])
             self.state[s] = FREE
             self.generation[s] += 1
             self.free_stack[self.free_top] = s
@@ -448,6 +451,10 @@ class CommitmentLedger:
     def state_of(self, claim_ids: Any) -> np.ndarray:
         """State codes (see :data:`STATE_NAMES`) of live claims."""
         return self.state[self._live_slots(claim_ids)].copy()
+
+    def byte_seconds_by_request(self) -> dict[int, float]:
+        """Protected byte-seconds per request, summed over its released claims (a copy)."""
+        return dict(self._request_byte_seconds)
 
     def keys_of(self, claim_id: int) -> np.ndarray | None:
         """The keys given at :meth:`claim` (``(n, 2)`` uint64), or None."""
@@ -474,7 +481,7 @@ class CommitmentLedger:
 
     # ------------------------------------------------------------------ invariants
     def check(self) -> None:
-        """Assert every invariant (expensive; used by tests)."""
+        """Assert every invariant (expensive; used by tests).  Runtime complexity: O(slots + requests)."""
         s = self.n_slots
         st = self.state[:s]
         # states are valid codes; slots past the high-water mark were never used
@@ -520,6 +527,9 @@ class CommitmentLedger:
         assert self.use_slack >= 0.0 and math.isfinite(self.use_slack), "bad use slack"
         assert np.all(self.source_ratio > 0.0) and np.all(np.isfinite(self.source_ratio)), "bad staging ratio"
         assert self.released_byte_seconds >= 0.0, "negative byte-seconds"
+        # per-request byte-seconds add up to the released total
+        assert math.isclose(sum(self._request_byte_seconds.values()), self.released_byte_seconds,
+                            rel_tol=1e-9, abs_tol=1e-6), "per-request byte-seconds do not add up"
 
     # ------------------------------------------------------------------ helpers
     def _alloc_slots(self, n: int) -> None:

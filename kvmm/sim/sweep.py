@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from kvmm.errors import BadInputError
 from kvmm.sim.simulator import SimConfig, SimResult, simulate
@@ -19,13 +19,14 @@ from kvmm.sim.simulator import SimConfig, SimResult, simulate
 __all__ = ["sweep"]
 
 
-def sweep(configs: Iterable[SimConfig], executor: Executor | None = None, *,
+def sweep(configs: Iterable[SimConfig], executor: Executor | Any = None, *,
           max_workers: int | None = None, progress: Callable[[int], None] | None = None) -> list[SimResult]:
     """Run every config; return the results in input order.
 
     ``executor=None`` uses a ``ProcessPoolExecutor`` (``max_workers`` defaults to the CPU
     count, capped by the number of configs; one config runs in this process).  Any other
-    executor is used as given and not shut down.  ``progress(1)`` is called per finished run.
+    executor is used as given and not shut down; a ``dask.distributed.Client`` may be passed
+    directly (its ``get_executor()`` is used).  ``progress(1)`` is called per finished run.
     Runtime complexity: the sum of the runs, divided among the workers.
     """
     cfgs: Sequence[SimConfig] = list(configs)
@@ -45,6 +46,8 @@ def sweep(configs: Iterable[SimConfig], executor: Executor | None = None, *,
             return out
         with ProcessPoolExecutor(max_workers=workers) as pool:
             return _collect(pool, cfgs, progress)
+    if not hasattr(executor, "submit") and hasattr(executor, "get_executor"):
+        executor = executor.get_executor()  # a dask.distributed Client
     return _collect(executor, cfgs, progress)
 
 

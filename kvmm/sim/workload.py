@@ -46,7 +46,10 @@ class Workload:
         return f"shared-prefix(r={self.prefix_ratio:g}, n={self.num_requests}, seed={self.seed})"
 
     def trace(self) -> MooncakeTrace:
-        """The workload as a :class:`MooncakeTrace` (512-token blocks, prefix-chained ids)."""
+        """The workload as a :class:`MooncakeTrace` (512-token blocks, prefix-chained ids).
+
+        Runtime complexity: O(requests + blocks).
+        """
         rng = np.random.default_rng(self.seed)
         bt = MOONCAKE_BLOCK_TOKENS
         n = self.num_requests
