@@ -36,4 +36,6 @@ QUEUED_HIT = trace([
 def toy_config(policy: str, workload=QUEUED_HIT, **kw) -> SimConfig:
     kw.setdefault("gpu_cache_bytes", 0)
     kw.setdefault("stage_efficiency", 1.0)
-    return SimConfig(workload=workload, model=TOY_MODEL, policy=policy, fast_tier=TOY_FAST, slow_tier=TOY_SLOW, **kw)
+    kw.setdefault("model", TOY_MODEL)
+    kw.setdefault("fast_tier", TOY_FAST)
+    return SimConfig(workload=workload, policy=policy, slow_tier=TOY_SLOW, **kw)

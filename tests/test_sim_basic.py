@@ -154,3 +154,29 @@ def test_workload_generator_is_seeded_and_hits_its_ratio():
             seen.add(blk)
         total += len(a.blocks_of(r))
     assert 0.65 < reused / total < 0.78
+
+
+def test_admission_stays_work_conserving_when_the_window_waits_for_held_capacity():
+    from kvmm.policies.ledger import CommitmentLedger
+    from kvmm.sim.simulator import _Engine, _resolve_trace
+    from tests.sim_helpers import TOY_FAST, TOY_MODEL
+
+    t = trace([(0, 1024, 1, [0, 1]), (0, 1024, 1, [5, 6]), (1000, 1536, 1, [0, 1, 2]), (1000, 1536, 1, [5, 6, 7])])
+    cfg = toy_config("on-demand", workload=t, model=TOY_MODEL.with_(max_batch=1),
+                     fast_tier=TOY_FAST.with_capacity(1_500_000))
+    eng = _Engine(cfg, _resolve_trace(t, None), CommitmentLedger, None)
+    for b in (0, 1, 5, 6):
+        eng.slow_cache[b] = None
+    waiting: list[int] = []
+    eng._arrive(2, waiting)
+    eng._arrive(3, waiting)
+    # r3's hit is staged and ready, holding 1,024,000 of 1,500,000 bytes; r2 (first in line)
+    # cannot be granted, and the batch window (max_batch 1) holds only r2
+    c3 = int(eng.claim_id[3])
+    eng.ledger.request([c3], now=1.0)
+    assert eng.ledger.poll(1.0, timely=False).tolist() == [c3]
+    eng.ledger.mark_ready([c3], now=1.0)
+    admitted = eng._admit(waiting, 0, 1.0)
+    assert admitted == [3] and waiting == [2]  # without the fallback nothing could ever run
+    # and a whole run of this trace finishes
+    assert simulate(cfg).requests == 4

@@ -361,6 +361,11 @@ class _Engine:
             self.ungranted -= 1
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
+        """Pick this step's prefills: FCFS within the batch room and the prefill budget.
+
+        A request whose staged data is not ready keeps its place in this step's window (its
+        KV is loading) and is skipped; ready requests behind it go ahead.
+        """
         m = self.model
         admitted: list[int] = []
         budget = m.max_prefill_tokens
@@ -369,30 +374,37 @@ class _Engine:
             return admitted
         kept: list[int] = []
         escalated = False
-        i = 0
+        scheduled = 0  # admitted + reserved
         for i, r in enumerate(waiting):
-            if room <= 0 or (admitted and self.prefill_tokens[r] > budget):
+            if room <= 0 or (scheduled and self.prefill_tokens[r] > budget):
                 kept.extend(waiting[i:])
                 break
+            budget -= int(self.prefill_tokens[r])
+            room -= 1
+            scheduled += 1
             cid = int(self.claim_id[r])
             if cid >= 0:
-                ready = bool(self.ledger.need([cid], now=now)[0])
-                if not ready:
-                    # the scheduler reserves its place this step (its KV is loading), so the
-                    # look-ahead of on-demand staging is one step's budget, not the whole queue
+                if not bool(self.ledger.need([cid], now=now)[0]):
+                    # reserved, not run: the look-ahead of on-demand staging is one step's window
                     escalated = True
                     kept.append(r)
-                    budget -= int(self.prefill_tokens[r])
-                    room -= 1
                     continue
                 self.ledger.consume([cid], now=now)
             admitted.append(r)
-            budget -= int(self.prefill_tokens[r])
-            room -= 1
         waiting[:] = kept
         if escalated:
             # needed-but-unstaged claims were escalated to deadline `now`: grant them right away
             self._start_transfers(self.policy.due(now), now)
+        if not admitted and n_running == 0 and not self.transfers:
+            # nothing runs and nothing is in flight: the window waits for capacity that ready
+            # requests further back hold.  Stay work-conserving: run the first ready one.
+            for i, r in enumerate(waiting):
+                cid = int(self.claim_id[r])
+                if cid < 0 or bool(self.ledger.need([cid], now=now)[0]):
+                    if cid >= 0:
+                        self.ledger.consume([cid], now=now)
+                    admitted.append(waiting.pop(i))
+                    break
         return admitted
 
     def _cache_blocks(self, r: int) -> None:
