@@ -338,7 +338,7 @@ class CommitmentLedger:
             self.poll_gap = (1.0 - self.rate_alpha) * self.poll_gap + self.rate_alpha * (now - self.last_poll)
         self.last_poll = now
         s = self.n_slots
-        out = np.empty(s, dtype=np.int64)
+        out = self.poll_out
         ng = _poll_kernel(
             self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline,
             self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap + self.use_slack,
@@ -346,7 +346,9 @@ class CommitmentLedger:
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
             self._capacity - self.protected_bytes, bool(timely), out,
         )
-        slots = out[:ng]
+        if ng == 0:
+            return np.zeros(0, dtype=np.int64)
+        slots = out[:ng].copy()
         if ng:
             granted = int(self.nbytes[slots].sum())
             self.protected_bytes += granted
@@ -549,10 +551,11 @@ class CommitmentLedger:
         self.ready_at = np.full(n, np.nan, dtype=np.float64)
         self.needed_at = np.full(n, np.nan, dtype=np.float64)
         self.free_stack = np.zeros(n, dtype=np.int64)
+        self.poll_out = np.zeros(n, dtype=np.int64)  # scratch: slots granted by one poll
 
     _SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "delay_s", "updated_at",
                     "deadline", "claimed_at", "committed_at", "predicted_stage_s", "ready_at", "needed_at",
-                    "free_stack")
+                    "free_stack", "poll_out")
 
     def _take_slots(self, k: int) -> np.ndarray:
         """Pop ``k`` slots: released ones first (LIFO), then never-used ones in order."""
@@ -576,7 +579,7 @@ class CommitmentLedger:
             new = np.empty(n, dtype=old.dtype)
             new[: old.shape[0]] = old
             fill = {"state": 0, "generation": 0, "claim_request": 0, "nbytes": 0, "source": 0, "seq": 0,
-                    "work_ahead": 0.0, "delay_s": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0}.get(name, np.nan)
+                    "work_ahead": 0.0, "delay_s": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0, "poll_out": 0}.get(name, np.nan)
             new[old.shape[0]:] = fill
             setattr(self, name, new)
 
@@ -613,6 +616,8 @@ class CommitmentLedger:
         return source
 
     def _check_now(self, now: Any) -> float:
+        if type(now) is float and self.clock <= now < math.inf:  # fast path (hot in simulations)
+            return now
         t = as_positive_float(now, "now", allow_zero=True)
         if t < self.clock:
             raise BadInputError(f"now={t} is earlier than the ledger clock {self.clock}; time must not go backwards")
