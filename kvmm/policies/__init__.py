@@ -1,6 +1,50 @@
-"""kvmm.policies (components land here; see DESIGN.md)."""
+"""kvmm.policies: eviction orders, stack-distance analysis and working sets, admission filters,
+the TempoKV commitment ledger and staging policies (see DESIGN.md).
 
-from kvmm.policies.eviction import (EVICTION_POLICIES, ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy,
-                                    make_eviction_policy)
+Imports are lazy, so ``import kvmm.policies`` compiles nothing; the first use of a name loads
+its module.
+"""
 
-__all__ = ["ARCPolicy", "EVICTION_POLICIES", "FIFOPolicy", "LFUPolicy", "LRUPolicy", "make_eviction_policy"]
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    # eviction orders (the EvictionPolicy Protocol)
+    "LRUPolicy": "kvmm.policies.eviction",
+    "FIFOPolicy": "kvmm.policies.eviction",
+    "LFUPolicy": "kvmm.policies.eviction",
+    "ARCPolicy": "kvmm.policies.eviction",
+    "EVICTION_POLICIES": "kvmm.policies.eviction",
+    "make_eviction_policy": "kvmm.policies.eviction",
+    # stack distances, miss-ratio curves, working sets (EfficientAgent)
+    "StackDistanceTracker": "kvmm.policies.stack_distance",
+    "DistanceHistogram": "kvmm.policies.stack_distance",
+    "ShardsTracker": "kvmm.policies.shards",
+    # admission (the AdmissionPolicy Protocol)
+    "AdmissionRequest": "kvmm.policies.admission",
+    "WriteAll": "kvmm.policies.admission",
+    "StoreThreshold": "kvmm.policies.admission",
+    "SelectiveWriteThrough": "kvmm.policies.admission",
+    "RefillFilter": "kvmm.policies.admission",
+    # TempoKV: commitment ledger and staging (the StagingPolicy Protocol)
+    "CommitmentLedger": "kvmm.policies.ledger",
+    "StagingPolicy": "kvmm.policies.staging",
+    "OnDemandStaging": "kvmm.policies.staging",
+    "ImmediateStaging": "kvmm.policies.staging",
+    "TimelyStaging": "kvmm.policies.staging",
+    "STAGING_POLICIES": "kvmm.policies.staging",
+    "make_staging_policy": "kvmm.policies.staging",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kvmm.policies' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

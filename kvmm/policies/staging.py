@@ -1,0 +1,115 @@
+"""Staging policies: *when* a claimed slow-tier hit is copied into the protected fast tier.
+
+All three speak :class:`kvmm.protocols.StagingPolicy` and drive the same
+:class:`~kvmm.policies.ledger.CommitmentLedger`, so their protected byte-time is measured with
+the same accounting:
+
+* :class:`OnDemandStaging` stages at first use (the caller's ``ledger.need``): no early
+  holding, the slow tier's latency lands on the critical path;
+* :class:`ImmediateStaging` asks for a commitment the moment the hit is claimed: the data is
+  ready early but holds protected capacity for the whole queueing time;
+* :class:`TimelyStaging` (TempoKV) lets the ledger ask when the predicted time until use falls
+  to the predicted time to make the data ready (plus the ledger's margin).
+
+The loop a caller runs (one scheduler step)::
+
+    cid = ledger.claim(request, keys, nbytes, now=t, work_ahead=tokens_ahead)
+    policy.on_claim(cid, t)
+    ...
+    for granted in policy.due(t):     # commitments granted now: start their transfers
+        start_transfer(granted)       # ... later: ledger.mark_ready([granted], now=done)
+    # at use: ledger.need(ids, now=t) -> ready mask; consume; release
+
+A new policy is a small dataclass with ``name``, ``on_claim`` and ``due``; add it to
+:data:`STAGING_POLICIES` and the contract suite (tests/test_staging_contract.py) covers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvmm.errors import BadInputError
+from kvmm.policies.ledger import CommitmentLedger
+from kvmm.protocols import StagingPolicy
+
+__all__ = ["StagingPolicy", "OnDemandStaging", "ImmediateStaging", "TimelyStaging", "STAGING_POLICIES",
+           "make_staging_policy"]
+
+
+@dataclass
+class OnDemandStaging:
+    """Stage at first use only: ``due`` grants just the requests ``ledger.need`` escalated."""
+
+    ledger: CommitmentLedger
+    name: str = "on-demand"
+
+    def __post_init__(self) -> None:
+        _check_ledger(self.ledger)
+
+    def on_claim(self, claim_id: int, now: float) -> None:
+        """Nothing to do: knowing about the hit costs nothing until it is needed."""
+
+    def due(self, now: float) -> np.ndarray:
+        """Grant pending (needed) requests EDF within capacity.  Runtime complexity: one poll."""
+        return self.ledger.poll(now, timely=False)
+
+
+@dataclass
+class ImmediateStaging:
+    """Ask for a commitment at claim time (deadline = predicted use), grant EDF within capacity."""
+
+    ledger: CommitmentLedger
+    name: str = "immediate"
+
+    def __post_init__(self) -> None:
+        _check_ledger(self.ledger)
+
+    def on_claim(self, claim_id: int, now: float) -> None:
+        """Request the commitment now.  Runtime complexity: O(1)."""
+        self.ledger.request([claim_id], now=now)
+
+    def due(self, now: float) -> np.ndarray:
+        """Grant requests EDF within capacity.  Runtime complexity: one poll."""
+        return self.ledger.poll(now, timely=False)
+
+
+@dataclass
+class TimelyStaging:
+    """TempoKV: the ledger requests a commitment when time-until-use falls to time-to-ready."""
+
+    ledger: CommitmentLedger
+    name: str = "timely"
+
+    def __post_init__(self) -> None:
+        _check_ledger(self.ledger)
+
+    def on_claim(self, claim_id: int, now: float) -> None:
+        """Nothing yet: the claim is metadata-only until the ledger's trigger fires."""
+
+    def due(self, now: float) -> np.ndarray:
+        """Trigger due claims and grant EDF within capacity.  Runtime complexity: one poll."""
+        return self.ledger.poll(now, timely=True)
+
+
+#: name -> policy class (each takes the ledger as its only required argument).
+STAGING_POLICIES: dict[str, type] = {
+    "on-demand": OnDemandStaging,
+    "immediate": ImmediateStaging,
+    "timely": TimelyStaging,
+}
+
+
+def make_staging_policy(name: str, ledger: CommitmentLedger) -> Any:
+    """Build a staging policy by name (see :data:`STAGING_POLICIES`)."""
+    if name not in STAGING_POLICIES:
+        raise BadInputError(f"unknown staging policy {name!r}; expected one of {sorted(STAGING_POLICIES)}")
+    return STAGING_POLICIES[name](ledger)
+
+
+def _check_ledger(ledger: Any) -> None:
+    for attr in ("poll", "request", "need"):
+        if not callable(getattr(ledger, attr, None)):
+            raise BadInputError(f"a staging policy needs a CommitmentLedger (with .{attr}), got {type(ledger).__name__}")

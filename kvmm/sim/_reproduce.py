@@ -1,0 +1,197 @@
+"""Report section "tempokv": timely vs immediate vs on-demand staging in the serving simulator.
+
+Two experiments, the TempoKV paper's (arXiv:2609.35065) headline claims:
+
+1. two model sizes x three prefix-cache ratios (seeded shared-prefix workload, same offered
+   load for every cell): protected fast-tier byte-time per request of timely vs immediate
+   staging (paper: 63 %-91 % less) and how much of immediate staging's TTFT gain over
+   on-demand staging timely staging keeps (paper: "most of it");
+2. protected fast-tier capacity from 100 GiB down to 25 GiB on a prefix of the bundled Mooncake
+   conversation trace (paper: output throughput and p95 TTFT nearly unchanged with timely
+   staging).
+
+The simulator's rates are assumptions (see kvmm/sim/models.py); nothing here is tuned to the
+paper's numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvmm.sim.models import MODELS
+from kvmm.sim.simulator import GiB, SimConfig, SimResult, simulate
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import preset
+
+POLICIES = ("on-demand", "immediate", "timely")
+RATIOS = (0.25, 0.5, 0.75)
+CAPACITIES_GIB = (100, 50, 25, 12, 6)  # the paper's 100 -> 25 GiB, then further down
+LOAD = 0.7  # offered prefill load, as a share of the model's prefill rate
+PAPER_REDUCTION = "63-91 %"
+
+
+def reproduce(report) -> None:
+    quick = bool(getattr(report, "quick", False))
+    n_requests = 120 if quick else 600
+    n_trace = 300 if quick else 1000
+    capacities = (100, 25) if quick else CAPACITIES_GIB
+
+    report.heading("TempoKV: timely staging of slow-tier KV hits (commitment ledger)")
+    report.text(
+        "Serving simulator (kvmm.sim): continuous batching, FCFS admission that skips requests whose KV is "
+        "still loading; prefix hits in the slow tier (NVMe preset, 14 GB/s, staged at 85 % of it) are staged "
+        "into a protected CXL fast tier (32 GB/s) before the prefill reads them.  Every hit is a "
+        "CommitmentLedger claim; on-demand staging commits when the request is scheduled, immediate at "
+        "arrival, timely when the ledger's time-until-use estimate reaches its time-to-ready estimate.  "
+        "Model rates are assumptions for one H200 (kvmm/sim/models.py).  Protected byte-time: bytes held "
+        "x seconds from commit until the data has been read into the GPU.")
+
+    part1 = [(m, r, p) for m in MODELS for r in RATIOS for p in POLICIES]
+    part2 = [(c, p) for c in capacities for p in POLICIES]
+    with report.progress(len(part1) + len(part2), "tempokv simulations") as bar:
+        res1: dict[tuple, SimResult] = {}
+        for m in MODELS:
+            for r in RATIOS:
+                wl = _workload(m, r, n_requests)
+                for p in POLICIES:
+                    res1[(m, r, p)] = simulate(SimConfig(workload=wl, model=m, policy=p, label=f"{m}/{r}/{p}"))
+                    bar.update(1)
+        res2: dict[tuple, SimResult] = {}
+        for c in capacities:
+            for p in POLICIES:
+                res2[(c, p)] = simulate(SimConfig(workload="conversation", max_requests=n_trace, time_scale=2.0,
+                                                  model="llama3-8b", policy=p, fast_tier=preset("cxl", c * GiB)))
+                bar.update(1)
+
+    _report_part1(report, res1, n_requests)
+    _report_part2(report, res2, capacities, n_trace)
+
+
+# ---------------------------------------------------------------------- experiment 1
+def _workload(model: str, ratio: float, n: int) -> Workload:
+    """Seeded shared-prefix workload whose arrival rate offers LOAD x the model's prefill rate.
+
+    The tokens to compute per request are measured on the trace itself (first sight of each
+    block), so every prefix ratio gets the same offered load.
+    """
+    probe = Workload(num_requests=n, arrival_rate=1.0, prefix_ratio=ratio, seed=0).trace()
+    seen: set[int] = set()
+    new_tokens = 0
+    for r in range(probe.num_requests):
+        blocks = probe.blocks_of(r).tolist()
+        fresh = sum(1 for b in blocks if b not in seen)
+        seen.update(blocks)
+        new_tokens += min(fresh * 512, int(probe.input_length[r]))
+    rate = LOAD * MODELS[model].prefill_tokens_per_s / (new_tokens / n)
+    return Workload(num_requests=n, arrival_rate=rate, prefix_ratio=ratio, seed=0)
+
+
+def _report_part1(report, res, n) -> None:
+    rows = []
+    reductions, kept = [], []
+    for m in MODELS:
+        for r in RATIOS:
+            od, im, tm = (res[(m, r, p)] for p in POLICIES)
+            red = 1.0 - tm.protected_byte_seconds / im.protected_byte_seconds if im.protected_byte_seconds else float("nan")
+            keep = _kept(od.ttft_mean, im.ttft_mean, tm.ttft_mean)
+            keep95 = _kept(od.ttft_p95, im.ttft_p95, tm.ttft_p95)
+            reductions.append(red)
+            kept.append(keep)
+            rows.append((m, r, round(tm.slow_hit_token_share, 3),
+                         round(im.protected_byte_seconds_per_request / GiB, 4),
+                         round(tm.protected_byte_seconds_per_request / GiB, 4),
+                         _pct(red), PAPER_REDUCTION,
+                         f"{od.ttft_mean:.3f} / {im.ttft_mean:.3f} / {tm.ttft_mean:.3f}", _pct(keep),
+                         f"{od.ttft_p95:.3f} / {im.ttft_p95:.3f} / {tm.ttft_p95:.3f}", _pct(keep95),
+                         f"{im.ready_in_time}/{im.claims} / {tm.ready_in_time}/{tm.claims}"))
+    report.table(
+        f"Protected byte-time per request, timely vs immediate staging ({n} requests per cell, offered load {LOAD:.0%})",
+        ["model", "prefix ratio", "slow-hit share", "immediate GiB*s/req", "timely GiB*s/req", "reduction (ours)",
+         "reduction (paper)", "TTFT mean s: on-demand / immediate / timely", "gain kept (mean)",
+         "TTFT p95 s: on-demand / immediate / timely", "gain kept (p95)", "ready in time: immediate / timely"],
+        rows,
+        note=("gain kept = (on-demand - timely) / (on-demand - immediate) TTFT: 100 % keeps all of immediate "
+              "staging's benefit (values over 100 % or below 0 % occur when the differences are tiny).  "
+              "Paper: 63-91 % less byte-time 'while keeping most of the benefit' (vLLM + LMCache on an "
+              "SSD-backed CXL device).  A request that arrives to an idle engine is used at once, so even "
+              "immediate staging is late for it; timely staging is late more often (it commits at the last "
+              "moment its estimates allow)."),
+    )
+    finite = [x for x in reductions if x == x]
+    report.text(f"Timely staging held {min(finite):.0%}-{max(finite):.0%} less protected byte-time than immediate "
+                f"staging across the six cells (paper: {PAPER_REDUCTION}); it kept a median "
+                f"{np.nanmedian(kept):.0%} of immediate staging's mean-TTFT gain over on-demand staging.")
+
+    def draw(ax):
+        labels = [f"{m.split('-')[-1]}\nr={r}" for m in MODELS for r in RATIOS]
+        x = np.arange(len(labels))
+        ax.bar(x, [100 * v for v in reductions], color="tab:blue", label="kvmm simulation")
+        ax.axhspan(63, 91, color="tab:orange", alpha=0.25, label="paper: 63-91 %")
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels)
+        ax.set_ylabel("byte-time reduction vs immediate (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title("TempoKV: protected byte-time saved by timely staging")
+        ax.legend(loc="lower right")
+
+    report.figure("tempokv_byte_time", draw)
+
+
+def _kept(on_demand: float, immediate: float, timely: float) -> float:
+    gain = on_demand - immediate
+    return (on_demand - timely) / gain if gain > 0 else float("nan")
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x != x else f"{100 * x:.0f} %"
+
+
+# ---------------------------------------------------------------------- experiment 2
+def _report_part2(report, res, capacities, n) -> None:
+    rows = []
+    for c in capacities:
+        for p in POLICIES:
+            r = res[(c, p)]
+            rows.append((c, p, round(r.output_tokens_per_s, 1), round(r.ttft_p50, 3), round(r.ttft_p95, 3),
+                         round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 1),
+                         f"{r.ready_in_time}/{r.claims}"))
+    report.table(
+        f"Protected fast-tier capacity sweep (conversation trace, first {n} requests, llama3-8b, arrivals x2 apart)",
+        ["fast tier GiB", "policy", "output tok/s", "TTFT p50 s", "TTFT p95 s", "GiB*s/req", "peak protected GiB",
+         "ready in time"],
+        rows,
+        note="Paper: cutting the fast tier from 100 GiB to 25 GiB leaves output throughput and p95 TTFT nearly "
+             "unchanged with timely staging.  Here the ledger grants earliest-deadline-first, so immediate "
+             "staging also stages the requests that come next first and tolerates the cut; what differs is the "
+             "byte-time held.  Below the largest single hit (peak column), a claim larger than the fast tier "
+             "is staged in part and the rest recomputed, which is where TTFT starts to grow for every policy.",
+    )
+    hi, lo = 100, 25  # the paper's cut
+    t_hi, t_lo = res[(hi, "timely")], res[(lo, "timely")]
+    im_hi = res[(hi, "immediate")]
+    if im_hi.protected_byte_seconds:
+        report.text(f"On this trace (longer queues than experiment 1) timely staging held "
+                    f"{1 - t_hi.protected_byte_seconds / im_hi.protected_byte_seconds:.0%} less protected byte-time than "
+                    f"immediate staging at {hi} GiB: the saving grows with the time requests wait in the queue.")
+    report.text(f"Timely staging, {hi} GiB -> {lo} GiB: output throughput {t_hi.output_tokens_per_s:.1f} -> "
+                f"{t_lo.output_tokens_per_s:.1f} tok/s ({_change(t_hi.output_tokens_per_s, t_lo.output_tokens_per_s)}), "
+                f"p95 TTFT {t_hi.ttft_p95:.3f} -> {t_lo.ttft_p95:.3f} s ({_change(t_hi.ttft_p95, t_lo.ttft_p95)}).")
+
+    def draw(ax):
+        for p, style in zip(POLICIES, ("s--", "o-", "^-")):
+            ax.plot(capacities, [res[(c, p)].ttft_p95 for c in capacities], style, label=f"{p}: p95 TTFT")
+        ax.set_xlabel("protected fast-tier capacity (GiB)")
+        ax.set_ylabel("p95 TTFT (s)")
+        ax.invert_xaxis()
+        ax2 = ax.twinx()
+        ax2.plot(capacities, [res[(c, "timely")].output_tokens_per_s for c in capacities], "k:", label="timely: output tok/s")
+        ax2.set_ylabel("output tokens/s")
+        ax.set_title("TempoKV: fast-tier capacity sweep")
+        ax.legend(loc="upper left", fontsize=8)
+        ax2.legend(loc="lower right", fontsize=8)
+
+    report.figure("tempokv_capacity", draw)
+
+
+def _change(a: float, b: float) -> str:
+    return "n/a" if a == 0 else f"{100 * (b - a) / a:+.1f} %"

@@ -1,0 +1,482 @@
+"""An event-driven serving simulator: trace in, throughput / TTFT / protected byte-time out.
+
+What it models (one serving instance, continuous batching, FCFS admission):
+
+* **Requests** arrive at their trace timestamps (optionally stretched by ``time_scale``) and
+  wait in a FCFS queue.  A scheduler step admits queued requests while the batch has room
+  (``max_batch``) and the step's prefill budget (``max_prefill_tokens``) lasts; a request whose
+  staged data is not ready is *skipped* (it waits for its KV, others go ahead, as vLLM does for
+  asynchronously loaded KV).  A step takes prefill time + the time to read staged KV from the
+  fast tier into the GPU + one decode step of the running batch.  A request's first token
+  comes at the end of its prefill step (TTFT); it then decodes ``output_length - 1`` tokens.
+* **Tiers**: the prompt's 512-token blocks are looked up at arrival.  The longest prefix found
+  in the GPU prefix cache or the slow tier is a hit; the part only in the slow tier (SSD /
+  CXL-attached flash) must be **staged** into the protected fast tier before the prefill can
+  read it.  Both caches are LRU over blocks with capacities from their :class:`TierSpec`; a
+  request's blocks enter both after its prefill (write-through, off the critical path).
+* **Staging**: every slow-tier hit becomes a :class:`CommitmentLedger` claim; the chosen
+  :class:`StagingPolicy` (on-demand, immediate, timely) decides when it asks for capacity.
+  Granted transfers share the slow tier's read channel FIFO at ``stage_efficiency`` x its
+  nominal bandwidth (the ledger only knows the nominal figure and learns the difference).
+  Protected capacity is held from commit until the step that uses it has read the data into
+  the GPU (the step starts with that read).
+* The ledger learns the progress rate from prefill tokens per second of prefill steps.  A
+  queued request's time until use is the rest of the step in flight (known exactly) plus the
+  prefill tokens of the later steps that come before its own (converted at the learned rate).
+
+Everything is deterministic: same config -> same result, whichever process runs it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from kvmm._validate import as_count, as_positive_float
+from kvmm.errors import BadInputError
+from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging import STAGING_POLICIES, make_staging_policy
+from kvmm.sim.models import ModelSpec, model as resolve_model
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import TierSpec, preset
+from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace, load_mooncake
+
+__all__ = ["SimConfig", "SimResult", "simulate", "GiB"]
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation: workload, model, tiers, staging policy.  Picklable (for sweeps).
+
+    ``workload`` is a bundled trace name (``"conversation"``, ``"synthetic"``), a path to a
+    Mooncake JSONL file, a :class:`Workload` (seeded generator) or a :class:`MooncakeTrace`.
+    """
+
+    workload: Any = "conversation"
+    max_requests: int | None = None  # replay only the first N requests
+    time_scale: float = 1.0  # multiply inter-arrival times (> 1 lightens the load)
+    model: Any = "llama3-8b"  # name in MODELS or a ModelSpec
+    policy: str = "timely"  # on-demand | immediate | timely
+    fast_tier: TierSpec = field(default_factory=lambda: preset("cxl", 100 * GiB))  # protected staging tier
+    slow_tier: TierSpec = field(default_factory=lambda: preset("nvme"))  # where reusable KV lives
+    gpu_cache_bytes: int = 8 * GiB  # GPU prefix cache (beyond running requests' KV)
+    stage_efficiency: float = 0.85  # achieved / nominal slow-tier bandwidth when staging
+    margin_s: float = 0.01  # ledger trigger slack
+    poll_interval_s: float = 0.005  # the staging controller's clock (it also polls every step)
+    initial_rate: float | None = None  # ledger's first progress-rate guess (default: model prefill rate)
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_requests is not None:
+            as_count(self.max_requests, "max_requests", minimum=1)
+        as_positive_float(self.time_scale, "time_scale")
+        if self.policy not in STAGING_POLICIES:
+            raise BadInputError(f"unknown staging policy {self.policy!r}; expected one of {sorted(STAGING_POLICIES)}")
+        resolve_model(self.model)
+        for name in ("fast_tier", "slow_tier"):
+            if not isinstance(getattr(self, name), TierSpec):
+                raise BadInputError(f"{name} must be a TierSpec (kvmm.tiers.preset(...)), got {type(getattr(self, name)).__name__}")
+        as_count(self.gpu_cache_bytes, "gpu_cache_bytes")
+        as_positive_float(self.stage_efficiency, "stage_efficiency")
+        as_positive_float(self.margin_s, "margin_s", allow_zero=True)
+        as_positive_float(self.poll_interval_s, "poll_interval_s")
+        if self.initial_rate is not None:
+            as_positive_float(self.initial_rate, "initial_rate")
+        if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
+            raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Metrics of one run (times in seconds, sizes in bytes)."""
+
+    label: str
+    policy: str
+    model: str
+    requests: int
+    duration_s: float
+    output_tokens_per_s: float
+    ttft_p50: float
+    ttft_p95: float
+    ttft_p99: float
+    ttft_mean: float
+    protected_byte_seconds: float
+    protected_byte_seconds_per_request: float
+    peak_protected_bytes: int
+    fast_tier_bytes: int
+    claims: int
+    ready_in_time: int
+    ready_late: int
+    slow_hit_token_share: float  # share of prompt tokens staged from the slow tier
+    gpu_hit_token_share: float
+    steps: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None,
+             ledger_factory: Callable[..., Any] | None = None) -> SimResult:
+    """Run one simulation; ``progress(n)`` is called with the number of newly finished requests.
+
+    ``ledger_factory(capacity_bytes, sources, **kw)`` replaces :class:`CommitmentLedger`
+    (e.g. the plain-Python reference, for benchmarks).
+    Runtime complexity: O(steps x (queue + open claims) + blocks).
+    """
+    if not isinstance(config, SimConfig):
+        raise BadInputError(f"simulate expects a SimConfig, got {type(config).__name__}")
+    trace = _resolve_trace(config.workload, config.max_requests)
+    return _Engine(config, trace, ledger_factory or CommitmentLedger, progress).run()
+
+
+class _Engine:
+    """The event loop.  Per-request state is structure-of-arrays indexed by request."""
+
+    def __init__(self, cfg: SimConfig, trace: MooncakeTrace, ledger_factory, progress) -> None:
+        self.cfg = cfg
+        self.model: ModelSpec = resolve_model(cfg.model)
+        self.progress = progress
+        n = trace.num_requests
+        self.n = n
+        self.trace = trace
+        self.arrival = trace.timestamp_ms.astype(np.float64) / 1000.0 * cfg.time_scale
+        self.arrival -= self.arrival[0] if n else 0.0
+        self.input_len = np.maximum(trace.input_length, 1)
+        self.output_len = np.maximum(trace.output_length, 1)
+        self.prefill_tokens = np.zeros(n, dtype=np.int64)
+        self.staged_bytes = np.zeros(n, dtype=np.int64)
+        self.claim_id = np.full(n, -1, dtype=np.int64)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.remaining = np.zeros(n, dtype=np.int64)
+        self.gpu_hit_tokens = 0
+        self.slow_hit_tokens = 0
+
+        kvb = self.model.kv_bytes_per_token
+        self.block_bytes = MOONCAKE_BLOCK_TOKENS * kvb
+        self.gpu_cache: OrderedDict = OrderedDict()
+        self.gpu_cache_blocks = cfg.gpu_cache_bytes // self.block_bytes
+        self.slow_cache: OrderedDict = OrderedDict()
+        self.slow_cache_blocks = cfg.slow_tier.capacity_bytes // self.block_bytes
+
+        self.ledger = ledger_factory(
+            cfg.fast_tier.capacity_bytes, [cfg.slow_tier], margin_s=cfg.margin_s,
+            initial_rate=cfg.initial_rate or self.model.prefill_tokens_per_s)
+        self.policy = make_staging_policy(cfg.policy, self.ledger)
+        self.grant_on_claim = cfg.policy == "immediate"
+        self.stage_bw = min(cfg.slow_tier.read_bandwidth * cfg.stage_efficiency, cfg.fast_tier.write_bandwidth)
+        self.channel_free_at = 0.0
+        self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
+        self.transfer_seq = 0
+        self.step_end = 0.0  # end of the engine step in flight (a known delay for queued claims)
+        self.ungranted = 0  # claims not yet committed: the controller's timer runs while any exist
+        self.next_poll = 0.0
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> SimResult:
+        cfg, m, ledger = self.cfg, self.model, self.ledger
+        waiting: list[int] = []  # FCFS queue of request indices
+        running: list[int] = []  # requests past prefill, decoding
+        next_arrival = 0
+        now = 0.0
+        steps = 0
+        done = 0
+        while done < self.n:
+            # 1. events up to now, in time order, each at its own time
+            next_arrival = self._events_until(now, next_arrival, waiting)
+            # 2. scheduler step at `now`: due commitments, admission
+            self._start_transfers(self.policy.due(now), now)
+            admitted = self._admit(waiting, len(running), now)
+            if not admitted and not running:
+                nxt = self._next_event_time(next_arrival)
+                if nxt is None:
+                    raise RuntimeError("simulator stalled: requests wait but no event is pending")  # pragma: no cover
+                now = max(now, nxt)
+                continue
+            # 3. one engine step
+            prefill = int(self.prefill_tokens[admitted].sum()) if admitted else 0
+            load_bytes = int(self.staged_bytes[admitted].sum()) if admitted else 0
+            # the step first reads the staged KV from the fast tier into the GPU, then computes
+            load_s = load_bytes / cfg.fast_tier.read_bandwidth + (cfg.fast_tier.latency_s if load_bytes else 0.0)
+            dt = load_s + prefill / m.prefill_tokens_per_s
+            if running:
+                dt += m.decode_step_seconds(len(running))
+            self.step_end = now + dt
+            if waiting:
+                # progress estimates: the queue waits for this step (known length), then drains
+                # step by step at the learned rate
+                self._update_work_ahead(waiting, len(running) + len(admitted), now, dt)
+            claims_done = [int(self.claim_id[r]) for r in admitted if self.claim_id[r] >= 0]
+            if claims_done:
+                # the data is in GPU memory once loaded: its protected capacity is released then
+                next_arrival = self._events_until(now + load_s, next_arrival, waiting)
+                ledger.release(claims_done, now=now + load_s)
+            # events during the step (staging completions, arrivals, polls) happen at their own times
+            next_arrival = self._events_until(now + dt, next_arrival, waiting)
+            now += dt
+            steps += 1
+            if prefill:
+                ledger.observe_progress(prefill, dt)
+            finished_now = 0
+            # decode: every running request gains a token
+            still = []
+            for r in running:
+                self.remaining[r] -= 1
+                if self.remaining[r] <= 0:
+                    self.finish[r] = now
+                    finished_now += 1
+                else:
+                    still.append(r)
+            running = still
+            # prefill done: first token, blocks cached
+            for r in admitted:
+                self.first_token[r] = now
+                self.remaining[r] = self.output_len[r] - 1
+                self._cache_blocks(r)
+                if self.remaining[r] <= 0:
+                    self.finish[r] = now
+                    finished_now += 1
+                else:
+                    running.append(r)
+            done += finished_now
+            if self.progress is not None and finished_now:
+                self.progress(finished_now)
+        return self._result(now, steps)
+
+    # ------------------------------------------------------------------ pieces
+    def _events_until(self, t: float, next_arrival: int, waiting: list[int]) -> int:
+        """Process staging completions, arrivals and controller polls with time <= t, in time order."""
+        transfers = self.transfers
+        while True:
+            ta = self.arrival[next_arrival] if next_arrival < self.n else np.inf
+            tt = transfers[0][0] if transfers else np.inf
+            tp = self.next_poll if self.ungranted > 0 else np.inf
+            if min(ta, tt, tp) > t:
+                return next_arrival
+            if tt <= ta and tt <= tp:
+                done_at, _, cid = heapq.heappop(transfers)
+                self.ledger.mark_ready([cid], now=done_at)
+            elif ta <= tp:
+                self._arrive(next_arrival, waiting)
+                next_arrival += 1
+            else:
+                self._start_transfers(self.policy.due(tp), tp)
+                self.next_poll = tp + self.cfg.poll_interval_s
+
+    def _next_event_time(self, next_arrival: int) -> float | None:
+        ta = self.arrival[next_arrival] if next_arrival < self.n else np.inf
+        tt = self.transfers[0][0] if self.transfers else np.inf
+        t = min(ta, tt)
+        return None if t == np.inf else float(t)
+
+    def _arrive(self, r: int, waiting: list[int]) -> None:
+        t = float(self.arrival[r])
+        blocks = self.trace.blocks_of(r)
+        bt = MOONCAKE_BLOCK_TOKENS
+        gpu_hit = 0  # blocks of the hit prefix found in the GPU cache
+        slow_hit = 0  # blocks of the hit prefix found only in the slow tier
+        for b in blocks.tolist():
+            if b in self.gpu_cache:
+                gpu_hit += 1
+            elif b in self.slow_cache:
+                slow_hit += 1
+            else:
+                break
+        hit_blocks = gpu_hit + slow_hit
+        inp = int(self.input_len[r])
+        hit_tokens = min(hit_blocks * bt, inp - 1)  # the last prompt token is always computed
+        slow_tokens = hit_tokens - min(gpu_hit * bt, hit_tokens)
+        self.gpu_hit_tokens += hit_tokens - slow_tokens
+        self.slow_hit_tokens += slow_tokens
+        self.prefill_tokens[r] = inp - hit_tokens
+        waiting.append(r)
+        if slow_tokens > 0:
+            nbytes = slow_tokens * self.model.kv_bytes_per_token
+            nbytes = min(nbytes, self.ledger.capacity_bytes)  # a hit larger than the tier is staged in part
+            if nbytes > 0:
+                self.staged_bytes[r] = nbytes
+                queued = float(self.prefill_tokens[waiting[:-1]].sum()) if len(waiting) > 1 else 0.0
+                budget = self.model.max_prefill_tokens
+                ahead = (queued // budget) * budget  # refined at the next step (_update_work_ahead)
+                delay = max(self.step_end - t, 0.0)  # the rest of the step in flight comes first
+                cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay)
+                self.claim_id[r] = cid
+                if self.ungranted == 0 or self.next_poll < t:
+                    self.next_poll = t + self.cfg.poll_interval_s
+                self.ungranted += 1
+                self.policy.on_claim(cid, t)
+                if self.grant_on_claim:
+                    # immediate staging starts the copy when the hit is found, not at the next step
+                    self._start_transfers(self.policy.due(t), t)
+            if nbytes < slow_tokens * self.model.kv_bytes_per_token:
+                # the part that does not fit is recomputed
+                extra = slow_tokens - nbytes // self.model.kv_bytes_per_token
+                self.prefill_tokens[r] += extra
+                self.slow_hit_tokens -= extra
+
+    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float, step_s: float) -> None:
+        """Time until each queued claim's use = ``step_s`` (the step starting now, known) +
+        prefill tokens of the *later steps* before its own (at the ledger's learned rate).
+
+        The queue drains a step at a time (up to ``max_prefill_tokens`` and the free batch
+        room), so requests packed into the next step wait only for the current one even if
+        other requests precede them in the queue.
+        """
+        w = np.asarray(waiting, dtype=np.int64)
+        cids = self.claim_id[w]
+        if not (cids >= 0).any():
+            return
+        budget = self.model.max_prefill_tokens
+        room = self.model.max_batch - n_running
+        before = 0  # tokens of the steps before the current packing step
+        step_tokens = 0
+        step_count = 0
+        ahead = np.empty(w.shape[0], dtype=np.float64)
+        for i, p in enumerate(self.prefill_tokens[w].tolist()):
+            if step_count and (step_tokens + p > budget or step_count >= room):
+                before += step_tokens
+                step_tokens = 0
+                step_count = 0
+                room = self.model.max_batch
+            ahead[i] = before
+            step_tokens += p
+            step_count += 1
+        has = cids >= 0
+        self.ledger.update(cids[has], ahead[has], now=now, delay_s=np.full(int(has.sum()), step_s))
+
+    def _start_transfers(self, granted, now: float) -> None:
+        for cid in np.asarray(granted, dtype=np.int64).tolist():
+            r = int(_claim_request(self.ledger, cid))
+            start = max(now, self.channel_free_at)
+            done_at = start + self.cfg.slow_tier.latency_s + self.staged_bytes[r] / self.stage_bw
+            self.channel_free_at = done_at
+            heapq.heappush(self.transfers, (done_at, self.transfer_seq, cid))
+            self.transfer_seq += 1
+            self.ungranted -= 1
+
+    def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
+        """Pick this step's prefills: FCFS within the batch room and the prefill budget.
+
+        A request whose staged data is not ready keeps its place in this step's window (its
+        KV is loading) and is skipped; ready requests behind it go ahead.
+        """
+        m = self.model
+        admitted: list[int] = []
+        budget = m.max_prefill_tokens
+        room = m.max_batch - n_running
+        if room <= 0 or not waiting:
+            return admitted
+        kept: list[int] = []
+        escalated = False
+        scheduled = 0  # admitted + reserved
+        for i, r in enumerate(waiting):
+            if room <= 0 or (scheduled and self.prefill_tokens[r] > budget):
+                kept.extend(waiting[i:])
+                break
+            budget -= int(self.prefill_tokens[r])
+            room -= 1
+            scheduled += 1
+            cid = int(self.claim_id[r])
+            if cid >= 0:
+                if not bool(self.ledger.need([cid], now=now)[0]):
+                    # reserved, not run: the look-ahead of on-demand staging is one step's window
+                    escalated = True
+                    kept.append(r)
+                    continue
+                self.ledger.consume([cid], now=now)
+            admitted.append(r)
+        waiting[:] = kept
+        if escalated:
+            # needed-but-unstaged claims were escalated to deadline `now`: grant them right away
+            self._start_transfers(self.policy.due(now), now)
+        if not admitted and n_running == 0 and not self.transfers:
+            # nothing runs and nothing is in flight: the window waits for capacity that ready
+            # requests further back hold.  Stay work-conserving: run the first ready one.
+            for i, r in enumerate(waiting):
+                cid = int(self.claim_id[r])
+                if cid < 0 or bool(self.ledger.need([cid], now=now)[0]):
+                    if cid >= 0:
+                        self.ledger.consume([cid], now=now)
+                    admitted.append(waiting.pop(i))
+                    break
+        return admitted
+
+    def _cache_blocks(self, r: int) -> None:
+        for cache, cap in ((self.gpu_cache, self.gpu_cache_blocks), (self.slow_cache, self.slow_cache_blocks)):
+            if cap <= 0:
+                continue
+            for b in self.trace.blocks_of(r).tolist():
+                if b in cache:
+                    cache.move_to_end(b)
+                else:
+                    cache[b] = None
+                    if len(cache) > cap:
+                        cache.popitem(last=False)
+
+    def _result(self, end: float, steps: int) -> SimResult:
+        ttft = self.first_token - self.arrival
+        led = self.ledger
+        bs = float(led.released_byte_seconds)
+        stats = led.stats if hasattr(led, "stats") else {}
+        prompt = float(self.input_len.sum())
+        span = end - float(self.arrival[0]) if self.n else 0.0
+        return SimResult(
+            label=self.cfg.label or f"{self.model.name}/{self.cfg.policy}",
+            policy=self.cfg.policy,
+            model=self.model.name,
+            requests=self.n,
+            duration_s=span,
+            output_tokens_per_s=float(self.output_len.sum()) / span if span > 0 else 0.0,
+            ttft_p50=float(np.percentile(ttft, 50)),
+            ttft_p95=float(np.percentile(ttft, 95)),
+            ttft_p99=float(np.percentile(ttft, 99)),
+            ttft_mean=float(ttft.mean()),
+            protected_byte_seconds=bs,
+            protected_byte_seconds_per_request=bs / self.n,
+            peak_protected_bytes=int(led.peak_protected_bytes),
+            fast_tier_bytes=int(self.cfg.fast_tier.capacity_bytes),
+            claims=int(stats.get("claims", np.count_nonzero(self.claim_id >= 0))),
+            ready_in_time=int(stats.get("ready_in_time", getattr(led, "in_time", 0))),
+            ready_late=int(stats.get("ready_late", getattr(led, "late", 0))),
+            slow_hit_token_share=self.slow_hit_tokens / prompt,
+            gpu_hit_token_share=self.gpu_hit_tokens / prompt,
+            steps=steps,
+        )
+
+
+def _claim_request(ledger: Any, cid: int) -> int:
+    """The request a claim belongs to (works for the ledger and its plain-Python reference)."""
+    if hasattr(ledger, "claims"):  # plain-Python reference: dict of claims
+        return ledger.claims[cid & 0xFFFFFFFF]["request"]
+    return int(ledger.claim_request[cid & 0xFFFFFFFF])
+
+
+def _resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
+    if isinstance(workload, Workload):
+        trace = workload.trace()
+    elif isinstance(workload, MooncakeTrace):
+        trace = workload
+    else:
+        from pathlib import Path
+
+        from kvmm.traces.mooncake import BUNDLED_TRACES
+
+        if not (isinstance(workload, str) and workload in BUNDLED_TRACES) and not Path(workload).is_file():
+            raise BadInputError(f"workload {str(workload)!r} is neither a bundled trace {sorted(BUNDLED_TRACES)} nor a file")
+        trace = load_mooncake(workload)
+    if trace.num_requests == 0:
+        raise BadInputError("the workload has no requests; expected at least one")
+    if max_requests is not None and max_requests < trace.num_requests:
+        k = max_requests
+        end = int(trace.block_offsets[k])
+        trace = MooncakeTrace(
+            name=f"{trace.name}[:{k}]", timestamp_ms=trace.timestamp_ms[:k], input_length=trace.input_length[:k],
+            output_length=trace.output_length[:k], block_offsets=trace.block_offsets[: k + 1],
+            block_ids=trace.block_ids[:end], bad_lines=trace.bad_lines)
+    return trace
