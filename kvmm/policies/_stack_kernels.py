@@ -369,6 +369,14 @@ def get_or_insert_ids(keys, slots, id_keys, state, out):
 
 
 @njit(cache=True, nogil=True)
+def add_counts(ids, increments, counts, out):
+    """``counts[ids[i]] += increments[i]`` in order; ``out[i]`` = the count just after."""
+    for i in range(ids.shape[0]):
+        counts[ids[i]] += increments[i]
+        out[i] = counts[ids[i]]
+
+
+@njit(cache=True, nogil=True)
 def hash_keys(keys, out):
     """The 64-bit sampling hash of every key (for tests and the plain-Python references)."""
     for i in range(keys.shape[0]):
