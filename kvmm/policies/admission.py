@@ -13,8 +13,8 @@ state lives in arrays (keys counted by an open-addressing hash table inside numb
 * :class:`RefillFilter` - EfficientAgent: when the tier is smaller than the reuse working set
   (estimated online by a :class:`~kvmm.policies.StackDistanceTracker` over the requests seen),
   skip requests that would refill more than ``max_refill_blocks`` blocks of evicted context and
-  keep writing small extensions of prefixes still cached; when the tier holds the working set,
-  write everything.
+  keep writing extensions of prefixes still cached; when the tier holds the working set, write
+  everything.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kvmm._validate import as_count, as_fraction
-from kvmm.errors import DTypeError, ShapeError
+from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words
 
@@ -100,12 +100,21 @@ class RefillFilter:
 
     Every request's keys feed a :class:`StackDistanceTracker`; every ``update_every`` requests
     the reuse working set is re-estimated as ``tracker.working_set(fraction)``.  While the tier
-    is smaller than that estimate (or always, with ``adaptive=False``), a request whose uncached
-    blocks include more than ``max_refill_blocks`` blocks *seen before* (a refill of evicted
-    context) writes nothing: in a tier that cannot hold the working set those blocks would push
-    out prefixes that are still cached and be evicted before anyone reads them.  Requests that
-    extend a cached prefix by few blocks, and first references, are written.  When the tier is
-    at least the estimate, every uncached block is written (like :class:`WriteAll`).
+    is smaller than that estimate (or always, with ``adaptive=False``), a request that would
+    refill more than ``max_refill_blocks`` blocks writes nothing; requests that extend a prefix
+    still cached (few blocks to write) are written.  In a tier that cannot hold the working set a
+    refilled context pushes out prefixes that are still cached and is itself evicted before
+    anyone reads it.  When the tier is at least the estimate, every uncached block is written
+    (like :class:`WriteAll`).
+
+    What counts as refill (``refill``):
+
+    * ``"evicted"`` (default): uncached blocks *seen before* (the tracker has a distance for
+      them): context that was evicted, or never kept, and is being recomputed.  Brand-new
+      context never counts, so an agent's first request and its fresh tool output are written.
+    * ``"any"``: every uncached block (a size-only filter, blind to whether a large write is a
+      refill or new context).  Always filtering this way in a tier that holds the working set
+      withholds useful writes (the paper's "4.3x worse" case).
     Before the first estimate the tier counts as large enough.
     """
 
@@ -113,6 +122,7 @@ class RefillFilter:
     max_refill_blocks: int = 8
     fraction: float = 0.9
     adaptive: bool = True
+    refill: str = "evicted"
     update_every: int = 64
     working_set_estimate: int = field(default=0, init=False)
     filtering: bool = field(default=False, init=False)
@@ -125,6 +135,8 @@ class RefillFilter:
         self.fraction = as_fraction(self.fraction, "fraction")
         if not isinstance(self.adaptive, (bool, np.bool_)):
             raise DTypeError(f"adaptive must be a bool, got {self.adaptive!r}")
+        if self.refill not in ("evicted", "any"):
+            raise BadInputError(f"refill must be 'evicted' or 'any', got {self.refill!r}")
         self.update_every = as_count(self.update_every, "update_every", minimum=1)
         self._tracker = StackDistanceTracker()
         self.filtering = not self.adaptive
@@ -144,7 +156,8 @@ class RefillFilter:
         uncached = ~cached
         if not self.filtering:
             return uncached
-        refill = int(np.count_nonzero(uncached & (distances >= 0)))
+        counted = uncached if self.refill == "any" else uncached & (distances >= 0)
+        refill = int(np.count_nonzero(counted))
         if refill > self.max_refill_blocks:
             return np.zeros(keys.shape[0], dtype=bool)
         return uncached
