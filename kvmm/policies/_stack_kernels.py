@@ -69,6 +69,7 @@ CHUNK = 4096
 BLOCK_SHIFT = 3  # the Fenwick tree counts marks per block of 2**3 words = 512 positions
 BLOCK_POSITIONS = 64 << BLOCK_SHIFT
 BLOCK_BITS = 6 + BLOCK_SHIFT  # position >> BLOCK_BITS = block
+PREFETCH_SLOTS = 32  # pass 1 prefetches the hash slot of the key this many references ahead
 PREFETCH_AHEAD = 16  # pass 2 prefetches id_last this many references ahead
 PREFETCH_NEAR = 6  # ... and the mark word of the previous access this many ahead
 
@@ -113,6 +114,8 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
         # pass 1: ids (a new key gets an id with id_last = -1: its first reference is cold)
         m = 0
         for j in range(i, i + chunk):
+            if j + PREFETCH_SLOTS < i + chunk:
+                prefetch(slots, 2 * np.int64(mix64(keys[j + PREFETCH_SLOTS]) & mask))
             key = keys[j]
             h = mix64(key)
             if sampled_only and h >= threshold:
