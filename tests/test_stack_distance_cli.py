@@ -48,3 +48,22 @@ def test_reproduce_section_quick(tmp_path, capsys):
     assert "Mooncake traces: working set" in md
     pytest.importorskip("matplotlib")
     assert (tmp_path / "working_set_mrc.png").stat().st_size > 1000
+
+
+def test_docs_example_runs(capsys):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "working_set.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/working_set.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "working set:" in out and "blocks written for request 0: 14 of 14" in out
+
+
+def test_stack_distance_doctest():
+    import doctest
+
+    import kvmm.policies.stack_distance as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 5 and result.failed == 0

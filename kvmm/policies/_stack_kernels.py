@@ -22,9 +22,12 @@ Time positions: each reference puts a *mark* at the next free position ``clock``
 key's previous mark, so every tracked key has exactly one mark, at its latest reference.  The
 LRU stack distance of a reference is the number of marks strictly between the key's previous
 position and ``clock`` (the distinct keys touched since), i.e. ``live - marks(0..prev)``.
-Marks are bits in ``time_bits`` (64 positions per uint64 word) and a Fenwick tree ``block_tree``
-(1-based) sums the per-word mark counts, so a count walks ~log2(T/64) small-tree nodes plus one
-popcount: the whole structure is 1/8 of a byte per position and stays in cache.
+Marks are bits in ``time_bits`` (64 positions per uint64 word); a Fenwick tree ``block_tree``
+(1-based, int32) sums the marks per block of 512 positions (8 words, one cache line), so
+counting the marks up to a position walks ~log2(T/512) nodes of a tree that fits in L1/L2 plus at
+most 8 popcounts.  Marks take 1/8 byte per position (vs 4 bytes for a Fenwick tree over
+positions), so the structure stays in cache.  Tree updates for the block holding ``clock`` are
+deferred within a chunk (no count ever reads that block from the tree).
 ``time_owner[p]`` is the id referenced at time ``p`` (needed to renumber on compaction)::
 
     positions   0 1 2        clock = 3, live = 2
