@@ -294,6 +294,33 @@ def reproduce(report) -> None:
             f"{results[(big, 'always filter, size only')].written_blocks} blocks in the large tier: once nothing is "
             "cached every request has more than 8 blocks to write, so it never starts.")
 
+    # when does offloading pay?  Same trace and host tier (= estimated WS), other models and GPUs
+    rows = []
+    combos = [(m, g) for m in MODELS.values() for g in GPUS.values()]
+    if quick:
+        combos = combos[:2]
+    with report.progress(len(combos), "working-set models x GPUs") as bar:
+        for m, g in combos:
+            g_blocks = int((g.hbm_bytes * 0.9 - m.weight_bytes) // (m.kv_bytes_per_token * BLOCK_TOKENS))
+            if g_blocks < 64:  # weights (almost) fill the GPU: not a deployment anyone would run
+                rows.append([m.name, g.name, max(g_blocks, 0), "-", "-", "does not fit", "-"])
+                bar.update(1)
+                continue
+            none = replay_two_tier(trace, None, gpu_blocks=g_blocks, host_blocks=0, model=m, gpu=g, host=host)
+            with_host = replay_two_tier(trace, RefillFilter(ws), gpu_blocks=g_blocks, host_blocks=ws, model=m, gpu=g,
+                                        host=host)
+            load_vs_recompute = (host.transfer_seconds(m.kv_bytes_per_token * BLOCK_TOKENS)
+                                 / (float(m.prefill_flops(np.array([0]), np.array([BLOCK_TOKENS]))[0]) / (g.flops * g.mfu)))
+            rows.append([m.name, g.name, g_blocks, f"{g.flops * g.mfu / host.read_bandwidth:,.0f}",
+                         f"{load_vs_recompute:.3f}", _cut(with_host.recomputed_tokens, none.recomputed_tokens),
+                         _cut(with_host.total_s, none.total_s)])
+            bar.update(1)
+    report.table("Offloading across models and GPUs (host = estimated WS, adaptive filter, vs GPU only)",
+                 ["model", "GPU", "GPU blocks", "FLOP per host byte", "load / recompute time per block",
+                  "recomputation cut", "time cut"], rows,
+                 note="Paper: offloading pays when GPU compute per byte of host bandwidth is low and the tier "
+                      "holds the working set.  Bigger HBM (more GPU blocks) leaves less for the host tier to win.")
+
     # bundled Mooncake traces: working set and MRC
     curves = {}
     rows = []
