@@ -130,3 +130,52 @@ def shards_fixed_size(keys, max_keys: int):
             threshold = mix64(victim)
             rate = threshold / 2.0**64
     return out, whist, cold, threshold
+
+
+def two_tier_classes(requests, gpu_blocks: int, host_blocks: int, admit):
+    """Plain-Python GPU + host LRU replay (the model of ``_reproduce_working_set``).
+
+    ``requests``: list of key lists in prefix order; ``admit(keys, in_host, gpu_hit) -> mask``.
+    Returns per-request block classes (0 GPU hit, 1 host load, 2 recompute) and blocks written.
+    """
+    gpu: OrderedDict = OrderedDict()
+    host: OrderedDict = OrderedDict()
+    out = []
+    written = 0
+
+    def touch(cache, cap, k):
+        if cap <= 0:
+            return
+        if k in cache:
+            cache.move_to_end(k, last=False)
+        else:
+            cache[k] = True
+            cache.move_to_end(k, last=False)
+            while len(cache) > cap:
+                cache.popitem(last=True)
+
+    for keys in requests:
+        classes, in_host, broken = [], [], False
+        for k in keys:
+            in_host.append(k in host)
+            if broken:
+                classes.append(2)
+            elif k in gpu:
+                classes.append(0)
+            elif k in host:
+                classes.append(1)
+            else:
+                classes.append(2)
+                broken = True
+        for k, c in zip(keys, classes):
+            if c == 1:
+                touch(host, host_blocks, k)
+        for k in keys:
+            touch(gpu, gpu_blocks, k)
+        if host_blocks > 0:
+            for k, a in zip(keys, admit(keys, in_host, [c == 0 for c in classes])):
+                if a and k not in host:
+                    touch(host, host_blocks, k)
+                    written += 1
+        out.append(classes)
+    return out, written
