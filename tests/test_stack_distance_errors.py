@@ -104,3 +104,11 @@ def test_bad_sampling_parameters(kwargs, words):
 
 def test_integral_float_capacities_are_accepted(tracker):
     assert tracker.mrc([3.0, 5.0]).tolist() == tracker.mrc([3, 5]).tolist()
+
+
+@pytest.mark.parametrize("initial", [0, -5, 2.5, "8"])
+def test_bad_initial_sizes(initial):
+    with pytest.raises(KvmmError, match="initial_keys"):
+        StackDistanceTracker(initial_keys=initial)
+    with pytest.raises(KvmmError, match="initial_keys"):
+        ShardsTracker(fixed_size=10, initial_keys=initial)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_fraction
+from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 
@@ -134,7 +134,8 @@ class StackDistanceTracker:
     """
 
     def __init__(self, initial_keys: int = 1024) -> None:
-        cap = max(16, 1 << int(max(int(initial_keys), 1) - 1).bit_length())
+        initial_keys = as_count(initial_keys, "initial_keys", minimum=1)
+        cap = max(16, _next_pow2(initial_keys))
         self._slots = np.zeros(4 * cap, dtype=np.uint64)  # 2*cap slots, 2 words each
         self._id_keys = np.zeros(cap, dtype=np.uint64)
         self._id_last = np.full(cap, -1, dtype=np.int64)
@@ -294,8 +295,8 @@ class StackDistanceTracker:
         """Grow the array the kernel ran out of, with room for ``chunk`` more references."""
         need = int(self._state[K.ST_IDS]) + chunk
         if status == K.GROW_TABLE:
-            slots = max(self._slots.shape[0] // 2 * 2, 2 * _next_pow2(need))  # load <= 1/2
-            new = np.zeros(2 * slots, dtype=np.uint64)
+            n_slots = max(2 * (self._slots.shape[0] // 2), 2 * _next_pow2(need))  # doubled; load <= 1/2
+            new = np.zeros(2 * n_slots, dtype=np.uint64)
             K.rehash(self._slots, new)
             self._slots = new
         elif status == K.GROW_IDS:
@@ -403,6 +404,7 @@ def _time_size(n: int) -> int:
 
 
 def _next_pow2(n: int) -> int:
+    """Smallest power of two >= n (and >= 2)."""
     return 1 << max(int(n) - 1, 1).bit_length()
 
 
