@@ -120,10 +120,11 @@ class StackDistanceTracker:
     """Exact LRU stack distance of every reference, streamed in batches.
 
     ``access(keys)`` takes int64 or uint64 key arrays; state carries across calls and memory
-    grows with the number of distinct keys (about 60 bytes each, arrays grown by doubling), not
+    grows with the number of distinct keys (about 100 bytes each, arrays grown by doubling), not
     with the trace length.  Keys are mapped to dense ids by an open-addressing hash table inside
-    the kernel; distances come from a Fenwick tree over last-access times (see
-    :mod:`kvmm.policies._stack_kernels` for the array layouts).
+    the kernel; distances count marks at last-access times (a bit per time position, a Fenwick
+    tree over blocks of 512 positions; compacted when the time arrays fill).  See
+    :mod:`kvmm.policies._stack_kernels` for the array layouts.
 
     ``groups=`` tags each reference (an agent, a request): :meth:`group_histogram` then gives the
     histogram of that group's references *in the shared cache* (how that agent fares in an LRU
