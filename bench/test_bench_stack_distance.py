@@ -93,6 +93,7 @@ def test_shards(benchmark, mode):
     keys = workload(name)
     benchmark.group = f"stack distance {name}"
     kwargs = {"rate": 0.01} if mode.startswith("rate") else {"fixed_size": size(32_768, 256)}
+    mode = ", ".join(f"{k}={v}" for k, v in kwargs.items())
     warm(ShardsTracker(**kwargs).access, keys[:1000])
 
     def run(tracker):
