@@ -150,3 +150,18 @@ def test_distance_histogram_scaled_buckets():
     assert hist.hits([0, 10, 11, 20, 30, 31, 40]).tolist() == [0, 0, 4, 4, 4, 10, 10]
     assert hist.max_capacity == 31
     assert hist.working_set(0.4) == 11 and hist.working_set(1.0) == 31
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(keys=st.lists(st.integers(min_value=0, max_value=25), max_size=120),
+       cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=4))
+def test_property_mrc_equals_lru_replay(keys, cuts):
+    keys = np.array(keys, dtype=np.int64)
+    tracker = StackDistanceTracker(initial_keys=1)
+    for part in np.split(keys, sorted(c for c in cuts if c <= keys.size)):
+        tracker.access(part)
+    for c in range(0, 28):
+        assert tracker.mrc([c])[0] == pytest.approx(lru_miss_ratio(keys, c), abs=1e-12)
+    tracker.check()
