@@ -114,7 +114,8 @@ class RefillFilter:
       context never counts, so an agent's first request and its fresh tool output are written.
     * ``"any"``: every uncached block (a size-only filter, blind to whether a large write is a
       refill or new context).  Always filtering this way in a tier that holds the working set
-      withholds useful writes (the paper's "4.3x worse" case).
+      withholds useful writes: the kind of loss the paper reports (4.3x worse than write-all).
+
     Before the first estimate the tier counts as large enough.
     """
 
@@ -157,8 +158,7 @@ class RefillFilter:
         if not self.filtering:
             return uncached
         counted = uncached if self.refill == "any" else uncached & (distances >= 0)
-        refill = int(np.count_nonzero(counted))
-        if refill > self.max_refill_blocks:
+        if int(np.count_nonzero(counted)) > self.max_refill_blocks:
             return np.zeros(keys.shape[0], dtype=bool)
         return uncached
 
