@@ -85,7 +85,7 @@ TWO_POW_64 = 18446744073709551616.0
 # --------------------------------------------------------------------------- batch kernels
 @njit(cache=True, nogil=True)
 def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, time_owner, time_bits, block_tree,
-                 hist, state, distances, want_distances, id_buf, pos_buf):
+                 hist, state, distances, want_distances, id_buf, pos_buf, hash_buf):
     """Stack distances of ``keys[start:]``: exact, or (``sampled_only``) of the references whose
     key hash is below ``threshold`` (fixed-rate SHARDS).  Returns ``(next position, status)``.
 
@@ -114,13 +114,16 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
             if (state[ST_LIVE] + chunk) * 2 > time_size:
                 return i, GROW_TIME
             compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner)
+        # pass 0: hashes (a tight loop the compiler vectorises)
+        for j in range(chunk):
+            hash_buf[j] = mix64(keys[i + j])
         # pass 1: ids (a new key gets an id with id_last = -1: its first reference is cold)
         m = 0
         for j in range(i, i + chunk):
             if j + PREFETCH_SLOTS < i + chunk:
-                prefetch(slots, 2 * np.int64(mix64(keys[j + PREFETCH_SLOTS]) & mask))
+                prefetch(slots, 2 * np.int64(hash_buf[j - i + PREFETCH_SLOTS] & mask))
             key = keys[j]
-            h = mix64(key)
+            h = hash_buf[j - i]
             if sampled_only and h >= threshold:
                 if want_distances:
                     distances[j] = -2

@@ -145,7 +145,8 @@ class ShardsTracker(StackDistanceTracker):
             while True:
                 pos, status = K.access_batch(key_words, pos, self._threshold, True, self._slots, self._id_keys,
                                              self._id_last, self._time_owner, self._time_bits, self._block_tree,
-                                             self._hist, self._state, distances, want, self._id_buf, self._pos_buf)
+                                             self._hist, self._state, distances, want, self._id_buf, self._pos_buf,
+                                         self._hash_buf)
                 if status == K.DONE:
                     return
                 self._grow(status, min(K.CHUNK, n - pos))

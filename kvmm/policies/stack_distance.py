@@ -148,6 +148,7 @@ class StackDistanceTracker:
         # scratch for the kernel's two passes (not state)
         self._id_buf = np.empty(K.CHUNK, dtype=np.int64)
         self._pos_buf = np.empty(K.CHUNK, dtype=np.int64)
+        self._hash_buf = np.empty(K.CHUNK, dtype=np.uint64)
         # per-group histograms: sorted unique (group, distance) pairs with counts; distance -1 = cold
         self._group_ids = np.zeros(0, dtype=np.int64)
         self._group_dist = np.zeros(0, dtype=np.int64)
@@ -229,7 +230,7 @@ class StackDistanceTracker:
     def snapshot(self) -> dict[str, np.ndarray]:
         """Copies of every state array (used by tests to prove failed calls change nothing)."""
         return {name: value.copy() for name, value in vars(self).items()
-                if isinstance(value, np.ndarray) and name not in ("_id_buf", "_pos_buf")}
+                if isinstance(value, np.ndarray) and name not in ("_id_buf", "_pos_buf", "_hash_buf")}
 
     def check(self) -> None:
         """Assert every invariant (expensive: O(table + time arrays))."""
@@ -286,7 +287,8 @@ class StackDistanceTracker:
             pos, status = K.access_batch(key_words, pos, np.uint64(0), False, self._slots, self._id_keys,
                                          self._id_last, self._time_owner, self._time_bits, self._block_tree,
                                          self._hist,
-                                         self._state, distances, want, self._id_buf, self._pos_buf)
+                                         self._state, distances, want, self._id_buf, self._pos_buf,
+                                         self._hash_buf)
             if status == K.DONE:
                 break
             self._grow(status, min(K.CHUNK, n - pos))
