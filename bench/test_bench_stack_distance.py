@@ -81,7 +81,10 @@ def test_exact_tracker(benchmark, name):
         tracker.access(keys)
         return tracker
 
-    tracker = benchmark.pedantic(run, setup=lambda: ((StackDistanceTracker(),), {}), rounds=2, iterations=1)
+    # one warm-up round: the first run in a process pays first-touch page faults on the freshly
+    # grown arrays (~25 % slower here); later trackers reuse the allocator's memory
+    tracker = benchmark.pedantic(run, setup=lambda: ((StackDistanceTracker(),), {}), rounds=3, iterations=1,
+                                 warmup_rounds=size(1, 0))
     _tag(benchmark, "kvmm", "exact tracker, every capacity (kvmm)", keys.size)
     benchmark.extra_info["working_set_0.9"] = tracker.working_set(0.9)
     assert tracker.num_refs == keys.size
