@@ -1,5 +1,6 @@
 """Request traces: the Mooncake JSONL reader, the bundled traces, synthetic generators."""
 
+from kvmm.traces.generators import agent_trace, conversation_trace
 from kvmm.traces.mooncake import (
     BUNDLED_TRACES,
     MOONCAKE_BLOCK_TOKENS,
@@ -15,7 +16,9 @@ __all__ = [
     "MOONCAKE_BLOCK_TOKENS",
     "MooncakeRecord",
     "MooncakeTrace",
+    "agent_trace",
     "bundled_trace_path",
+    "conversation_trace",
     "iter_mooncake",
     "load_mooncake",
 ]

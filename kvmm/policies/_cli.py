@@ -1,0 +1,86 @@
+"""``kvmm mrc``: the LRU miss-ratio curve and reuse working set of a trace.
+
+    kvmm mrc conversation                  # a bundled Mooncake trace
+    kvmm mrc path/to/trace.jsonl --sample-rate 0.01 --png mrc.png
+    kvmm mrc big.jsonl --fixed-size 32768 --skip-bad
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="Mooncake JSONL file, or a bundled trace name (conversation, synthetic)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sample-rate", type=float, default=None, metavar="R",
+                       help="fixed-rate SHARDS sampling at rate R in (0, 1] (default: exact)")
+    group.add_argument("--fixed-size", type=int, default=None, metavar="N",
+                       help="fixed-size SHARDS keeping at most N sampled blocks")
+    parser.add_argument("--fraction", type=float, action="append", default=None, metavar="F",
+                        help="working-set target share of unlimited-cache hits (repeatable; default 0.5 0.9 0.99)")
+    parser.add_argument("--points", type=int, default=12, help="rows of the MRC table (default 12)")
+    parser.add_argument("--skip-bad", action="store_true", help="skip malformed trace lines instead of failing")
+    parser.add_argument("--png", default=None, metavar="PATH", help="also plot the MRC to this PNG (needs matplotlib)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from kvmm._validate import as_count, as_fraction
+    from kvmm.policies import ShardsTracker, StackDistanceTracker
+    from kvmm.report import _format_plain
+    from kvmm.errors import BadInputError
+    from kvmm.traces import BUNDLED_TRACES, load_mooncake
+
+    fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
+    points = as_count(args.points, "--points", minimum=2)
+    if args.sample_rate is not None:
+        tracker = ShardsTracker(rate=args.sample_rate)
+        mode = f"SHARDS fixed rate {args.sample_rate:g}"
+    elif args.fixed_size is not None:
+        tracker = ShardsTracker(fixed_size=args.fixed_size)
+        mode = f"SHARDS fixed size {args.fixed_size}"
+    else:
+        tracker = StackDistanceTracker()
+        mode = "exact"
+    if args.trace not in BUNDLED_TRACES and not Path(args.trace).is_file():
+        raise BadInputError(f"trace {args.trace!r} is neither a file nor a bundled trace name {sorted(BUNDLED_TRACES)}")
+    trace = load_mooncake(args.trace, skip_bad=args.skip_bad)
+    tracker.access(trace.block_ids)
+    hist = tracker.histogram()
+    print(f"trace {trace.name}: {trace.num_requests} requests, {trace.block_ids.size} block references, "
+          f"{int(np.unique(trace.block_ids).size)} distinct blocks ({mode})"
+          + (f", {trace.bad_lines} bad lines skipped" if trace.bad_lines else ""))
+    print(f"hit ratio of an unlimited LRU cache: {hist.max_hits / hist.total:.4f}" if hist.total else "no references")
+    for f in fractions:
+        print(f"working set ({100 * f:g} % of unlimited-cache hits): {hist.working_set(f)} blocks")
+    top = max(hist.max_capacity, 1)
+    caps = np.unique(np.concatenate(([0], np.geomspace(1, top, points - 1).astype(np.int64))))
+    mrc = hist.mrc(caps)
+    print()
+    print(_format_plain(["capacity (blocks)", "miss ratio", "hit ratio"],
+                        [[int(c), f"{m:.4f}", f"{1 - m:.4f}"] for c, m in zip(caps, mrc)]))
+    if args.png:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no PNG written (pip install 'kvmm[plot]')")
+            return 0
+        fine = np.unique(np.geomspace(1, max(top, 2), 400).astype(np.int64))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        ax.plot(fine, hist.mrc(fine))
+        ax.set_xscale("log")
+        ax.set_xlabel("LRU capacity (blocks)")
+        ax.set_ylabel("miss ratio (cold misses included)")
+        ax.set_title(f"MRC of {trace.name} ({mode})")
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(args.png)
+        plt.close(fig)
+        print(f"wrote {args.png}")
+    return 0

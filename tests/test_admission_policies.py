@@ -1,0 +1,71 @@
+"""Exact decisions of each admission policy on hand-made request sequences."""
+
+import numpy as np
+
+from kvmm.policies import AdmissionRequest, RefillFilter, SelectiveWriteThrough, StoreThreshold, WriteAll
+
+
+def req(keys, cached=None, gpu_hit=None):
+    keys = np.asarray(keys, dtype=np.int64)
+    cached = np.zeros(keys.size, bool) if cached is None else np.asarray(cached, bool)
+    return AdmissionRequest(keys, cached, None if gpu_hit is None else np.asarray(gpu_hit, bool))
+
+
+def test_write_all():
+    assert WriteAll().admit(req([1, 2, 3], [False, True, False])).tolist() == [True, False, True]
+
+
+def test_store_threshold_counts_offers_including_repeats_in_one_request():
+    p = StoreThreshold(k=3)
+    assert p.admit(req([1, 2, 1])).tolist() == [False, False, False]
+    assert p.admit(req([1, 2])).tolist() == [True, False]  # key 1: third offer
+    assert p.admit(req([2, 5], [False, False])).tolist() == [True, False]
+    assert p.admit(req([2], [True])).tolist() == [False]  # cached: never rewritten
+
+
+def test_selective_write_through_on_second_hit():
+    p = SelectiveWriteThrough(hits=2)
+    assert p.admit(req([1, 2], gpu_hit=[True, False])).tolist() == [False, False]
+    assert p.admit(req([1, 2], gpu_hit=[True, False])).tolist() == [True, False]
+    assert p.admit(req([1, 2])).tolist() == [True, False]  # no gpu_hit given: count unchanged
+    many = SelectiveWriteThrough(hits=1)
+    assert many.admit(req([7], gpu_hit=[True])).tolist() == [True]
+
+
+def test_refill_filter_adaptive_switches_on_the_working_set_estimate():
+    # 10 agents cycling over their own 5-block contexts: working set ~ 50 blocks
+    contexts = [np.arange(5) + 100 * a for a in range(10)]
+    small = RefillFilter(capacity_blocks=10, max_refill_blocks=3, update_every=5)
+    large = RefillFilter(capacity_blocks=1000, max_refill_blocks=3, update_every=5)
+    for p in (small, large):
+        for _ in range(3):
+            for ctx in contexts:
+                p.admit(req(ctx))
+    assert small.working_set_estimate == large.working_set_estimate == 50
+    assert small.filtering and not large.filtering
+    refill = req(contexts[0])  # seen before, nothing cached: 5 blocks of refill > 3
+    assert small.admit(refill).tolist() == [False] * 5
+    assert large.admit(refill).tolist() == [True] * 5
+    # an extension of a cached prefix: 4 cached blocks + 1 new one -> written
+    ext = req(np.append(contexts[1][:4], 999), [True, True, True, True, False])
+    assert small.admit(ext).tolist() == [False, False, False, False, True]
+    # brand-new context (never seen) is not a refill, however large
+    assert small.admit(req(np.arange(5000, 5010))).all()
+
+
+def test_refill_filter_size_only_mode_and_threshold_boundary():
+    p = RefillFilter(capacity_blocks=0, adaptive=False, refill="any", max_refill_blocks=2)
+    assert p.filtering
+    assert p.admit(req([1, 2, 3])).tolist() == [False, False, False]  # 3 new blocks > 2
+    assert p.admit(req([4, 5])).tolist() == [True, True]  # exactly 2: written
+    evicted = RefillFilter(capacity_blocks=0, adaptive=False, max_refill_blocks=2)
+    evicted.admit(req([1, 2, 3]))
+    assert evicted.admit(req([1, 2, 3])).tolist() == [False] * 3  # 3 seen-before blocks > 2
+    assert evicted.admit(req([1, 2, 9], [True, False, False])).tolist() == [False, True, True]
+
+
+def test_refill_filter_estimate_before_first_update_writes_everything():
+    p = RefillFilter(capacity_blocks=0, update_every=100)
+    for _ in range(3):
+        assert p.admit(req([1, 2, 3, 4, 5])).all()
+    assert not p.filtering and p.requests_seen == 3

@@ -1,0 +1,69 @@
+"""``kvmm mrc`` and the "working-set" report section (quick mode)."""
+
+import numpy as np
+import pytest
+
+from kvmm.cli import main
+from kvmm.policies import StackDistanceTracker
+from kvmm.traces import load_mooncake
+
+
+def test_mrc_on_bundled_trace_prints_working_set(capsys):
+    assert main(["mrc", "synthetic", "--fraction", "0.9", "--points", "5"]) == 0
+    out = capsys.readouterr().out
+    tracker = StackDistanceTracker()
+    tracker.access(load_mooncake("synthetic").block_ids)
+    assert f"working set (90 % of unlimited-cache hits): {tracker.working_set(0.9)} blocks" in out
+    assert "capacity (blocks)" in out and "0.6396" in out  # unlimited-cache hit ratio of the README
+
+
+def test_mrc_sampled_and_file_path(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 3]}\n')
+    assert main(["mrc", str(path), "--sample-rate", "1.0"]) == 0
+    assert "4 block references" in capsys.readouterr().out
+    assert main(["mrc", str(path), "--fixed-size", "2"]) == 0
+
+
+def test_mrc_errors_are_clear(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\nnot json\n')
+    assert main(["mrc", str(bad)]) == 2
+    assert "bad.jsonl:2" in capsys.readouterr().err
+    assert main(["mrc", str(bad), "--skip-bad"]) == 0
+    assert "1 bad lines skipped" in capsys.readouterr().out
+    assert main(["mrc", "synthetic", "--sample-rate", "0"]) == 2
+    assert "rate must be in (0, 1]" in capsys.readouterr().err
+    assert main(["mrc", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["mrc", "synthetic", "--fraction", "nan"]) == 2
+
+
+def test_reproduce_section_quick(tmp_path, capsys):
+    assert main(["reproduce", "--only", "working-set", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "EfficientAgent figures: paper vs kvmm simulation" in out
+    assert "93 %" in out and "4.3x" in out
+    md = (tmp_path / "report.md").read_text()
+    assert "Mooncake traces: working set" in md
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "working_set_mrc.png").stat().st_size > 1000
+
+
+def test_docs_example_runs(capsys):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "working_set.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/working_set.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "working set:" in out and "blocks written for request 0: 14 of 14" in out
+
+
+def test_stack_distance_doctest():
+    import doctest
+
+    import kvmm.policies.stack_distance as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 5 and result.failed == 0
