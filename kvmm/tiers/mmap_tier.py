@@ -24,6 +24,10 @@ Recovery (``MmapTier(folder)`` on an existing folder) replays the segments in or
 
 * a record whose header checksum fails is skipped by searching for the next valid header
   (resynchronisation), so one damaged header loses one record, not the rest of the segment;
+  the key that record names is dropped like a corrupt record's (below) whenever it can still
+  be told: the key bytes decode, or a current key makes the header checksum match in place
+  of the stored key and ``key_len`` (a torn write never gets here: it leaves a prefix of a
+  record, and a complete header and key pass their checksum);
 * a record that runs past the end of its file is a *torn write*: it is dropped and the file
   truncated before it (the put never happened; an older value of that key, if any, stays);
 * a complete record whose body checksum fails is *corrupt*: its key is dropped (an older value
@@ -79,6 +83,7 @@ HEADER_CRC = struct.Struct("<I")
 HEADER_BYTES = HEADER.size + HEADER_CRC.size  # 28
 SEGMENT_RE = re.compile(r"^seg-(\d{12})\.kvlog$")
 MiB = 1 << 20
+_MAX_SALVAGED_KEY = MiB  # longer key_len fields in a damaged header are taken as garbage
 
 
 class _Location(NamedTuple):
@@ -460,6 +465,12 @@ class MmapTier(TierBase):
             parsed = _parse_header(mm, offset, size)
             if parsed is None:  # damaged header (or torn within the header): resynchronise
                 nxt = _find_next_header(mm, offset + 1, size)
+                # A torn write leaves a *prefix* of a record, so a header whose key is complete
+                # but fails its checksum, or one followed by a valid record, was damaged after
+                # it was written.  The key it names (when still readable) must not fall back to
+                # an older value it superseded: drop it, like a damaged body.
+                for key in _damaged_record_keys(mm, offset, size, self._index):
+                    self._drop_key(key)
                 if nxt is None:
                     self._drop_tail(segment, offset, size)
                     return
@@ -482,16 +493,17 @@ class MmapTier(TierBase):
             meta = bytes(mm[meta_start:meta_start + meta_len])
             payload_offset = meta_start + meta_len
             body = zlib.crc32(mm[payload_offset:payload_offset + payload_len], zlib.crc32(meta))
+            if body != body_crc or (kind == KIND_PUT and not _meta_ok(meta, payload_len)):
+                # Complete but damaged: drop the key (an older value would be silently stale);
+                # a tombstone is written after recovery so the older value stays dead.
+                self._drop_key(key)
+                offset += record_bytes
+                continue
             previous = self._index.get(key)
             if previous is not None:
                 self._used -= previous.payload_len
             self._supersede(key)
-            if body != body_crc or (kind == KIND_PUT and not _meta_ok(meta, payload_len)):
-                # Complete but damaged: drop the key (an older value would be silently stale);
-                # a tombstone is written after recovery so the older value stays dead.
-                self.recovery["corrupt"] += 1
-                self.recovery["dropped_keys"].append(key)
-            elif kind == KIND_PUT:
+            if kind == KIND_PUT:
                 self._index[key] = _Location(segment, offset, record_bytes, payload_offset, payload_len, meta, body_crc)
                 self._segment_live[segment] += record_bytes
                 self._used += payload_len
@@ -502,6 +514,16 @@ class MmapTier(TierBase):
                     self._segment_live[segment] += record_bytes
                 self.recovery["records"] += 1
             offset += record_bytes
+
+    def _drop_key(self, key: Hashable) -> None:
+        """Recovery met a damaged record of ``key``: forget every value of it (a tombstone is
+        written once recovery ends, so an older record can never resurface)."""
+        previous = self._index.get(key)
+        if previous is not None:
+            self._used -= previous.payload_len
+        self._supersede(key)
+        self.recovery["corrupt"] += 1
+        self.recovery["dropped_keys"].append(key)
 
     def _drop_tail(self, segment: int, offset: int, size: int) -> None:
         """Cut a torn record (and anything unparseable after it) off the end of a segment."""
@@ -551,6 +573,41 @@ def _parse_header(mm: Any, offset: int, size: int):
     if zlib.crc32(key_bytes, zlib.crc32(head)) != header_crc:
         return None
     return kind, key_bytes, meta_len, payload_len, body_crc
+
+
+def _damaged_record_keys(mm: Any, offset: int, size: int, known: Any) -> list[Hashable]:
+    """The keys a record header that failed its checks may have named (possibly none).
+
+    Only a header whose whole key lies inside the file counts (a torn write appends header and
+    key before the value, so it cannot leave those complete yet failing).  Two ways to name it:
+    the key bytes at the stated ``key_len`` decode to a key (the damage is elsewhere in the
+    header), and any ``known`` key that makes the header checksum match when put in place of
+    the stored key and its length (the damage is in the key or in ``key_len``).
+    Runtime complexity: O(len(known)), only for damaged headers.
+    """
+    if offset + HEADER_BYTES > size:
+        return []
+    head = bytes(mm[offset:offset + HEADER.size])
+    fields = list(HEADER.unpack(head))
+    key_len = fields[4]
+    key_start = offset + HEADER_BYTES
+    found: list[Hashable] = []
+    if 0 < key_len <= _MAX_SALVAGED_KEY and key_start + key_len <= size:
+        try:
+            key = normalize_key(decode_key(bytes(mm[key_start:key_start + key_len])))
+            hash(key)
+            found.append(key)
+        except Exception:  # any bytes may be here: not a key this library wrote
+            pass
+    (header_crc,) = HEADER_CRC.unpack(mm[offset + HEADER.size:offset + HEADER_BYTES])
+    for candidate in known:
+        key_bytes = encode_key(candidate)
+        if candidate in found or key_start + len(key_bytes) > size:
+            continue
+        fields[4] = len(key_bytes)
+        if zlib.crc32(key_bytes, zlib.crc32(HEADER.pack(*fields))) == header_crc:
+            found.append(candidate)
+    return found
 
 
 def _find_next_header(mm: Any, start: int, size: int) -> int | None:

@@ -1,0 +1,229 @@
+"""Review of the tiers against their contract on unusual inputs: every dtype kind, 0-d and
+zero-byte values, non-contiguous arrays, odd keys, capacity exactly full, a bigger overwrite
+that does not fit, and MmapTier recovery from a damaged byte anywhere in a record (header, key
+or value) or a cut anywhere in it."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvmm.errors import CapacityExceededError, UnknownKeyError
+from kvmm.tiers import ArenaTier, MmapTier, SimulatedTier
+from tests.tier_factories import snapshot
+
+KINDS = {
+    "arena": lambda capacity, path: ArenaTier(capacity),
+    "mmap": lambda capacity, path: MmapTier(path, capacity, segment_bytes=4096),
+    "simulated": lambda capacity, path: SimulatedTier(capacity),
+}
+
+VALUES = [
+    np.array(3.5),                                              # 0-d
+    np.float32(2.5),                                            # numpy scalar
+    np.zeros(0),                                                # zero bytes
+    np.zeros((2, 0, 3), np.complex128),                         # zero bytes, 3-d
+    np.array([True, False, True]),                              # bool
+    np.arange(6, dtype=np.int8).reshape(2, 3),                  # int8
+    np.arange(12, dtype=np.float16).reshape(3, 4)[:, ::2],      # non-contiguous float16
+    np.array([1 + 2j, 3 - 4j], np.complex64),                   # complex64
+    np.arange(5, dtype=">u4"),                                  # big-endian
+    np.asfortranarray(np.arange(6.0).reshape(2, 3)),            # Fortran order
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1),
+    np.array([np.nan, -np.inf, -0.0]),
+    np.array([2**64 - 1], dtype=np.uint64),
+    [1, 2, 3],                                                  # a list
+]
+
+KEYS = [0, -1, 2**64, -(2**70), "", "ünï\n'\"\\", b"", b"\x00\xff", (), (1,), (1, "a", b"b", (2, ("x",))),
+        np.uint64(2**64 - 1)]
+
+
+@pytest.fixture(params=sorted(KINDS))
+def tier(request, tmp_path):
+    made = KINDS[request.param](1 << 20, tmp_path / "t")
+    made.kind = request.param
+    yield made
+    if isinstance(made, MmapTier):
+        made.close()
+
+
+def _same(got, want, holds_bytes):
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if holds_bytes:
+        assert got.flags.c_contiguous
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_values_of_every_kind_round_trip(tier):
+    holds_bytes = tier.kind != "simulated"
+    for i, v in enumerate(VALUES):
+        tier.put(("v", i), v)
+        assert tier.nbytes_of(("v", i)) == np.asarray(v).nbytes
+        _same(tier.get(("v", i)), v, holds_bytes)
+    assert tier.used_bytes == sum(np.asarray(v).nbytes for v in VALUES)
+    tier.check()
+    if isinstance(tier, MmapTier):  # and after a restart
+        path = tier.path
+        tier.close()
+        with MmapTier(path, 1 << 20) as again:
+            for i, v in enumerate(VALUES):
+                _same(again.get(("v", i)), v, True)
+            again.check()
+
+
+def test_put_copies_and_get_is_private(tier):
+    if tier.kind == "simulated":
+        pytest.skip("SimulatedTier keeps no bytes")
+    src = np.arange(8.0)[::2]  # non-contiguous source
+    tier.put("k", src)
+    src[:] = -1
+    out = tier.get("k")
+    out[:] = 99
+    np.testing.assert_array_equal(tier.get("k"), [0.0, 2.0, 4.0, 6.0])
+
+
+def test_every_key_kind(tier):
+    for i, key in enumerate(KEYS):
+        tier.put(key, np.array([i], np.uint8))
+    assert tier.contains(np.int64(5)) is False and tier.contains(2**64 - 1)
+    assert len(tier.keys()) == len(KEYS)
+    for i, key in enumerate(KEYS):
+        assert tier.contains(key)
+        if tier.kind != "simulated":
+            assert tier.get(key)[0] == i
+    tier.check()
+
+
+def test_capacity_exactly_full_and_bigger_overwrite(tmp_path):
+    for name, make in KINDS.items():
+        tier = make(100, tmp_path / name)
+        tier.put("a", np.zeros(60, np.uint8))
+        tier.put("b", np.full(40, 1, np.uint8))
+        assert tier.used_bytes == tier.capacity_bytes == 100
+        tier.put("z", np.zeros(0, np.uint8))  # a zero-byte entry still fits a full tier
+        before = snapshot(tier, name != "simulated")
+        with pytest.raises(CapacityExceededError):
+            tier.put("a", np.ones(61, np.uint8))  # replacing with a bigger value that does not fit
+        assert snapshot(tier, name != "simulated") == before  # the old value is intact
+        tier.put("a", np.ones(60, np.uint8))  # same size: fits exactly
+        assert tier.used_bytes == 100
+        tier.check()
+        if isinstance(tier, MmapTier):
+            tier.close()
+
+
+# --------------------------------------------------------------------------- MmapTier damage
+def _write_old_then_new(folder):
+    """'a' is written twice, the second record last in its segment; returns (file, record span)."""
+    with MmapTier(folder, 1 << 20) as tier:
+        tier.put("a", np.arange(10, dtype=np.uint8))
+        tier.put("b", np.arange(10, 20, dtype=np.uint8))
+        tier.put("a", np.arange(100, 120, dtype=np.uint8))
+        loc = tier._index["a"]
+        path = tier._segment_path(loc.segment)
+    return path, loc.offset, loc.offset + loc.record_bytes
+
+
+def test_damaged_byte_anywhere_in_a_record_never_brings_back_the_older_value(tmp_path):
+    """Header, key or value: after a restart the key is gone or (never) its older value."""
+    base = tmp_path / "base"
+    path, start, end = _write_old_then_new(base)
+    for offset in range(start, end):
+        folder = tmp_path / f"flip{offset}"
+        shutil.copytree(base, folder)
+        target = folder / Path(path).name
+        data = bytearray(target.read_bytes())
+        data[offset] ^= 0x01
+        target.write_bytes(bytes(data))
+        with MmapTier(folder, 1 << 20) as tier:
+            with pytest.raises(UnknownKeyError):
+                tier.get("a")
+            np.testing.assert_array_equal(tier.get("b"), np.arange(10, 20, dtype=np.uint8))
+            tier.check()
+        with MmapTier(folder, 1 << 20) as tier:  # and it stays dropped after another restart
+            assert sorted(tier.keys()) == ["b"]
+
+
+def test_damaged_header_in_the_middle_drops_its_key_and_keeps_the_rest(tmp_path):
+    with MmapTier(tmp_path, 1 << 20, segment_bytes=300) as tier:
+        for i in range(6):
+            tier.put(i, np.full(40, i, np.uint8))
+        tier.put(2, np.full(40, 99, np.uint8))  # supersedes an older value of key 2
+        for i in range(6, 9):
+            tier.put(i, np.full(40, i, np.uint8))
+        loc = tier._index[2]
+        path = tier._segment_path(loc.segment)
+    for field_offset in (0, 9, 12, 20, 28):  # magic, key_len, payload_len, body_crc, key
+        data = bytearray(path.read_bytes())
+        data[loc.offset + field_offset] ^= 0x10
+        path.write_bytes(bytes(data))
+        with MmapTier(tmp_path, 1 << 20, segment_bytes=300) as tier:
+            assert 2 not in tier.keys()
+            assert sorted(tier.keys()) == [0, 1, 3, 4, 5, 6, 7, 8]
+            for i in (0, 1, 3, 4, 5, 6, 7, 8):
+                np.testing.assert_array_equal(tier.get(i), np.full(40, i, np.uint8))
+            tier.put(2, np.full(40, 2, np.uint8))  # restore for the next round
+            tier.check()
+            loc = tier._index[2]
+            path = tier._segment_path(loc.segment)
+
+
+def test_damaged_tombstone_header_keeps_the_key_deleted(tmp_path):
+    with MmapTier(tmp_path, 1 << 20) as tier:
+        tier.put("a", np.arange(10, dtype=np.uint8))
+        tier.put("b", np.arange(10, dtype=np.uint8))
+        tier.delete("a")
+        segment, offset, _ = tier._tombstones["a"]
+        path = tier._segment_path(segment)
+    data = bytearray(path.read_bytes())
+    data[offset + 2] ^= 0x01  # the tombstone's magic
+    path.write_bytes(bytes(data))
+    with MmapTier(tmp_path, 1 << 20) as tier:
+        assert sorted(tier.keys()) == ["b"]
+        tier.check()
+
+
+def test_cut_anywhere_in_the_last_record_keeps_the_older_value(tmp_path):
+    """A truncated final segment is a torn write: the put never happened."""
+    base = tmp_path / "base"
+    path, start, end = _write_old_then_new(base)
+    for cut in range(start + 1, end):
+        folder = tmp_path / f"cut{cut}"
+        shutil.copytree(base, folder)
+        target = folder / Path(path).name
+        target.write_bytes(target.read_bytes()[:cut])
+        with MmapTier(folder, 1 << 20) as tier:
+            np.testing.assert_array_equal(tier.get("a"), np.arange(10, dtype=np.uint8))
+            assert tier.recovery["torn"] == 1 and tier.recovery["corrupt"] == 0
+            tier.check()
+
+
+def test_reopen_after_many_puts_deletes_and_compactions(tmp_path):
+    rng = np.random.default_rng(7)
+    model = {}
+    tier = MmapTier(tmp_path, 1 << 16, segment_bytes=512, gc_bytes=256)
+    for step in range(1500):
+        op, key = rng.random(), int(rng.integers(0, 40))
+        if op < 0.6:
+            value = np.full(int(rng.integers(0, 120)), step % 251, np.uint8)
+            tier.put(key, value)
+            model[key] = value
+        elif op < 0.85 and key in model:
+            tier.delete(key)
+            del model[key]
+        elif op < 0.9:
+            tier.compact(full=bool(rng.integers(0, 2)))
+        elif op < 0.93:
+            tier.close()
+            tier = MmapTier(tmp_path, 1 << 16, segment_bytes=512, gc_bytes=256)
+    tier.check()
+    tier.close()
+    with MmapTier(tmp_path, 1 << 16) as again:
+        assert sorted(again.keys()) == sorted(model)
+        for key, value in model.items():
+            np.testing.assert_array_equal(again.get(key), value)
+        assert again.recovery["torn"] == again.recovery["corrupt"] == 0
+        again.check()
