@@ -212,6 +212,8 @@ def _as_request(request: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _as_mask(x: Any, name: str, n: int) -> np.ndarray:
     arr = np.asarray(x)
+    if arr.size == 0 and arr.dtype != np.bool_:
+        arr = arr.astype(np.bool_)  # an empty list arrives as float64; accept it like empty keys
     if arr.dtype != np.bool_:
         raise DTypeError(f"request.{name} must be a boolean array, got dtype {arr.dtype}")
     if arr.shape != (n,):

@@ -375,7 +375,7 @@ def _as_capacity(x: Any) -> int:
         raise DTypeError(f"capacity must be a non-negative integer, got {x!r} ({type(x).__name__})")
     if x < 0:
         raise BadInputError(f"capacity must be >= 0, got {x}")
-    return int(x)
+    return min(int(x), _CAPACITY_CLAMP)
 
 
 def _as_capacities(capacities: Any, max_capacity: int) -> np.ndarray:
@@ -397,7 +397,17 @@ def _as_capacities(capacities: Any, max_capacity: int) -> np.ndarray:
         raise DTypeError(f"capacities must be non-negative integers, got dtype {arr.dtype}")
     if np.any(arr < 0):
         raise BadInputError(f"capacities must be >= 0, got minimum {arr.min()}")
+    # Every capacity at or above the number of distinct keys behaves the same (nothing is ever
+    # evicted), so clamp huge ones (uint64 >= 2**63, 1e30) instead of letting int64 wrap them.
+    if arr.dtype.kind == "f":
+        arr = np.minimum(arr, float(_CAPACITY_CLAMP))
+    elif arr.dtype.kind == "u":
+        arr = np.minimum(arr.astype(np.uint64), np.uint64(_CAPACITY_CLAMP))
     return arr.astype(np.int64)
+
+
+#: capacities above this are clamped to it (no trace has 2**62 distinct keys)
+_CAPACITY_CLAMP = 1 << 62
 
 
 def _time_size(n: int) -> int:
