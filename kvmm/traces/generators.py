@@ -46,7 +46,8 @@ def agent_trace(num_agents: int = 16, *, tasks: int | None = None, steps: tuple[
     """A trace of ``num_agents`` concurrent tool-calling agents running ``tasks`` tasks in all
     (default ``2 * num_agents``).  Token ranges are inclusive ``(low, high)`` and drawn
     log-uniformly (wide spread); ``steps`` uniformly.  A task ends after its steps or when its
-    context would pass ``max_context_tokens``.  Same seed, same trace.
+    context would pass ``max_context_tokens`` (a first prompt longer than that is cut to it, so
+    no ``input_length`` exceeds it).  Same seed, same trace.
 
     Runtime complexity: O(total blocks referenced).
     """
@@ -61,14 +62,15 @@ def agent_trace(num_agents: int = 16, *, tasks: int | None = None, steps: tuple[
     wait_median = as_positive_float(tool_wait_median_s, "tool_wait_median_s")
     wait_sigma = as_positive_float(tool_wait_sigma, "tool_wait_sigma", allow_zero=True)
     decode_tps = as_positive_float(decode_tokens_per_s, "decode_tokens_per_s")
-    max_context_tokens = as_count(max_context_tokens, "max_context_tokens", minimum=1)
+    max_context_tokens = _as_max_context(max_context_tokens, system_prompt_tokens)
     rng = np.random.default_rng(seed)
     builder = _TraceBuilder(system_prompts, system_prompt_tokens)
     slot_free_at = rng.uniform(0.0, wait_median, size=num_agents)  # staggered starts
     for task in range(tasks):
         slot = int(np.argmin(slot_free_at))
         now = float(slot_free_at[slot])
-        session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, task_tokens))
+        session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, task_tokens),
+                                      max_context_tokens)
         for _ in range(int(rng.integers(steps[0], steps[1] + 1))):
             out = _log_uniform(rng, output_tokens)
             builder.request(session, now, out)
@@ -90,7 +92,8 @@ def conversation_trace(num_sessions: int = 200, *, turns: tuple[int, int] = (2, 
     """A trace of ``num_sessions`` multi-turn chat sessions arriving as a Poisson process.
 
     Token ranges are inclusive ``(low, high)`` drawn log-uniformly; ``turns`` uniformly; user
-    think time between turns is exponential with mean ``think_time_mean_s``.  Same seed, same
+    think time between turns is exponential with mean ``think_time_mean_s``.  No request's
+    context exceeds ``max_context_tokens`` (a longer first prompt is cut).  Same seed, same
     trace.  Runtime complexity: O(total blocks referenced).
     """
     num_sessions = as_count(num_sessions, "num_sessions", minimum=1)
@@ -102,14 +105,15 @@ def conversation_trace(num_sessions: int = 200, *, turns: tuple[int, int] = (2, 
     output_tokens = _as_range(output_tokens, "output_tokens", minimum=1)
     think = as_positive_float(think_time_mean_s, "think_time_mean_s")
     decode_tps = as_positive_float(decode_tokens_per_s, "decode_tokens_per_s")
-    max_context_tokens = as_count(max_context_tokens, "max_context_tokens", minimum=1)
+    max_context_tokens = _as_max_context(max_context_tokens, system_prompt_tokens)
     rng = np.random.default_rng(seed)
     builder = _TraceBuilder(system_prompts, system_prompt_tokens)
     arrival = 0.0
     for _ in range(num_sessions):
         arrival += rng.exponential(1.0 / rate)
         now = arrival
-        session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, user_tokens))
+        session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, user_tokens),
+                                      max_context_tokens)
         for _ in range(int(rng.integers(turns[0], turns[1] + 1))):
             out = _log_uniform(rng, output_tokens)
             builder.request(session, now, out)
@@ -144,8 +148,10 @@ class _TraceBuilder:
         self.outputs: list[int] = []
         self.blocks: list[np.ndarray] = []
 
-    def new_session(self, prompt: int, first_tokens: int) -> _Session:
-        return _Session(prompt, self.prompt_tokens + first_tokens, [])
+    def new_session(self, prompt: int, first_tokens: int, max_context_tokens: int) -> _Session:
+        """A session whose first prompt is the shared prompt plus ``first_tokens``, cut so that
+        no request ever exceeds ``max_context_tokens``."""
+        return _Session(prompt, min(self.prompt_tokens + first_tokens, max_context_tokens), [])
 
     def request(self, session: _Session, now: float, output_tokens: int) -> None:
         full = session.tokens // MOONCAKE_BLOCK_TOKENS
@@ -180,6 +186,15 @@ class _TraceBuilder:
             block_offsets=offsets,
             block_ids=rank[inverse.reshape(-1)].astype(np.int64),
         )
+
+
+def _as_max_context(value, system_prompt_tokens: int) -> int:
+    """``max_context_tokens``: room for the shared prompt plus at least one token."""
+    value = as_count(value, "max_context_tokens", minimum=1)
+    if value <= system_prompt_tokens:
+        raise BadInputError(f"max_context_tokens ({value}) must exceed system_prompt_tokens ({system_prompt_tokens}); "
+                            f"every request holds the shared prompt plus its own tokens")
+    return value
 
 
 def _as_range(value, name: str, *, minimum: int) -> tuple[int, int]:

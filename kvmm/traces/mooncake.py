@@ -33,6 +33,10 @@ __all__ = ["MooncakeRecord", "MooncakeTrace", "iter_mooncake", "load_mooncake", 
 #: Bundled trace names -> file names in ``kvmm/traces/data``.
 BUNDLED_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
 #: Tokens per block in the Mooncake traces.
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -54,7 +58,7 @@ class MooncakeTrace:
     input_length: np.ndarray  # int64
     output_length: np.ndarray  # int64
     block_offsets: np.ndarray  # int64, len = requests + 1
-    block_ids: np.ndarray  # int64, all requests' hash_ids concatenated
+    block_ids: np.ndarray  # int64, all requests' hash_ids concatenated (ids >= 2**63: same 64-bit word)
     bad_lines: int = 0
 
     @property
@@ -82,19 +86,26 @@ def bundled_trace_path(name: str) -> Path:
 def iter_mooncake(path: str | Path, *, skip_bad: bool = False, stats: dict | None = None) -> Iterator[MooncakeRecord]:
     """Stream the records of a Mooncake JSONL file (constant memory).
 
-    A malformed line raises :class:`TraceFormatError` naming the file and the 1-based line;
-    with ``skip_bad=True`` it is skipped and counted in ``stats["bad_lines"]`` instead.
-    Blank lines are ignored.
+    A malformed line (bad JSON or UTF-8, a missing field, a value out of range) raises
+    :class:`TraceFormatError` naming the file and the 1-based line; with ``skip_bad=True`` it is
+    skipped and counted in ``stats["bad_lines"]`` instead.  Blank lines are ignored; ``\n`` and
+    ``\r\n`` line ends, a last line without one, a UTF-8 byte-order mark at the start and
+    unknown extra fields are accepted.  ``hash_ids`` may be any 64-bit unsigned integers
+    (``< 2**64``); the other fields must fit int64.
     """
     path = Path(path)
     if stats is not None:
         stats.setdefault("bad_lines", 0)
-    with open(path, "r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    # Binary lines, decoded one at a time: a bad byte is then an error of its own line (and
+    # skippable), not of whatever text-mode read buffer it falls in.
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1 and raw.startswith(_UTF8_BOM):
+                raw = raw[len(_UTF8_BOM):]
+            if not raw.strip():
                 continue
             try:
-                rec = _parse(line)
+                rec = _parse(raw)
             except ValueError as exc:
                 if not skip_bad:
                     raise TraceFormatError(f"{path}:{lineno}: {exc}") from None
@@ -126,12 +137,17 @@ def load_mooncake(path_or_name: str | Path, *, skip_bad: bool = False) -> Moonca
         input_length=np.asarray(il, dtype=np.int64),
         output_length=np.asarray(ol, dtype=np.int64),
         block_offsets=np.asarray(offsets, dtype=np.int64),
-        block_ids=np.asarray(ids, dtype=np.int64),
+        # ids >= 2**63 keep their 64-bit word (two's complement), as the trackers read keys
+        block_ids=np.asarray(ids, dtype=np.uint64).view(np.int64),
         bad_lines=stats.get("bad_lines", 0),
     )
 
 
-def _parse(line: str) -> MooncakeRecord:
+def _parse(raw: bytes) -> MooncakeRecord:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid UTF-8 (byte {exc.start})") from None
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -143,10 +159,11 @@ def _parse(line: str) -> MooncakeRecord:
         if field_name not in obj:
             raise ValueError(f"missing field {field_name!r}; expected timestamp, input_length, output_length, hash_ids")
         v = obj[field_name]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"field {field_name!r} must be a non-negative integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > _INT64_MAX:
+            raise ValueError(f"field {field_name!r} must be a non-negative integer below 2**63, got {v!r}")
         out.append(v)
     ids = obj.get("hash_ids")
-    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in ids):
-        raise ValueError(f"field 'hash_ids' must be a list of non-negative integers, got {str(ids)[:60]!r}")
+    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 or h > _UINT64_MAX
+                                        for h in ids):
+        raise ValueError(f"field 'hash_ids' must be a list of non-negative integers below 2**64, got {str(ids)[:60]!r}")
     return MooncakeRecord(out[0], out[1], out[2], tuple(ids))
