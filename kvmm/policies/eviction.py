@@ -171,8 +171,10 @@ class ARCPolicy:
     _b1: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _b2: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _c: int = field(default=0, init=False, repr=False)
-    # (incoming key, adapted p) from the last victims(incoming=...) call: the paper adapts p
-    # *before* REPLACE, i.e. with the ghost list sizes seen before the victims become ghosts.
+    # (incoming key, adapted p, victims offered) from the last victims(incoming=...) call: the
+    # paper adapts p *before* REPLACE, i.e. with the ghost list sizes seen before the victims
+    # become ghosts.  Any other event in between (removing a key that was not offered, say
+    # after the caller gave up on the insert) makes it stale: then p is adapted afresh.
     _pending: tuple | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -211,6 +213,8 @@ class ARCPolicy:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
 
     def on_remove(self, key: Hashable) -> None:
+        if self._pending is not None and key not in self._pending[2]:
+            self._pending = None
         if key in self._t1:
             del self._t1[key]
             self._b1[key] = None
@@ -226,8 +230,6 @@ class ARCPolicy:
         n = as_count(n, "n")
         protected = _as_set(protected)
         p = self._adapted_p(incoming)
-        if incoming is not None and (incoming in self._b1 or incoming in self._b2):
-            self._pending = (incoming, p)
         incoming_in_b2 = incoming is not None and incoming in self._b2
         t1_left, t2_left = len(self._t1), len(self._t2)
         t1_iter = (k for k in self._t1 if k not in protected)
@@ -247,6 +249,9 @@ class ARCPolicy:
             else:
                 t2_left -= 1
             out.append(key)
+        if incoming is not None:
+            ghost_hit = incoming in self._b1 or incoming in self._b2
+            self._pending = (incoming, p, frozenset(out)) if ghost_hit else None
         return out
 
     def keys(self) -> list[Hashable]:
