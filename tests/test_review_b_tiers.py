@@ -74,9 +74,8 @@ def test_values_of_every_kind_round_trip(tier):
             again.check()
 
 
+@pytest.mark.parametrize("tier", ["arena", "mmap"], indirect=True)  # SimulatedTier keeps no bytes
 def test_put_copies_and_get_is_private(tier):
-    if tier.kind == "simulated":
-        pytest.skip("SimulatedTier keeps no bytes")
     src = np.arange(8.0)[::2]  # non-contiguous source
     tier.put("k", src)
     src[:] = -1
@@ -95,6 +94,20 @@ def test_every_key_kind(tier):
         if tier.kind != "simulated":
             assert tier.get(key)[0] == i
     tier.check()
+
+
+def test_numpy_string_keys_are_plain_keys_and_survive_a_restart(tier):
+    tier.put(np.str_("a"), np.zeros(2))
+    tier.put((np.bytes_(b"q"), np.int8(1)), np.zeros(1))
+    assert tier.contains("a") and tier.contains((b"q", 1))
+    assert sorted(map(repr, tier.keys())) == ["'a'", "(b'q', 1)"]
+    assert all(type(k) in (str, tuple) for k in tier.keys())
+    if isinstance(tier, MmapTier):
+        path = tier.path
+        tier.close()
+        with MmapTier(path, 1 << 20) as again:
+            assert sorted(map(repr, again.keys())) == ["'a'", "(b'q', 1)"]
+            assert again.recovery["corrupt"] == 0
 
 
 def test_capacity_exactly_full_and_bigger_overwrite(tmp_path):

@@ -4,7 +4,8 @@ Keys
 ----
 Every tier accepts the same keys, so a policy or a simulator can move an entry between tiers
 unchanged: Python ``int`` (numpy integers are normalised to ``int``, so ``np.uint64(5)`` and
-``5`` are one key), ``str``, ``bytes``, and tuples of these (nested tuples allowed).  Bools,
+``5`` are one key), ``str``, ``bytes`` (``np.str_`` / ``np.bytes_`` become ``str`` / ``bytes``),
+and tuples of these (nested tuples allowed).  Bools,
 floats and other objects raise :class:`~kvmm.errors.DTypeError`: ``True == 1`` and NaN would
 make two different keys collide or never match.  File and remote tiers store the key as the
 UTF-8 ``repr`` of its normalised form (``encode_key``), which ``decode_key`` reads back.
@@ -122,8 +123,10 @@ def normalize_key(key: Any) -> Hashable:
         raise DTypeError(f"tier keys must be int, str, bytes or tuples of them, got bool {key!r}")
     if isinstance(key, (int, np.integer)):
         return int(key)
-    if isinstance(key, (str, bytes)):
-        return key
+    if isinstance(key, str):
+        return str(key)  # subclasses (np.str_) -> str: their repr would not decode back
+    if isinstance(key, bytes):
+        return bytes(key)  # np.bytes_ -> bytes, likewise
     if isinstance(key, tuple):
         return tuple(normalize_key(part) for part in key)
     raise DTypeError(f"tier keys must be int, str, bytes or tuples of them, got {type(key).__name__} {key!r}")
