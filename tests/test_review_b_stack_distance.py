@@ -228,3 +228,24 @@ def test_refill_filter_switches_on_and_back_off():
         mask = policy.admit(AdmissionRequest(hot, np.zeros(10, bool)))
     assert not policy.filtering and policy.working_set_estimate <= 100
     assert mask.all()
+
+
+@pytest.mark.parametrize("kwargs", [dict(fixed_size=500), dict(rate=0.05)])
+def test_shards_does_not_depend_on_how_the_stream_is_cut(kwargs):
+    rng = np.random.default_rng(6)
+    keys = zipf_stream(rng, 60_000, 20_000, 0.8)
+    whole = ShardsTracker(**kwargs, initial_keys=1)
+    expected = whole.access(keys, return_distances=True)
+    cut = ShardsTracker(**kwargs)
+    got = np.concatenate([cut.access(part, return_distances=True) for part in _cut(rng, keys, 50)])
+    one = ShardsTracker(**kwargs)
+    for i in range(3000):
+        one.access(keys[i:i + 1])
+    one.access(keys[3000:])
+    np.testing.assert_array_equal(got, expected)
+    for other in (cut, one):
+        other.check()
+        assert other.current_rate == whole.current_rate
+        a, b = whole.histogram(), other.histogram()
+        np.testing.assert_allclose(b.counts, a.counts, rtol=1e-12)
+        assert (b.cold, b.total) == pytest.approx((a.cold, a.total), rel=1e-12)
