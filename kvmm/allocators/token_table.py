@@ -99,9 +99,14 @@ class TokenTable:
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
         rows = max(int(initial_sequences), 1)
         self.row_of: dict[int, int] = {}
-        # the same map as sorted arrays, for batched lookups (np.searchsorted)
+        # The same map as sorted arrays, for batched lookups (np.searchsorted).  Kept lazily:
+        # add_sequence / free_sequence only note the change (O(1)); the next batched lookup merges
+        # all changes since the last one in one O(S + k log k) pass, instead of an O(S) array
+        # insert or delete per call (which made S adds/frees cost O(S^2)).
         self.seq_sorted = np.zeros(0, dtype=np.int64)
         self.seq_sorted_rows = np.zeros(0, dtype=np.int64)
+        self.index_added: list[int] = []  # keys added since the index was last merged
+        self.index_stale = False  # True when add/free happened since the last merge
         self.free_rows: list[int] = []
         self.num_rows = 0  # rows ever used (high-water mark)
         self.row_seq = np.zeros(rows, dtype=np.int64)
@@ -138,7 +143,8 @@ class TokenTable:
         ``0 .. len(shared_blocks) * block_size - 1``, all live; the table touches each block.
         A block may come from the allocator's prefix cache or from another sequence of this
         table, which must hold it full with every token live.  ``first_position`` is the
-        original position of logical token 0.  Runtime complexity: O(shared tokens).
+        original position of logical token 0.  Runtime complexity: O(shared tokens), amortised
+        (the batched-lookup index is updated lazily, by the next batched call).
         """
         key = _seq_key(seq_id)
         if key in self.row_of:
@@ -160,9 +166,8 @@ class TokenTable:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
             row = self._take_row()
             self.row_of[key] = row
-            at = int(np.searchsorted(self.seq_sorted, key))
-            self.seq_sorted = np.insert(self.seq_sorted, at, key)
-            self.seq_sorted_rows = np.insert(self.seq_sorted_rows, at, row)
+            self.index_added.append(key)
+            self.index_stale = True
             self.row_seq[row] = key
             self.row_incarnation[row] = self.next_incarnation
             self.next_incarnation += 1
@@ -190,7 +195,7 @@ class TokenTable:
     def free_sequence(self, seq_id: int) -> None:
         """Drop ``seq_id`` and give its blocks back to the allocator (last block first).
 
-        Runtime complexity: O(blocks * block_size).
+        Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
         row = self._row(seq_id)
         with self.lock:
@@ -209,9 +214,7 @@ class TokenTable:
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
-            at = int(np.searchsorted(self.seq_sorted, self.row_seq[row]))
-            self.seq_sorted = np.delete(self.seq_sorted, at)
-            self.seq_sorted_rows = np.delete(self.seq_sorted_rows, at)
+            self.index_stale = True  # the merge drops entries whose row no longer holds their key
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -424,6 +427,23 @@ class TokenTable:
         """Blocks held per sequence (int64), batched."""
         return self.row_blk_len[self._rows(seq_ids)].copy()
 
+    def context_lengths(self, seq_ids) -> np.ndarray:
+        """Context length to give an unmodified paged-attention kernel with ``block_table(seq)``.
+
+        ``(blocks - 1) * block_size + fill of the last block`` (int64, batched): every slot the
+        kernel reads, dead ones included (those need a mask).  It equals the live count when
+        the sequence is dense (:meth:`is_dense`), e.g. right after a full repack; with naive
+        eviction (no repack) it stays near the number of tokens ever appended.  It measures the
+        KV bytes a decode step reads.  Runtime complexity: O(n log S).
+        """
+        rows = self._rows(seq_ids)
+        n = self.row_blk_len[rows]
+        last = self.blk_pool[self.row_blk_start[rows] + np.maximum(n - 1, 0)].astype(np.int64)
+        last = np.maximum(last, 0)  # rows without blocks: any valid index, masked below
+        # a read-only shared block is full (only full blocks can be shared)
+        fill = np.where(self.block_row[last] == SHARED, self.block_size, self.block_fill[last]).astype(np.int64)
+        return np.where(n > 0, (n - 1) * self.block_size + fill, 0)
+
     @property
     def sequences(self) -> list[int]:
         return list(self.row_of)
@@ -453,6 +473,8 @@ class TokenTable:
     def snapshot(self) -> dict:
         """Copies of every array and counter (and the allocator's snapshot), for tests."""
         out = {name: getattr(self, name).copy() for name in _ARRAYS}
+        # the lookup index as a map (merging it lazily is not a change of state)
+        out["seq_sorted"], out["seq_sorted_rows"] = (a.copy() for a in self._sorted_index())
         out["scalars"] = np.array([self.num_rows, self.tok_end, self.blk_end, self.next_incarnation,
                                    self.total_live, self.total_blocks], dtype=np.int64)
         out["row_of"] = np.array(sorted(self.row_of.items()), dtype=np.int64).reshape(-1, 2)
@@ -472,9 +494,12 @@ class TokenTable:
         assert len(self.row_of) == used.size, "row_of and in-use rows disagree"
         for seq, row in self.row_of.items():
             assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
-        # The sorted index holds the same map, strictly increasing.
-        assert self.seq_sorted.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
-        assert self.seq_sorted_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
+        # The sorted index, with pending adds/frees merged, holds the same map, strictly increasing.
+        index_keys, index_rows = self._sorted_index()
+        assert index_keys.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
+        assert index_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
+        # A merged index has nothing pending.
+        assert self.index_stale or not self.index_added, "index_added is not empty but the index is not stale"
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
@@ -541,8 +566,16 @@ class TokenTable:
         return row
 
     def _rows(self, seq_ids) -> np.ndarray:
-        """Rows of ``seq_ids`` (vectorised through the sorted id index).  O(n log S)."""
+        """Rows of ``seq_ids`` (vectorised through the sorted id index).
+
+        Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
+        """
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
+        if self.index_stale:
+            with self.lock:
+                self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
+                self.index_added.clear()
+                self.index_stale = False
         keys = self.seq_sorted
         idx = np.searchsorted(keys, ids)
         found = idx < keys.shape[0]
@@ -551,11 +584,35 @@ class TokenTable:
             s = int(ids[np.flatnonzero(~found)[0]])
             raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
         rows = self.seq_sorted_rows[idx]
+        # distinct ids <=> distinct rows: a count per row (O(n + rows)) for large batches, else a sort
         if rows.shape[0] > 1:
-            ordered = np.sort(rows)
-            if (ordered[1:] == ordered[:-1]).any():
+            if 16 * rows.shape[0] >= self.num_rows:
+                repeated = int(np.bincount(rows).max()) > 1
+            else:
+                ordered = np.sort(rows)
+                repeated = bool((ordered[1:] == ordered[:-1]).any())
+            if repeated:
                 raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
+
+    def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
+
+        An entry stays if its row still holds its key and the key was not re-added since (a
+        freed row can be reused, even by the same id); re-added and new keys are inserted.
+        Runtime complexity: O(S + k log k) for S sequences and k pending adds.
+        """
+        keys, rows = self.seq_sorted, self.seq_sorted_rows
+        if not self.index_stale:
+            return keys, rows
+        keep = (self.row_incarnation[rows] != 0) & (self.row_seq[rows] == keys)
+        added = np.unique(np.array([k for k in self.index_added if k in self.row_of], dtype=np.int64))
+        if added.size:
+            keep &= ~np.isin(keys, added)
+        keys, rows = keys[keep], rows[keep]
+        at = np.searchsorted(keys, added)
+        added_rows = np.array([self.row_of[k] for k in added.tolist()], dtype=np.int64)
+        return np.insert(keys, at, added), np.insert(rows, at, added_rows)
 
     def _tokens_of(self, row: int) -> np.ndarray:
         s = self.row_tok_start[row]
@@ -611,6 +668,9 @@ class TokenTable:
 
     def _ensure_pool_room(self, extra_tok: int, extra_blk: int) -> None:
         """Make room for ``extra`` entries at the pools' ends, compacting live rows if needed."""
+        if (self.tok_end + extra_tok <= self.tok_slot.shape[0]
+                and self.blk_end + extra_blk <= self.blk_pool.shape[0]):
+            return  # the common case: O(1), no scan of the rows
         used = np.flatnonzero(self.row_incarnation[:self.num_rows] != 0)
         if self.tok_end + extra_tok > self.tok_slot.shape[0]:
             self.tok_slot, self.tok_end = _compact(self.tok_slot, self.row_tok_start, self.row_tok_len,
@@ -671,7 +731,7 @@ class CommitResult:
 
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
-_ARRAYS = _ROW_ARRAYS + ("seq_sorted", "seq_sorted_rows", "tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
+_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
 
 
 def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,

@@ -107,6 +107,15 @@ class NaiveTokenTable:
     def block_table(self, seq: int) -> list[int]:
         return list(self.seqs[seq]["blocks"])
 
+    def context_length(self, seq: int) -> int:
+        """Slots an unmodified paged kernel reads: all blocks but the last in full, the last to its fill."""
+        blocks = self.seqs[seq]["blocks"]
+        if not blocks:
+            return 0
+        last = blocks[-1]
+        fill = self.bs if last in self.shared else self.fill[last]
+        return (len(blocks) - 1) * self.bs + fill
+
     def slot_mapping(self, seq: int) -> list[int]:
         return [x for x in self.seqs[seq]["tok"] if x >= 0]
 
