@@ -115,3 +115,27 @@ def test_a_repeated_sequence_in_a_batch_is_rejected_by_both_duplicate_checks(bat
     after = table.snapshot()
     assert all(np.array_equal(before[k], after[k]) for k in before)
     assert table.live_counts(list(range(batch))).tolist() == [0] * batch  # distinct ids pass
+
+
+def test_context_lengths_stop_at_the_last_live_token():
+    # block size 2: 4 tokens in two blocks; the last token dies: a kernel needs only 3 slots
+    table = TokenTable(BlockAllocator(4, 2))
+    table.add_sequence(1)
+    table.append([1], [4])
+    table.evict(1, [3])
+    assert table.context_lengths([1]).tolist() == [3] and table.is_dense(1)
+    table.evict(1, [2])  # the last block holds nothing live: it no longer counts
+    assert table.context_lengths([1]).tolist() == [2]
+    table.evict(1, [0, 1])
+    assert table.context_lengths([1]).tolist() == [0]
+
+
+def test_context_lengths_inside_a_shared_block_follow_the_sequence_view():
+    table = TokenTable(BlockAllocator(4, 2))
+    table.add_sequence(1)
+    table.append([1], [2])
+    table.add_sequence(2, shared_blocks=table.block_table(1))  # block of 1 becomes read-only for both
+    table.evict(1, [1])  # dead for sequence 1 only; the slot still holds sequence 2's data
+    assert table.context_lengths([1, 2]).tolist() == [1, 2]
+    table.evict(2, [0])
+    assert table.context_lengths([2]).tolist() == [2]  # its live token sits at offset 1

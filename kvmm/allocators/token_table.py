@@ -150,7 +150,11 @@ class TokenTable:
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
         first_position = as_count(first_position, "first_position")
-        shared = as_index_array([] if shared_blocks is None else shared_blocks, "shared_blocks", dtype=np.int32)
+        if shared_blocks is None:  # the common case, kept to a few scalar writes
+            with self.lock:
+                self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
+            return
+        shared = as_index_array(shared_blocks, "shared_blocks", dtype=np.int32)
         check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
         if np.unique(shared).size != shared.size:
             raise BadInputError("shared_blocks contains a block twice; expected distinct block ids")
@@ -164,16 +168,8 @@ class TokenTable:
         with self.lock:
             if shared.size:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
-            row = self._take_row()
-            self.row_of[key] = row
-            self.index_added.append(key)
-            self.index_stale = True
-            self.row_seq[row] = key
-            self.row_incarnation[row] = self.next_incarnation
-            self.next_incarnation += 1
-            self.row_first_position[row] = int(first_position)
             n_tok = shared.size * self.block_size
-            self._place_row(row, max(n_tok, 8), max(shared.size, 2))
+            row = self._register_row(key, int(first_position), tok_cap=max(n_tok, 8), blk_cap=max(shared.size, 2))
             for b in owned:  # an owned block becomes read-only for its owner too
                 self.slot_logical[b * self.block_size:(b + 1) * self.block_size] = -1
                 self.block_row[b] = SHARED
@@ -199,18 +195,11 @@ class TokenTable:
         """
         row = self._row(seq_id)
         with self.lock:
-            blocks = self._blocks_of(row).copy()
-            self.allocator.free(blocks[::-1].copy())  # a request frees last-first
-            owned = blocks[self.block_row[blocks] == row]
-            shared = blocks[self.block_row[blocks] == SHARED]
-            if owned.size:
-                slots = (owned.astype(np.int64)[:, None] * self.block_size + np.arange(self.block_size)).ravel()
-                self.slot_logical[slots] = -1
-                self.block_row[owned] = FREE
-                self.block_live[owned] = 0
-                self.block_fill[owned] = 0
-            self.block_shared[shared] -= 1
-            self.block_row[shared[self.block_shared[shared] == 0]] = FREE
+            blocks = self._blocks_of(row)[::-1].copy()  # a request frees last-first
+            if blocks.size:
+                self.allocator.free(blocks)
+                kernels.release_row_blocks(blocks, row, self.block_size, self.block_row, self.block_live,
+                                           self.block_fill, self.block_shared, self.slot_logical)
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
@@ -430,19 +419,21 @@ class TokenTable:
     def context_lengths(self, seq_ids) -> np.ndarray:
         """Context length to give an unmodified paged-attention kernel with ``block_table(seq)``.
 
-        ``(blocks - 1) * block_size + fill of the last block`` (int64, batched): every slot the
-        kernel reads, dead ones included (those need a mask).  It equals the live count when
-        the sequence is dense (:meth:`is_dense`), e.g. right after a full repack; with naive
-        eviction (no repack) it stays near the number of tokens ever appended.  It measures the
-        KV bytes a decode step reads.  Runtime complexity: O(n log S).
+        1 + the index of the sequence's last live slot in the concatenation of its blocks, or
+        0: the fewest leading slots that cover every
+        live token, so every slot such a kernel reads, dead ones inside included (those need a
+        mask).  It equals the live count when the sequence is dense (:meth:`is_dense`), e.g.
+        right after a full repack; with naive eviction (no repack) it stays near the number of
+        tokens ever appended.  It measures the KV bytes a decode step reads.  Int64, batched.
+        Runtime complexity: O(n log S + trailing dead slots); O(tokens) for a sequence whose last
+        live token sits in a shared block.
         """
         rows = self._rows(seq_ids)
-        n = self.row_blk_len[rows]
-        last = self.blk_pool[self.row_blk_start[rows] + np.maximum(n - 1, 0)].astype(np.int64)
-        last = np.maximum(last, 0)  # rows without blocks: any valid index, masked below
-        # a read-only shared block is full (only full blocks can be shared)
-        fill = np.where(self.block_row[last] == SHARED, self.block_size, self.block_fill[last]).astype(np.int64)
-        return np.where(n > 0, (n - 1) * self.block_size + fill, 0)
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        kernels.context_lengths(rows, self.block_size, self.row_tok_start, self.row_tok_len, self.row_blk_start,
+                                self.row_blk_len, self.blk_pool, self.tok_slot, self.block_row, self.block_fill,
+                                self.slot_logical, out)
+        return out
 
     @property
     def sequences(self) -> list[int]:
@@ -621,6 +612,20 @@ class TokenTable:
     def _blocks_of(self, row: int) -> np.ndarray:
         s = self.row_blk_start[row]
         return self.blk_pool[s:s + self.row_blk_len[row]]
+
+    def _register_row(self, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
+        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
+        row = self._take_row()
+        self.row_of[key] = row
+        self.index_added.append(key)
+        self.index_stale = True
+        self.row_seq[row] = key
+        self.row_incarnation[row] = self.next_incarnation
+        self.next_incarnation += 1
+        self.row_first_position[row] = first_position
+        self.row_live[row] = 0
+        self._place_row(row, tok_cap, blk_cap)
+        return row
 
     def _take_row(self) -> int:
         if self.free_rows:

@@ -108,13 +108,10 @@ class NaiveTokenTable:
         return list(self.seqs[seq]["blocks"])
 
     def context_length(self, seq: int) -> int:
-        """Slots an unmodified paged kernel reads: all blocks but the last in full, the last to its fill."""
-        blocks = self.seqs[seq]["blocks"]
-        if not blocks:
-            return 0
-        last = blocks[-1]
-        fill = self.bs if last in self.shared else self.fill[last]
-        return (len(blocks) - 1) * self.bs + fill
+        """1 + the index of the last live token in the concatenation of the sequence's blocks, or 0."""
+        s = self.seqs[seq]
+        return max((s["blocks"].index(slot // self.bs) * self.bs + slot % self.bs + 1
+                    for slot in s["tok"] if slot >= 0), default=0)
 
     def slot_mapping(self, seq: int) -> list[int]:
         return [x for x in self.seqs[seq]["tok"] if x >= 0]
