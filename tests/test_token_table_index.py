@@ -17,9 +17,9 @@ def test_adds_and_frees_are_merged_by_the_next_batched_lookup():
     table = TokenTable(BlockAllocator(64, 4), initial_sequences=2)
     for q in range(10):
         table.add_sequence(q)
-    assert table.index_stale and table.seq_sorted.size == 0  # nothing merged yet: adds are O(1)
+    assert table.index_touched == list(range(10)) and table.seq_sorted.size == 0  # nothing merged yet
     table.append(list(range(10)), [1] * 10)  # first batched call merges all ten
-    assert not table.index_stale and table.index_added == []
+    assert table.index_touched == []
     assert table.seq_sorted.tolist() == list(range(10))
     assert table.seq_sorted_rows.tolist() == rows_by_dict(table, range(10))
     for q in (0, 4, 8):
@@ -48,10 +48,10 @@ def test_a_failing_batched_lookup_leaves_the_snapshot_unchanged_although_it_merg
     table.add_sequence(2)
     table.free_sequence(1)
     before = table.snapshot()
-    assert table.index_stale
+    assert table.index_touched == [2, 1]
     with pytest.raises(UnknownSequenceError):
         table.append([2, 1], [1, 1])
-    assert not table.index_stale  # merged ...
+    assert table.index_touched == []  # merged ...
     after = table.snapshot()
     for key in before:  # ... but the map it holds is the same, and nothing else changed
         assert np.array_equal(before[key], after[key]), key

@@ -105,8 +105,7 @@ class TokenTable:
         # insert or delete per call (which made S adds/frees cost O(S^2)).
         self.seq_sorted = np.zeros(0, dtype=np.int64)
         self.seq_sorted_rows = np.zeros(0, dtype=np.int64)
-        self.index_added: list[int] = []  # keys added since the index was last merged
-        self.index_stale = False  # True when add/free happened since the last merge
+        self.index_touched: list[int] = []  # keys added or freed since the index was last merged
         self.free_rows: list[int] = []
         self.num_rows = 0  # rows ever used (high-water mark)
         self.row_seq = np.zeros(rows, dtype=np.int64)
@@ -203,7 +202,7 @@ class TokenTable:
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
-            self.index_stale = True  # the merge drops entries whose row no longer holds their key
+            self.index_touched.append(int(self.row_seq[row]))
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -489,8 +488,10 @@ class TokenTable:
         index_keys, index_rows = self._sorted_index()
         assert index_keys.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
         assert index_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
-        # A merged index has nothing pending.
-        assert self.index_stale or not self.index_added, "index_added is not empty but the index is not stale"
+        # Every key of the stored index that is not pending a merge is still registered, at its row.
+        pending = set(self.index_touched)
+        for key, row in zip(self.seq_sorted.tolist(), self.seq_sorted_rows.tolist()):
+            assert key in pending or self.row_of.get(key) == row, f"stale index entry for untouched sequence {key}"
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
@@ -562,11 +563,10 @@ class TokenTable:
         Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
         """
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
-        if self.index_stale:
+        if self.index_touched:
             with self.lock:
                 self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
-                self.index_added.clear()
-                self.index_stale = False
+                self.index_touched.clear()
         keys = self.seq_sorted
         idx = np.searchsorted(keys, ids)
         found = idx < keys.shape[0]
@@ -589,20 +589,23 @@ class TokenTable:
     def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
         """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
 
-        An entry stays if its row still holds its key and the key was not re-added since (a
-        freed row can be reused, even by the same id); re-added and new keys are inserted.
-        Runtime complexity: O(S + k log k) for S sequences and k pending adds.
+        Entries of every touched key (added or freed since the last merge, in any order, even
+        freed and re-added) are dropped, then the touched keys still registered are inserted at
+        their current rows.  Runtime complexity: O(S) array moves + O(k log S) for S sequences
+        and k touched keys.
         """
         keys, rows = self.seq_sorted, self.seq_sorted_rows
-        if not self.index_stale:
+        if not self.index_touched:
             return keys, rows
-        keep = (self.row_incarnation[rows] != 0) & (self.row_seq[rows] == keys)
-        added = np.unique(np.array([k for k in self.index_added if k in self.row_of], dtype=np.int64))
-        if added.size:
-            keep &= ~np.isin(keys, added)
-        keys, rows = keys[keep], rows[keep]
-        at = np.searchsorted(keys, added)
+        touched = np.unique(np.array(self.index_touched, dtype=np.int64))
+        at = np.searchsorted(keys, touched)
+        hit = at < keys.shape[0]
+        hit[hit] = keys[at[hit]] == touched[hit]
+        keys, rows = np.delete(keys, at[hit]), np.delete(rows, at[hit])
+        live = np.array([k in self.row_of for k in touched.tolist()], dtype=np.bool_)
+        added = touched[live]
         added_rows = np.array([self.row_of[k] for k in added.tolist()], dtype=np.int64)
+        at = np.searchsorted(keys, added)
         return np.insert(keys, at, added), np.insert(rows, at, added_rows)
 
     def _tokens_of(self, row: int) -> np.ndarray:
@@ -617,8 +620,7 @@ class TokenTable:
         """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
         row = self._take_row()
         self.row_of[key] = row
-        self.index_added.append(key)
-        self.index_stale = True
+        self.index_touched.append(key)
         self.row_seq[row] = key
         self.row_incarnation[row] = self.next_incarnation
         self.next_incarnation += 1
