@@ -1,8 +1,9 @@
 """TokenTable and token-scorer microbenchmarks, each against the plain-Python reference in the same run.
 
 Groups: evict + plan + commit over 10^6 live tokens (the reference runs 10^5: rates are per
-token); an append step of 256 sequences (one decode token each); scorer throughput (observe +
-scores + top-k for one sequence of 4096 live tokens, 8 heads).
+token); an append step of 256 sequences (one decode token each); sequence churn (16 frees + 16 adds +
+a batched append per step, 10^4 resident sequences); scorer throughput (observe + scores + top-k for
+one sequence of 4096 live tokens, 8 heads).
 """
 
 from __future__ import annotations
@@ -91,6 +92,43 @@ def test_append_256(benchmark, impl):
     benchmark.pedantic(table.append, args=(ids, ones), rounds=rounds, iterations=1)
     if impl == "kvmm":
         table.check()
+
+
+# ------------------------------------------------------------------ sequence churn
+@pytest.mark.parametrize("impl", ["kvmm", "naive"])
+def test_add_free_churn(benchmark, impl):
+    benchmark.group = "token table: add + free sequences (10^4 resident, batched append between)"
+    resident = size(10_000, 50)
+    steps = size(50, 2)
+    per_step = 16
+
+    def setup():
+        if impl == "kvmm":
+            table = TokenTable(BlockAllocator(resident + 2 * per_step, BS), initial_sequences=resident)
+        else:
+            table = NaiveTokenTable(NaiveBlockAllocator(resident + 2 * per_step, BS))
+        for s in range(resident):
+            table.add_sequence(s)
+        return (table,), {}
+
+    def run(table):
+        # each step: 16 requests finish, 16 arrive, one decode token for the 16 newcomers (a batched call)
+        for step in range(steps):
+            for s in range(step * per_step, (step + 1) * per_step):
+                table.free_sequence(s)
+            new = list(range(resident + step * per_step, resident + (step + 1) * per_step))
+            for s in new:
+                table.add_sequence(s)
+            table.append(new, [1] * per_step)
+        return table
+
+    if impl == "kvmm":
+        warm(run, setup()[0][0])
+    info(benchmark, "kvmm" if impl == "kvmm" else "baseline",
+         "TokenTable (lazy index)" if impl == "kvmm" else "plain-Python reference", 2 * steps * per_step,
+         "adds+frees")
+    table = benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+    assert len(table.seqs if impl == "naive" else table) == resident
 
 
 # ------------------------------------------------------------------ scorer throughput

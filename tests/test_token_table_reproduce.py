@@ -18,6 +18,12 @@ def test_replay_vtoken_never_holds_more_than_naive(tmp_path):
         # every repack frees a block for at least its live tokens; never fewer moves than that
         assert st["vtoken"]["moves"] >= st["vtoken"]["min_moves"]
         assert st["vtoken"]["dropped"] == 0
+        # what a paged kernel reads: never fewer slots than live tokens; repacking reads fewer than naive
+        assert st["naive"]["read_steps"] > st["vtoken"]["read_steps"] >= st["live_steps"] > 0
+        # one step per decode token of the longest request, plus the prefill step; a repack every 8
+        assert st["table_steps"] == max(rv_decode(w)) + 1
+        assert len(st["vtoken"]["commit_moves"]) == -(-st["table_steps"] // w["repack_every"])
+        assert sum(st["vtoken"]["commit_moves"]) == st["vtoken"]["moves"]
 
 
 def test_synthetic_attention_rows_are_causal_distributions():
@@ -34,4 +40,13 @@ def test_reproduce_quick_writes_the_tables(tmp_path):
     rv.reproduce(report)
     md = "\n".join(report.chunks)
     assert "naive evict" in md and "27.2 %-72.3 %" in md and "minimum moves" in md
-    assert md.count("| H2O |") == 2
+    assert "up to 1.37x" in md and "TPOT SLA ms" in md
+    # policy table, repack-cost table, and the SLA ratio table's three H2O budgets (32, 64, 128)
+    assert md.count("| H2O |") == 5
+
+
+def rv_decode(w):
+    """The decode lengths replay() draws (same seed and order)."""
+    rng = np.random.default_rng(w["seed"])
+    rng.integers(w["prompt"][0], w["prompt"][1] + 1, size=w["requests"])
+    return rng.integers(w["decode"][0], w["decode"][1] + 1, size=w["requests"]).tolist()

@@ -142,6 +142,17 @@ class TokenTableMachine(RuleBasedStateMachine):
                 paged = (table.astype(np.int64)[:, None] * self.model.bs + np.arange(self.model.bs)).ravel()[:live]
                 assert sorted(paged.tolist()) == sorted(self.real.slot_mapping(seq).tolist())
 
+    @rule(data=st.data())
+    def context_lengths(self, data):
+        # a batched lookup: merges the lazily kept sequence index after any adds/frees since the last one
+        seqs = data.draw(st.permutations(sorted(self.model.seqs)))
+        got = self.real.context_lengths(seqs)
+        assert got.dtype == np.int64 and got.tolist() == [self.model.context_length(q) for q in seqs]
+        for seq, n in zip(seqs, got.tolist()):
+            assert n >= self.real.num_live(seq)
+            if self.real.is_dense(seq):
+                assert n == self.real.num_live(seq)
+
     # -- invariants
     @invariant()
     def consistent(self):

@@ -66,6 +66,63 @@ def append_tokens(rows, counts, new_block_offsets, new_block_ids, block_size,
 
 
 #: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
+@njit(cache=True, nogil=True)
+def release_row_blocks(blocks, row, block_size, block_row, block_live, block_fill, block_shared, slot_logical):
+    """Drop a freed row's hold on ``blocks``: owned blocks become free and empty; shared blocks
+    lose one holder (and become free with the last).  One call instead of a dozen small numpy
+    operations: ``free_sequence`` is on the per-request path.  Runtime complexity:
+    O(blocks * block_size).
+    """
+    for i in range(blocks.shape[0]):
+        b = np.int64(blocks[i])
+        if block_row[b] == row:
+            base = b * block_size
+            for o in range(block_size):
+                slot_logical[base + o] = -1
+            block_row[b] = FREE
+            block_live[b] = 0
+            block_fill[b] = 0
+        elif block_row[b] == SHARED:
+            block_shared[b] -= 1
+            if block_shared[b] == 0:
+                block_row[b] = FREE
+
+
+@njit(cache=True, nogil=True)
+def context_lengths(rows, block_size, row_tok_start, row_tok_len, row_blk_start, row_blk_len, blk_pool, tok_slot,
+                    block_row, block_fill, slot_logical, out):
+    """Per row: 1 + the index, in the concatenation of its blocks, of its last live token, or 0.
+
+    Scans back from the last block's fill through ``slot_logical`` (owned blocks), so it costs
+    the trailing dead slots only; a shared block keeps no reverse map, so reaching one scans the
+    row's tokens for its live slots there.  Runtime complexity: O(rows + trailing dead slots),
+    plus O(row tokens) per shared block reached.
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        start = row_blk_start[r]
+        length = 0
+        for j in range(row_blk_len[r] - 1, -1, -1):
+            b = np.int64(blk_pool[start + j])
+            if block_row[b] == SHARED:
+                best = -1
+                t0 = row_tok_start[r]
+                for t in range(t0, t0 + row_tok_len[r]):
+                    slot = tok_slot[t]
+                    if slot >= 0 and slot // block_size == b:
+                        best = max(best, slot - b * block_size)
+                if best >= 0:
+                    length = j * block_size + best + 1
+            else:
+                for o in range(block_fill[b] - 1, -1, -1):
+                    if slot_logical[b * block_size + o] >= 0:
+                        length = j * block_size + o + 1
+                        break
+            if length:
+                break
+        out[i] = length
+
+
 OK, OUT_OF_RANGE, DEAD, REPEATED = 0, 1, 2, 3
 
 

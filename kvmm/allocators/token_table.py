@@ -99,9 +99,13 @@ class TokenTable:
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
         rows = max(int(initial_sequences), 1)
         self.row_of: dict[int, int] = {}
-        # the same map as sorted arrays, for batched lookups (np.searchsorted)
+        # The same map as sorted arrays, for batched lookups (np.searchsorted).  Kept lazily:
+        # add_sequence / free_sequence only note the change (O(1)); the next batched lookup merges
+        # all changes since the last one in one O(S + k log k) pass, instead of an O(S) array
+        # insert or delete per call (which made S adds/frees cost O(S^2)).
         self.seq_sorted = np.zeros(0, dtype=np.int64)
         self.seq_sorted_rows = np.zeros(0, dtype=np.int64)
+        self.index_touched: list[int] = []  # keys added or freed since the index was last merged
         self.free_rows: list[int] = []
         self.num_rows = 0  # rows ever used (high-water mark)
         self.row_seq = np.zeros(rows, dtype=np.int64)
@@ -138,13 +142,18 @@ class TokenTable:
         ``0 .. len(shared_blocks) * block_size - 1``, all live; the table touches each block.
         A block may come from the allocator's prefix cache or from another sequence of this
         table, which must hold it full with every token live.  ``first_position`` is the
-        original position of logical token 0.  Runtime complexity: O(shared tokens).
+        original position of logical token 0.  Runtime complexity: O(shared tokens), amortised
+        (the batched-lookup index is updated lazily, by the next batched call).
         """
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
         first_position = as_count(first_position, "first_position")
-        shared = as_index_array([] if shared_blocks is None else shared_blocks, "shared_blocks", dtype=np.int32)
+        if shared_blocks is None:  # the common case, kept to a few scalar writes
+            with self.lock:
+                self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
+            return
+        shared = as_index_array(shared_blocks, "shared_blocks", dtype=np.int32)
         check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
         if np.unique(shared).size != shared.size:
             raise BadInputError("shared_blocks contains a block twice; expected distinct block ids")
@@ -158,17 +167,8 @@ class TokenTable:
         with self.lock:
             if shared.size:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
-            row = self._take_row()
-            self.row_of[key] = row
-            at = int(np.searchsorted(self.seq_sorted, key))
-            self.seq_sorted = np.insert(self.seq_sorted, at, key)
-            self.seq_sorted_rows = np.insert(self.seq_sorted_rows, at, row)
-            self.row_seq[row] = key
-            self.row_incarnation[row] = self.next_incarnation
-            self.next_incarnation += 1
-            self.row_first_position[row] = int(first_position)
             n_tok = shared.size * self.block_size
-            self._place_row(row, max(n_tok, 8), max(shared.size, 2))
+            row = self._register_row(key, int(first_position), tok_cap=max(n_tok, 8), blk_cap=max(shared.size, 2))
             for b in owned:  # an owned block becomes read-only for its owner too
                 self.slot_logical[b * self.block_size:(b + 1) * self.block_size] = -1
                 self.block_row[b] = SHARED
@@ -190,28 +190,19 @@ class TokenTable:
     def free_sequence(self, seq_id: int) -> None:
         """Drop ``seq_id`` and give its blocks back to the allocator (last block first).
 
-        Runtime complexity: O(blocks * block_size).
+        Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
         row = self._row(seq_id)
         with self.lock:
-            blocks = self._blocks_of(row).copy()
-            self.allocator.free(blocks[::-1].copy())  # a request frees last-first
-            owned = blocks[self.block_row[blocks] == row]
-            shared = blocks[self.block_row[blocks] == SHARED]
-            if owned.size:
-                slots = (owned.astype(np.int64)[:, None] * self.block_size + np.arange(self.block_size)).ravel()
-                self.slot_logical[slots] = -1
-                self.block_row[owned] = FREE
-                self.block_live[owned] = 0
-                self.block_fill[owned] = 0
-            self.block_shared[shared] -= 1
-            self.block_row[shared[self.block_shared[shared] == 0]] = FREE
+            blocks = self._blocks_of(row)[::-1].copy()  # a request frees last-first
+            if blocks.size:
+                self.allocator.free(blocks)
+                kernels.release_row_blocks(blocks, row, self.block_size, self.block_row, self.block_live,
+                                           self.block_fill, self.block_shared, self.slot_logical)
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
-            at = int(np.searchsorted(self.seq_sorted, self.row_seq[row]))
-            self.seq_sorted = np.delete(self.seq_sorted, at)
-            self.seq_sorted_rows = np.delete(self.seq_sorted_rows, at)
+            self.index_touched.append(int(self.row_seq[row]))
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -424,6 +415,25 @@ class TokenTable:
         """Blocks held per sequence (int64), batched."""
         return self.row_blk_len[self._rows(seq_ids)].copy()
 
+    def context_lengths(self, seq_ids) -> np.ndarray:
+        """Context length to give an unmodified paged-attention kernel with ``block_table(seq)``.
+
+        1 + the index of the sequence's last live slot in the concatenation of its blocks, or
+        0: the fewest leading slots that cover every
+        live token, so every slot such a kernel reads, dead ones inside included (those need a
+        mask).  It equals the live count when the sequence is dense (:meth:`is_dense`), e.g.
+        right after a full repack; with naive eviction (no repack) it stays near the number of
+        tokens ever appended.  It measures the KV bytes a decode step reads.  Int64, batched.
+        Runtime complexity: O(n log S + trailing dead slots); O(tokens) for a sequence whose last
+        live token sits in a shared block.
+        """
+        rows = self._rows(seq_ids)
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        kernels.context_lengths(rows, self.block_size, self.row_tok_start, self.row_tok_len, self.row_blk_start,
+                                self.row_blk_len, self.blk_pool, self.tok_slot, self.block_row, self.block_fill,
+                                self.slot_logical, out)
+        return out
+
     @property
     def sequences(self) -> list[int]:
         return list(self.row_of)
@@ -453,6 +463,8 @@ class TokenTable:
     def snapshot(self) -> dict:
         """Copies of every array and counter (and the allocator's snapshot), for tests."""
         out = {name: getattr(self, name).copy() for name in _ARRAYS}
+        # the lookup index as a map (merging it lazily is not a change of state)
+        out["seq_sorted"], out["seq_sorted_rows"] = (a.copy() for a in self._sorted_index())
         out["scalars"] = np.array([self.num_rows, self.tok_end, self.blk_end, self.next_incarnation,
                                    self.total_live, self.total_blocks], dtype=np.int64)
         out["row_of"] = np.array(sorted(self.row_of.items()), dtype=np.int64).reshape(-1, 2)
@@ -472,9 +484,14 @@ class TokenTable:
         assert len(self.row_of) == used.size, "row_of and in-use rows disagree"
         for seq, row in self.row_of.items():
             assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
-        # The sorted index holds the same map, strictly increasing.
-        assert self.seq_sorted.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
-        assert self.seq_sorted_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
+        # The sorted index, with pending adds/frees merged, holds the same map, strictly increasing.
+        index_keys, index_rows = self._sorted_index()
+        assert index_keys.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
+        assert index_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
+        # Every key of the stored index that is not pending a merge is still registered, at its row.
+        pending = set(self.index_touched)
+        for key, row in zip(self.seq_sorted.tolist(), self.seq_sorted_rows.tolist()):
+            assert key in pending or self.row_of.get(key) == row, f"stale index entry for untouched sequence {key}"
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
@@ -541,8 +558,15 @@ class TokenTable:
         return row
 
     def _rows(self, seq_ids) -> np.ndarray:
-        """Rows of ``seq_ids`` (vectorised through the sorted id index).  O(n log S)."""
+        """Rows of ``seq_ids`` (vectorised through the sorted id index).
+
+        Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
+        """
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
+        if self.index_touched:
+            with self.lock:
+                self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
+                self.index_touched.clear()
         keys = self.seq_sorted
         idx = np.searchsorted(keys, ids)
         found = idx < keys.shape[0]
@@ -551,11 +575,38 @@ class TokenTable:
             s = int(ids[np.flatnonzero(~found)[0]])
             raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
         rows = self.seq_sorted_rows[idx]
+        # distinct ids <=> distinct rows: a count per row (O(n + rows)) for large batches, else a sort
         if rows.shape[0] > 1:
-            ordered = np.sort(rows)
-            if (ordered[1:] == ordered[:-1]).any():
+            if 16 * rows.shape[0] >= self.num_rows:
+                repeated = int(np.bincount(rows).max()) > 1
+            else:
+                ordered = np.sort(rows)
+                repeated = bool((ordered[1:] == ordered[:-1]).any())
+            if repeated:
                 raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
+
+    def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
+
+        Entries of every touched key (added or freed since the last merge, in any order, even
+        freed and re-added) are dropped, then the touched keys still registered are inserted at
+        their current rows.  Runtime complexity: O(S) array moves + O(k log S) for S sequences
+        and k touched keys.
+        """
+        keys, rows = self.seq_sorted, self.seq_sorted_rows
+        if not self.index_touched:
+            return keys, rows
+        touched = np.unique(np.array(self.index_touched, dtype=np.int64))
+        at = np.searchsorted(keys, touched)
+        hit = at < keys.shape[0]
+        hit[hit] = keys[at[hit]] == touched[hit]
+        keys, rows = np.delete(keys, at[hit]), np.delete(rows, at[hit])
+        live = np.array([k in self.row_of for k in touched.tolist()], dtype=np.bool_)
+        added = touched[live]
+        added_rows = np.array([self.row_of[k] for k in added.tolist()], dtype=np.int64)
+        at = np.searchsorted(keys, added)
+        return np.insert(keys, at, added), np.insert(rows, at, added_rows)
 
     def _tokens_of(self, row: int) -> np.ndarray:
         s = self.row_tok_start[row]
@@ -564,6 +615,19 @@ class TokenTable:
     def _blocks_of(self, row: int) -> np.ndarray:
         s = self.row_blk_start[row]
         return self.blk_pool[s:s + self.row_blk_len[row]]
+
+    def _register_row(self, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
+        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
+        row = self._take_row()
+        self.row_of[key] = row
+        self.index_touched.append(key)
+        self.row_seq[row] = key
+        self.row_incarnation[row] = self.next_incarnation
+        self.next_incarnation += 1
+        self.row_first_position[row] = first_position
+        self.row_live[row] = 0
+        self._place_row(row, tok_cap, blk_cap)
+        return row
 
     def _take_row(self) -> int:
         if self.free_rows:
@@ -611,6 +675,9 @@ class TokenTable:
 
     def _ensure_pool_room(self, extra_tok: int, extra_blk: int) -> None:
         """Make room for ``extra`` entries at the pools' ends, compacting live rows if needed."""
+        if (self.tok_end + extra_tok <= self.tok_slot.shape[0]
+                and self.blk_end + extra_blk <= self.blk_pool.shape[0]):
+            return  # the common case: O(1), no scan of the rows
         used = np.flatnonzero(self.row_incarnation[:self.num_rows] != 0)
         if self.tok_end + extra_tok > self.tok_slot.shape[0]:
             self.tok_slot, self.tok_end = _compact(self.tok_slot, self.row_tok_start, self.row_tok_len,
@@ -671,7 +738,7 @@ class CommitResult:
 
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
-_ARRAYS = _ROW_ARRAYS + ("seq_sorted", "seq_sorted_rows", "tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
+_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
 
 
 def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,

@@ -107,6 +107,12 @@ class NaiveTokenTable:
     def block_table(self, seq: int) -> list[int]:
         return list(self.seqs[seq]["blocks"])
 
+    def context_length(self, seq: int) -> int:
+        """1 + the index of the last live token in the concatenation of the sequence's blocks, or 0."""
+        s = self.seqs[seq]
+        return max((s["blocks"].index(slot // self.bs) * self.bs + slot % self.bs + 1
+                    for slot in s["tok"] if slot >= 0), default=0)
+
     def slot_mapping(self, seq: int) -> list[int]:
         return [x for x in self.seqs[seq]["tok"] if x >= 0]
 
