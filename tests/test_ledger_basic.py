@@ -63,6 +63,34 @@ def test_grants_are_earliest_deadline_first_and_strict_within_capacity():
     led.check()
 
 
+def test_fifo_grants_in_claim_order_whatever_the_deadlines():
+    led = make(100)
+    ids = led.claim_many([0, 1, 2, 3], [40, 50, 30, 10], now=0.0)
+    led.request(ids, now=0.0, deadline=[3.0, 1.0, 2.0, 4.0])
+    # claim order: 0 (40 B), 1 (50 B); 2 (30 B) does not fit in the 10 B left -> blocks 3
+    assert led.poll(0.0, timely=False, fifo=True).tolist() == [ids[0], ids[1]]
+    assert led.state_of(ids).tolist() == [STAGING, STAGING, PENDING, PENDING]
+    # a need() does not jump the queue: 2 is still next, 3 waits behind it
+    led.need([ids[3]], now=0.1)
+    led.mark_ready([ids[0]], now=0.1)
+    led.consume([ids[0]], now=0.1)
+    led.release([ids[0]], now=0.2)
+    assert led.poll(0.2, timely=False, fifo=True).tolist() == [ids[2], ids[3]]
+    led.check()
+
+
+def test_poll_rejects_non_boolean_flags():
+    from kvmm.errors import BadInputError
+    from tests.ledger_helpers import assert_same_snapshot, snapshot
+
+    led = make(100)
+    led.request([led.claim(0, None, 10, now=0.0)], now=0.0)
+    before = snapshot(led)
+    with pytest.raises(BadInputError, match="booleans"):
+        led.poll(1.0, fifo="yes")
+    assert_same_snapshot(before, snapshot(led))
+
+
 def test_ties_in_deadline_grant_in_claim_order():
     led = make(1000)
     ids = led.claim_many([5, 4, 3], [1, 1, 1], now=0.0)

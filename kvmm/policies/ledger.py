@@ -13,9 +13,10 @@ The ledger separates the two:
    observed/predicted staging-time ratio);
 3. ``poll`` turns claims whose ``use_at - time_to_ready <= now + margin + poll_gap + use_slack``
    into commitment
-   requests and **grants** requests earliest-deadline-first, strictly within the free protected
-   capacity (the first request that does not fit blocks the later ones, so a large claim cannot
-   starve).  ``poll_gap`` is the learned (EWMA) time between polls: the trigger must fire at the
+   requests and **grants** requests earliest-deadline-first (or, with ``fifo=True``, in claim
+   order: immediate staging takes capacity in the order hits were found), strictly within the
+   free protected capacity (the first request that does not fit blocks the later ones, so a
+   large claim cannot starve).  ``poll_gap`` is the learned (EWMA) time between polls: the trigger must fire at the
    last poll before the ideal moment, not the first one after it; ``use_slack`` is the learned
    (EWMA) amount by which updates moved predicted use times earlier;
 4. a granted claim is staged by the caller, who reports ``mark_ready``; at use the caller calls
@@ -325,13 +326,18 @@ class CommitmentLedger:
             self.deadline[s] = min(self.deadline[s], d) if self.state[s] == PENDING else d
             self.state[s] = PENDING
 
-    def poll(self, now: float, *, timely: bool = True) -> np.ndarray:
-        """Trigger due claims (if ``timely``) and grant requests EDF within free capacity.
+    def poll(self, now: float, *, timely: bool = True, fifo: bool = False) -> np.ndarray:
+        """Trigger due claims (if ``timely``) and grant pending requests within free capacity.
 
+        Grant order: earliest deadline first (ties in claim order), or, with ``fifo``, claim
+        order only (immediate staging takes capacity in the order hits were found, whatever
+        their deadlines).  Either way the first request that does not fit blocks the later ones.
         Returns the claim ids granted (now STAGING, capacity held), in grant order: the caller
         starts their transfers and reports :meth:`mark_ready`.
         Runtime complexity: O(slots + p log p) for p pending requests (one numba call).
         """
+        if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
+            raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
         now = self._check_now(now)
         self.clock = now
         if self.last_poll >= 0.0 and now > self.last_poll:
@@ -344,7 +350,7 @@ class CommitmentLedger:
             self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap + self.use_slack,
             self.rate,
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
-            self._capacity - self.protected_bytes, bool(timely), out,
+            self._capacity - self.protected_bytes, bool(timely), bool(fifo), out,
         )
         if ng == 0:
             return np.zeros(0, dtype=np.int64)
@@ -628,13 +634,14 @@ class CommitmentLedger:
 @njit(cache=True, nogil=True)
 def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadline, seq, committed_at, predicted_stage_s,
                  n_slots, now, margin, rate, src_latency, src_bandwidth, src_ratio, queue_bytes, free_bytes,
-                 timely, out):
-    """Trigger due claims, then grant pending ones EDF within ``free_bytes``; return the count.
+                 timely, fifo, out):
+    """Trigger due claims, then grant pending ones within ``free_bytes``; return the count.
 
     Trigger (timely only): CLAIMED slot with ``use_at - ready_s <= now + margin`` becomes
     PENDING with deadline ``use_at``, where ``use_at = updated_at + delay_s + work_ahead / rate`` and
     ``ready_s = ratio * (latency + (queue_bytes + nbytes) / bandwidth)`` (queue at poll start).
-    Grant: pending slots in (deadline, seq) order; stop at the first that does not fit.
+    Grant: pending slots in (deadline, seq) order, or seq order if ``fifo``; stop at the first
+    that does not fit.
     Granted slots become STAGING with ``committed_at = now`` and their predicted staging time
     (the queue grows with each grant); their slots are written to ``out``.
     """
@@ -659,14 +666,14 @@ def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadlin
         if state[s] == 2:
             cand[j] = s
             j += 1
-    # order by (deadline, seq): sort by seq, then a stable sort by deadline
+    # order by (deadline, seq): sort by seq, then a stable sort by deadline; fifo: seq only
     by_seq = cand[np.argsort(seq[cand])]
-    order = by_seq[np.argsort(deadline[by_seq], kind="mergesort")]
+    order = by_seq if fifo else by_seq[np.argsort(deadline[by_seq], kind="mergesort")]
     ng = 0
     for j in range(npend):
         s = order[j]
         if nbytes[s] > free_bytes:
-            break  # strict EDF: a request that does not fit blocks later ones (no starvation)
+            break  # strict order: a request that does not fit blocks later ones (no starvation)
         free_bytes -= nbytes[s]
         src = source[s]
         predicted_stage_s[s] = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])

@@ -124,7 +124,7 @@ class NaiveLedger:
             c["deadline"] = min(c["deadline"], d) if c["state"] == PENDING else d
             c["state"] = PENDING
 
-    def poll(self, now, *, timely=True):
+    def poll(self, now, *, timely=True, fifo=False):
         self._time(now)
         if self.last_poll >= 0.0 and now > self.last_poll:
             self.poll_gap = (1.0 - self.rate_alpha) * self.poll_gap + self.rate_alpha * (now - self.last_poll)
@@ -136,7 +136,8 @@ class NaiveLedger:
                 if c["state"] == CLAIMED and self._use_at(c) - self._ready_s(c) <= now + margin:
                     c["state"] = PENDING
                     c["deadline"] = self._use_at(c)
-        pending = sorted((c["deadline"], c["seq"], s) for s, c in self.claims.items() if c["state"] == PENDING)
+        pending = sorted((0.0 if fifo else c["deadline"], c["seq"], s)
+                         for s, c in self.claims.items() if c["state"] == PENDING)
         free = self.capacity_bytes - self.protected_bytes
         granted = []
         for _, _, s in pending:
