@@ -9,7 +9,7 @@ from kvmm.errors import BadInputError
 from kvmm.sim.simulator import GiB, SimConfig, simulate
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import preset
-from tests.sim_helpers import QUEUED_HIT, TOY_MODEL, toy_config, trace
+from tests.sim_helpers import QUEUED_HIT, TOY_FAST, TOY_MODEL, toy_config, trace
 
 STAGE_S = 0.01 + 1_024_000 / 1e6  # latency + bytes / bandwidth of r2's hit
 LOAD_S = 1_024_000 / 1e7  # fast tier -> GPU
@@ -180,3 +180,25 @@ def test_admission_stays_work_conserving_when_the_window_waits_for_held_capacity
     assert admitted == [3] and waiting == [2]  # without the fallback nothing could ever run
     # and a whole run of this trace finishes
     assert simulate(cfg).requests == 4
+
+
+def test_immediate_holds_capacity_from_arrival_and_the_next_claim_waits_for_it():
+    """Fast tier of 1.5 MB, two queued 1,024,000-byte hits: immediate staging commits r3's at its
+    arrival and holds it through the queue; r4's claim (FIFO behind it) is granted only at the
+    first controller poll after r3's step has read its data."""
+    t = trace([
+        (0, 1024, 1, [0, 1]), (0, 1024, 1, [2, 3]),  # cache two contexts (one 2.048 s step)
+        (5000, 4096, 1, list(range(10, 18))),  # occupies the engine from 5.0 to 9.096 s
+        (5001, 1536, 1, [0, 1, 4]), (5002, 1536, 1, [2, 3, 5]),  # two queued slow-tier hits
+    ])
+    res, ttft = ttft_of_r2(toy_config("immediate", workload=t, fast_tier=TOY_FAST.with_capacity(1_500_000)))
+    # r4's claim (5.002, nothing else ungranted) starts the controller's 5 ms timer: polls at
+    # 5.007 + 0.005 k; r3's capacity is released at 9.1984, so r4 is committed at 9.202
+    r4_commit = 5.007 + 839 * 0.005
+    assert R1_END + LOAD_S == pytest.approx(9.1984) and r4_commit == pytest.approx(9.202)
+    r4_ready = r4_commit + STAGE_S
+    assert ttft[3] == pytest.approx(R1_END + R2_COMPUTE - 5.001)  # r3 staged long before use
+    assert ttft[4] == pytest.approx(r4_ready + R2_COMPUTE - 5.002)  # r4 waited for the capacity
+    held = (R1_END + LOAD_S - 5.001) + (r4_ready + LOAD_S - r4_commit)
+    assert res.protected_byte_seconds == pytest.approx(1_024_000 * held)
+    assert res.peak_protected_bytes == 1_024_000 and (res.ready_in_time, res.ready_late) == (1, 1)
