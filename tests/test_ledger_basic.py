@@ -63,6 +63,34 @@ def test_grants_are_earliest_deadline_first_and_strict_within_capacity():
     led.check()
 
 
+def test_fifo_grants_in_claim_order_whatever_the_deadlines():
+    led = make(100)
+    ids = led.claim_many([0, 1, 2, 3], [40, 50, 30, 10], now=0.0)
+    led.request(ids, now=0.0, deadline=[3.0, 1.0, 2.0, 4.0])
+    # claim order: 0 (40 B), 1 (50 B); 2 (30 B) does not fit in the 10 B left -> blocks 3
+    assert led.poll(0.0, timely=False, fifo=True).tolist() == [ids[0], ids[1]]
+    assert led.state_of(ids).tolist() == [STAGING, STAGING, PENDING, PENDING]
+    # a need() does not jump the queue: 2 is still next, 3 waits behind it
+    led.need([ids[3]], now=0.1)
+    led.mark_ready([ids[0]], now=0.1)
+    led.consume([ids[0]], now=0.1)
+    led.release([ids[0]], now=0.2)
+    assert led.poll(0.2, timely=False, fifo=True).tolist() == [ids[2], ids[3]]
+    led.check()
+
+
+def test_poll_rejects_non_boolean_flags():
+    from kvmm.errors import BadInputError
+    from tests.ledger_helpers import assert_same_snapshot, snapshot
+
+    led = make(100)
+    led.request([led.claim(0, None, 10, now=0.0)], now=0.0)
+    before = snapshot(led)
+    with pytest.raises(BadInputError, match="booleans"):
+        led.poll(1.0, fifo="yes")
+    assert_same_snapshot(before, snapshot(led))
+
+
 def test_ties_in_deadline_grant_in_claim_order():
     led = make(1000)
     ids = led.claim_many([5, 4, 3], [1, 1, 1], now=0.0)
@@ -145,10 +173,21 @@ def test_queue_bytes_delay_later_claims_per_source():
 def test_use_slack_grows_when_use_comes_sooner_than_predicted():
     led = make(1000, rate_alpha=0.5)
     c = led.claim(0, None, 10, now=0.0, work_ahead=100.0)  # predicted use at 1.0
-    led.update([c], [0.0], now=0.4)  # it is used at 0.4: 0.6 s sooner
-    assert led.use_slack == pytest.approx(0.3)
+    led.update([c], [0.0], now=0.4)  # it is used at 0.4: 0.6 s sooner, all of the 0.6 s left
+    assert led.use_slack == pytest.approx(0.5 * 1.0)
     led.update([c], [50.0], now=0.5)  # moved later: slack unchanged
-    assert led.use_slack == pytest.approx(0.3)
+    assert led.use_slack == pytest.approx(0.5)
+
+
+def test_use_slack_is_a_share_of_the_time_until_use_and_widens_the_trigger():
+    led = make(1000, rate_alpha=0.5)
+    a, b = led.claim_many([0, 1], [10, 10], now=0.0, work_ahead=[100.0, 300.0])  # uses at 1.0, 3.0
+    led.update([a, b], [0.0, 250.0], now=0.5)  # a: 0.5 s sooner; b: unchanged
+    # share = 0.5 s earlier / (0.5 + 2.5) s predicted until use = 1/6; EWMA weight 0.5
+    assert led.use_slack == pytest.approx(1 / 12)
+    # b (ready 0.01 + 10 / 1000 = 0.02 s) is due when 3.0 - 0.02 - (3.0 - now) / 12 <= now,
+    # i.e. now >= 2.73 * 12 / 11 = 2.97818...; without the slack only at 2.98
+    assert led.poll(2.979).tolist() == [a, b]
 
 
 def test_arrays_grow_and_slots_are_reused_lifo():
@@ -197,4 +236,5 @@ def test_known_delay_adds_to_time_until_use():
     assert led.predicted_use_time([c]).tolist() == [1.5]
     led.update([c], [0.0], now=0.2, delay_s=[0.3])
     assert led.predicted_use_time([c]).tolist() == [0.5]
-    assert led.use_slack == pytest.approx(0.2 * 1.0)  # moved 1.0 s earlier, EWMA weight 0.2
+    # moved 1.0 s earlier out of the 1.3 s it had left; EWMA weight 0.2
+    assert led.use_slack == pytest.approx(0.2 * 1.0 / 1.3)

@@ -77,10 +77,10 @@ class LedgerMachine(RuleBasedStateMachine):
         self.led.request(ids, now=self.now, deadline=dl)
         self.ref.request(ids, now=self.now, deadline=dl)
 
-    @rule(timely=st.booleans())
-    def poll(self, timely):
-        a = self.led.poll(self.now, timely=timely)
-        b = self.ref.poll(self.now, timely=timely)
+    @rule(timely=st.booleans(), fifo=st.booleans())
+    def poll(self, timely, fifo):
+        a = self.led.poll(self.now, timely=timely, fifo=fifo)
+        b = self.ref.poll(self.now, timely=timely, fifo=fifo)
         assert a.tolist() == b
         event(f"poll granted {min(len(b), 3)}+")
 

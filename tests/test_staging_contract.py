@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.policies.ledger import STAGING, CommitmentLedger
+from kvmm.policies.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.policies.staging import (
     STAGING_POLICIES,
     ImmediateStaging,
@@ -98,6 +98,42 @@ class TestImmediate(StagingContract):
 
 class TestTimely(StagingContract):
     policy_cls, grants_far_claim, grants_imminent_claim = TimelyStaging, False, True
+
+
+def _queue_of_three(policy_cls):
+    """Capacity 100 B; claims a (60 B, used in 10 s), b (60 B, used in 0.5 s), c (30 B, used now)
+    found in that order.  Returns the ledger, the ids and the first grants."""
+    led = CommitmentLedger(100, SLOW, margin_s=0.0, initial_rate=100.0)
+    pol = policy_cls(led)
+    ids = []
+    for req, wa in ((0, 1000.0), (1, 50.0), (2, 0.0)):
+        cid = led.claim(req, None, {0: 60, 1: 60, 2: 30}[req], now=0.0, work_ahead=wa)
+        pol.on_claim(cid, 0.0)
+        ids.append(cid)
+    return led, pol, ids
+
+
+def test_immediate_takes_capacity_in_claim_order_fifo():
+    led, pol, (a, b, c) = _queue_of_three(ImmediateStaging)
+    # FIFO: a (claimed first, used last) takes 60 B; b (60 B) does not fit and blocks c
+    assert pol.due(0.0).tolist() == [a]
+    led.need([c], now=0.0)  # c's request is scheduled: it still waits behind b
+    assert pol.due(0.0).tolist() == []
+    led.mark_ready([a], now=0.1)
+    led.consume([a], now=0.2)
+    led.release([a], now=0.2)
+    assert pol.due(0.2).tolist() == [b, c]
+
+
+def test_timely_grants_earliest_deadline_first():
+    led, pol, (a, b, c) = _queue_of_three(TimelyStaging)
+    # at 0.0 only c (used now) is due; b (used at 0.5 s) and a (used at 10 s) stay claims
+    assert pol.due(0.0).tolist() == [c]
+    assert led.state_of([a, b]).tolist() == [CLAIMED, CLAIMED]
+    # at 9.95 both are due; EDF grants b (deadline 0.5) first, and a (deadline 10) no longer
+    # fits in the 10 B left, where FIFO would have granted a
+    assert pol.due(9.95).tolist() == [b]
+    assert led.state_of([a, b, c]).tolist() == [PENDING, STAGING, STAGING]
 
 
 def test_every_registered_policy_has_a_contract_class():

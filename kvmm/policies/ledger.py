@@ -11,13 +11,15 @@ The ledger separates the two:
    seconds by the learned progress rate) and **time to ready** (the source tier's
    latency + bytes / bandwidth, including the bytes already queued on it, scaled by the learned
    observed/predicted staging-time ratio);
-3. ``poll`` turns claims whose ``use_at - time_to_ready <= now + margin + poll_gap + use_slack``
-   into commitment
-   requests and **grants** requests earliest-deadline-first, strictly within the free protected
-   capacity (the first request that does not fit blocks the later ones, so a large claim cannot
-   starve).  ``poll_gap`` is the learned (EWMA) time between polls: the trigger must fire at the
+3. ``poll`` turns claims whose
+   ``use_at - time_to_ready - use_slack * (use_at - now) <= now + margin + poll_gap`` into commitment
+   requests and **grants** requests earliest-deadline-first (or, with ``fifo=True``, in claim
+   order: immediate staging takes capacity in the order hits were found), strictly within the
+   free protected capacity (the first request that does not fit blocks the later ones, so a
+   large claim cannot starve).  ``poll_gap`` is the learned (EWMA) time between polls: the trigger must fire at the
    last poll before the ideal moment, not the first one after it; ``use_slack`` is the learned
-   (EWMA) amount by which updates moved predicted use times earlier;
+   (EWMA) *share* of the predicted time until use by which updates moved use times earlier (a
+   relative error: a prediction 40 s ahead errs by more seconds than one 0.4 s ahead);
 4. a granted claim is staged by the caller, who reports ``mark_ready``; at use the caller calls
    ``need`` (which records the moment and escalates an unstaged claim to deadline ``now``),
    ``consume`` and finally ``release``, which frees the capacity and returns the claim's
@@ -94,8 +96,9 @@ class CommitmentLedger:
         ``contains(key)`` is asked about every claimed key.
     margin_s:
         Slack added to the trigger: a claim is requested when
-        ``use_at - time_to_ready <= now + margin_s + poll_gap + use_slack`` (``poll_gap``:
-        learned EWMA of the time between polls; ``use_slack``: learned EWMA of how much
+        ``use_at - time_to_ready - use_slack * (use_at - now) <= now + margin_s + poll_gap``
+        (``poll_gap``: learned EWMA of the time between polls; ``use_slack``: learned EWMA of the
+        share of the predicted time until use by which
         :meth:`update` moved predicted use times earlier).
     initial_rate:
         Initial estimate of runtime progress in tokens per second.
@@ -143,8 +146,11 @@ class CommitmentLedger:
         # use time minus its ready time, so the trigger looks one expected gap ahead
         self.poll_gap = 0.0
         self.last_poll = -1.0
-        # learned over-estimate of time until use: when an update moves a claim's predicted use
-        # earlier, the largest such shift of that update feeds an EWMA added to the trigger
+        # learned relative over-estimate of time until use: an update that moves predicted uses
+        # earlier feeds (sum of those shifts) / (sum of the predicted times until use) into an
+        # EWMA; the trigger looks that share of each claim's time until use further ahead.
+        # Relative, because the error of a prediction grows with its horizon (a 5 % rate error
+        # is 2 s for a claim 40 s back in the queue, 15 ms for one about to run)
         self.use_slack = 0.0
         self.clock = 0.0  # latest `now` seen; time never goes backwards
         self.protected_bytes = 0
@@ -289,9 +295,13 @@ class CommitmentLedger:
         self.clock = now
         if slots.shape[0]:
             old_use = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
-            shift = float(np.max(old_use - ((now + dl) + wa / self.rate)))
-            if shift > 0.0:  # the use comes sooner than predicted: widen the trigger
-                self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * shift
+            shift = old_use - ((now + dl) + wa / self.rate)
+            earlier = float(np.sum(shift[shift > 0.0]))
+            horizon = float(np.sum(np.maximum(old_use - now, 0.0)))
+            if earlier > 0.0 and horizon > 0.0:  # uses come sooner than predicted: widen the trigger
+                # a use cannot move before now, so each shift <= its horizon and the share <= 1
+                share = min(earlier / horizon, 1.0)
+                self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * share
         self.work_ahead[slots] = wa
         self.delay_s[slots] = dl
         self.updated_at[slots] = now
@@ -325,13 +335,18 @@ class CommitmentLedger:
             self.deadline[s] = min(self.deadline[s], d) if self.state[s] == PENDING else d
             self.state[s] = PENDING
 
-    def poll(self, now: float, *, timely: bool = True) -> np.ndarray:
-        """Trigger due claims (if ``timely``) and grant requests EDF within free capacity.
+    def poll(self, now: float, *, timely: bool = True, fifo: bool = False) -> np.ndarray:
+        """Trigger due claims (if ``timely``) and grant pending requests within free capacity.
 
+        Grant order: earliest deadline first (ties in claim order), or, with ``fifo``, claim
+        order only (immediate staging takes capacity in the order hits were found, whatever
+        their deadlines).  Either way the first request that does not fit blocks the later ones.
         Returns the claim ids granted (now STAGING, capacity held), in grant order: the caller
         starts their transfers and reports :meth:`mark_ready`.
         Runtime complexity: O(slots + p log p) for p pending requests (one numba call).
         """
+        if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
+            raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
         now = self._check_now(now)
         self.clock = now
         if self.last_poll >= 0.0 and now > self.last_poll:
@@ -341,10 +356,10 @@ class CommitmentLedger:
         out = self.poll_out
         ng = _poll_kernel(
             self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline,
-            self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap + self.use_slack,
+            self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap, self.use_slack,
             self.rate,
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
-            self._capacity - self.protected_bytes, bool(timely), out,
+            self._capacity - self.protected_bytes, bool(timely), bool(fifo), out,
         )
         if ng == 0:
             return np.zeros(0, dtype=np.int64)
@@ -526,7 +541,7 @@ class CommitmentLedger:
         # estimators stay positive and finite
         assert self.rate > 0.0 and math.isfinite(self.rate), "bad progress rate"
         assert self.poll_gap >= 0.0 and math.isfinite(self.poll_gap), "bad poll gap"
-        assert self.use_slack >= 0.0 and math.isfinite(self.use_slack), "bad use slack"
+        assert 0.0 <= self.use_slack <= 1.0, "use slack is a share of the time until use"
         assert np.all(self.source_ratio > 0.0) and np.all(np.isfinite(self.source_ratio)), "bad staging ratio"
         assert self.released_byte_seconds >= 0.0, "negative byte-seconds"
         # per-request byte-seconds add up to the released total
@@ -627,14 +642,16 @@ class CommitmentLedger:
 # ---------------------------------------------------------------------- kernels
 @njit(cache=True, nogil=True)
 def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadline, seq, committed_at, predicted_stage_s,
-                 n_slots, now, margin, rate, src_latency, src_bandwidth, src_ratio, queue_bytes, free_bytes,
-                 timely, out):
-    """Trigger due claims, then grant pending ones EDF within ``free_bytes``; return the count.
+                 n_slots, now, margin, use_slack, rate, src_latency, src_bandwidth, src_ratio, queue_bytes, free_bytes,
+                 timely, fifo, out):
+    """Trigger due claims, then grant pending ones within ``free_bytes``; return the count.
 
-    Trigger (timely only): CLAIMED slot with ``use_at - ready_s <= now + margin`` becomes
+    Trigger (timely only): CLAIMED slot with
+    ``use_at - ready_s - use_slack * max(use_at - now, 0) <= now + margin`` becomes
     PENDING with deadline ``use_at``, where ``use_at = updated_at + delay_s + work_ahead / rate`` and
     ``ready_s = ratio * (latency + (queue_bytes + nbytes) / bandwidth)`` (queue at poll start).
-    Grant: pending slots in (deadline, seq) order; stop at the first that does not fit.
+    Grant: pending slots in (deadline, seq) order, or seq order if ``fifo``; stop at the first
+    that does not fit.
     Granted slots become STAGING with ``committed_at = now`` and their predicted staging time
     (the queue grows with each grant); their slots are written to ``out``.
     """
@@ -645,7 +662,7 @@ def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadlin
             src = source[s]
             use_at = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
             ready_s = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])
-            if use_at - ready_s <= now + margin:
+            if use_at - ready_s - use_slack * max(use_at - now, 0.0) <= now + margin:
                 state[s] = 2
                 deadline[s] = use_at
                 st = 2
@@ -659,14 +676,14 @@ def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadlin
         if state[s] == 2:
             cand[j] = s
             j += 1
-    # order by (deadline, seq): sort by seq, then a stable sort by deadline
+    # order by (deadline, seq): sort by seq, then a stable sort by deadline; fifo: seq only
     by_seq = cand[np.argsort(seq[cand])]
-    order = by_seq[np.argsort(deadline[by_seq], kind="mergesort")]
+    order = by_seq if fifo else by_seq[np.argsort(deadline[by_seq], kind="mergesort")]
     ng = 0
     for j in range(npend):
         s = order[j]
         if nbytes[s] > free_bytes:
-            break  # strict EDF: a request that does not fit blocks later ones (no starvation)
+            break  # strict order: a request that does not fit blocks later ones (no starvation)
         free_bytes -= nbytes[s]
         src = source[s]
         predicted_stage_s[s] = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])

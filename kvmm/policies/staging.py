@@ -4,12 +4,16 @@ All three speak :class:`kvmm.protocols.StagingPolicy` and drive the same
 :class:`~kvmm.policies.ledger.CommitmentLedger`, so their protected byte-time is measured with
 the same accounting:
 
-* :class:`OnDemandStaging` stages at first use (the caller's ``ledger.need``): no early
-  holding, the slow tier's latency lands on the critical path;
-* :class:`ImmediateStaging` asks for a commitment the moment the hit is claimed: the data is
-  ready early but holds protected capacity for the whole queueing time;
+* :class:`OnDemandStaging` stages at first use (the caller's ``ledger.need``, i.e. when the
+  request is scheduled): no early holding, the slow tier's latency lands on the critical path;
+  needed claims are granted in the order the scheduler needed them (deadline = need time);
+* :class:`ImmediateStaging` asks for a commitment the moment the hit is claimed and takes
+  capacity in claim (arrival) order, FIFO, as it frees up: the data is ready early but holds
+  protected capacity for the whole queueing time, and when capacity is short, the claims found
+  first hold it, however far their use is;
 * :class:`TimelyStaging` (TempoKV) lets the ledger ask when the predicted time until use falls
-  to the predicted time to make the data ready (plus the ledger's margin).
+  to the predicted time to make the data ready (plus the ledger's margin), and grants the
+  requests earliest-deadline-first.
 
 The loop a caller runs (one scheduler step)::
 
@@ -53,13 +57,13 @@ class OnDemandStaging:
         """Nothing to do: knowing about the hit costs nothing until it is needed."""
 
     def due(self, now: float) -> np.ndarray:
-        """Grant pending (needed) requests EDF within capacity.  Runtime complexity: one poll."""
+        """Grant pending (needed) requests by need time within capacity.  Runtime complexity: one poll."""
         return self.ledger.poll(now, timely=False)
 
 
 @dataclass
 class ImmediateStaging:
-    """Ask for a commitment at claim time (deadline = predicted use), grant EDF within capacity."""
+    """Ask for a commitment at claim time; grant in claim order (FIFO) within capacity."""
 
     ledger: CommitmentLedger
     name: str = "immediate"
@@ -72,8 +76,9 @@ class ImmediateStaging:
         self.ledger.request([claim_id], now=now)
 
     def due(self, now: float) -> np.ndarray:
-        """Grant requests EDF within capacity.  Runtime complexity: one poll."""
-        return self.ledger.poll(now, timely=False)
+        """Grant requests in claim order within capacity (FIFO: the order the hits were found).
+        Runtime complexity: one poll."""
+        return self.ledger.poll(now, timely=False, fifo=True)
 
 
 @dataclass

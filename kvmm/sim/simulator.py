@@ -13,9 +13,14 @@ What it models (one serving instance, continuous batching, FCFS admission):
   in the GPU prefix cache or the slow tier is a hit; the part only in the slow tier (SSD /
   CXL-attached flash) must be **staged** into the protected fast tier before the prefill can
   read it.  Both caches are LRU over blocks with capacities from their :class:`TierSpec`; a
-  request's blocks enter both after its prefill (write-through, off the critical path).
+  request's blocks enter both after its prefill (write-through, off the critical path).  The
+  scheduler looks the prefix up again when it schedules the request (as vLLM checks its GPU
+  prefix cache then): if an earlier request with the same context has put it on the GPU in
+  the meantime, the claim is released unused (``claims_cancelled``; a copy already in flight
+  still occupies the slow tier's channel, capacity already held counts in the byte-time).
 * **Staging**: every slow-tier hit becomes a :class:`CommitmentLedger` claim; the chosen
-  :class:`StagingPolicy` (on-demand, immediate, timely) decides when it asks for capacity.
+  :class:`StagingPolicy` decides when it asks for capacity: on-demand when the request is
+  scheduled, immediate at arrival (granted FIFO), timely when its estimates say so (EDF).
   Granted transfers share the slow tier's read channel FIFO at ``stage_efficiency`` x its
   nominal bandwidth (the ledger only knows the nominal figure and learns the difference).
   Protected capacity is held from commit until the step that uses it has read the data into
@@ -38,7 +43,7 @@ import numpy as np
 
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.policies.staging import STAGING_POLICIES, make_staging_policy
 from kvmm.sim.models import ModelSpec, model as resolve_model
 from kvmm.sim.workload import Workload
@@ -113,6 +118,7 @@ class SimResult:
     claims: int
     ready_in_time: int
     ready_late: int
+    claims_cancelled: int  # claims released unused: the prefix was in the GPU cache by scheduling time
     slow_hit_token_share: float  # share of prompt tokens staged from the slow tier
     gpu_hit_token_share: float
     steps: int
@@ -152,6 +158,7 @@ class _Engine:
         self.prefill_tokens = np.zeros(n, dtype=np.int64)
         self.staged_bytes = np.zeros(n, dtype=np.int64)
         self.claim_id = np.full(n, -1, dtype=np.int64)
+        self.hit_blocks = np.zeros(n, dtype=np.int64)  # blocks of the prefix hit found at arrival
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.remaining = np.zeros(n, dtype=np.int64)
@@ -173,6 +180,9 @@ class _Engine:
         self.stage_bw = min(cfg.slow_tier.read_bandwidth * cfg.stage_efficiency, cfg.fast_tier.write_bandwidth)
         self.channel_free_at = 0.0
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
+        self.cancelled: set[int] = set()  # claims released while their transfer was in flight
+        self.claims_cancelled = 0
+        self.claims_made = 0
         self.transfer_seq = 0
         self.step_end = 0.0  # end of the engine step in flight (a known delay for queued claims)
         self.ungranted = 0  # claims not yet committed: the controller's timer runs while any exist
@@ -261,7 +271,10 @@ class _Engine:
                 return next_arrival
             if tt <= ta and tt <= tp:
                 done_at, _, cid = heapq.heappop(transfers)
-                self.ledger.mark_ready([cid], now=done_at)
+                if cid in self.cancelled:  # the copy ran (the channel was busy) but nobody waits for it
+                    self.cancelled.discard(cid)
+                else:
+                    self.ledger.mark_ready([cid], now=done_at)
             elif ta <= tp:
                 self._arrive(next_arrival, waiting)
                 next_arrival += 1
@@ -289,6 +302,7 @@ class _Engine:
             else:
                 break
         hit_blocks = gpu_hit + slow_hit
+        self.hit_blocks[r] = hit_blocks
         inp = int(self.input_len[r])
         hit_tokens = min(hit_blocks * bt, inp - 1)  # the last prompt token is always computed
         slow_tokens = hit_tokens - min(gpu_hit * bt, hit_tokens)
@@ -307,6 +321,7 @@ class _Engine:
                 delay = max(self.step_end - t, 0.0)  # the rest of the step in flight comes first
                 cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay)
                 self.claim_id[r] = cid
+                self.claims_made += 1
                 if self.ungranted == 0 or self.next_poll < t:
                     self.next_poll = t + self.cfg.poll_interval_s
                 self.ungranted += 1
@@ -383,6 +398,12 @@ class _Engine:
             room -= 1
             scheduled += 1
             cid = int(self.claim_id[r])
+            if cid >= 0 and self._in_gpu_cache(r):
+                # the scheduler looks the prefix up again (vLLM checks its GPU prefix cache at
+                # scheduling): an earlier request with the same context has put it on the GPU
+                # since the claim, so the staged copy is not needed
+                self._cancel_claim(r, cid, now)
+                cid = -1
             if cid >= 0:
                 if not bool(self.ledger.need([cid], now=now)[0]):
                     # reserved, not run: the look-ahead of on-demand staging is one step's window
@@ -406,6 +427,28 @@ class _Engine:
                     admitted.append(waiting.pop(i))
                     break
         return admitted
+
+    def _in_gpu_cache(self, r: int) -> bool:
+        """Is the whole prefix hit found at arrival now in the GPU prefix cache?"""
+        if self.gpu_cache_blocks <= 0:
+            return False
+        gpu = self.gpu_cache
+        return all(b in gpu for b in self.trace.blocks_of(r)[: self.hit_blocks[r]].tolist())
+
+    def _cancel_claim(self, r: int, cid: int, now: float) -> None:
+        """Release a claim that will not be used (its bytes are now a GPU hit)."""
+        state = int(self.ledger.state_of([cid])[0])
+        if state in (CLAIMED, PENDING):
+            self.ungranted -= 1  # never granted: the controller's timer no longer waits for it
+        elif state == STAGING:
+            self.cancelled.add(cid)  # its transfer is in flight: drop it when it completes
+        self.ledger.release([cid], now=now)  # byte-seconds held so far are counted
+        tokens = int(self.staged_bytes[r]) // self.model.kv_bytes_per_token
+        self.slow_hit_tokens -= tokens
+        self.gpu_hit_tokens += tokens
+        self.staged_bytes[r] = 0
+        self.claim_id[r] = -1
+        self.claims_cancelled += 1
 
     def _cache_blocks(self, r: int) -> None:
         for cache, cap in ((self.gpu_cache, self.gpu_cache_blocks), (self.slow_cache, self.slow_cache_blocks)):
@@ -441,9 +484,10 @@ class _Engine:
             protected_byte_seconds_per_request=bs / self.n,
             peak_protected_bytes=int(led.peak_protected_bytes),
             fast_tier_bytes=int(self.cfg.fast_tier.capacity_bytes),
-            claims=int(stats.get("claims", np.count_nonzero(self.claim_id >= 0))),
+            claims=self.claims_made,
             ready_in_time=int(stats.get("ready_in_time", getattr(led, "in_time", 0))),
             ready_late=int(stats.get("ready_late", getattr(led, "late", 0))),
+            claims_cancelled=self.claims_cancelled,
             slow_hit_token_share=self.slow_hit_tokens / prompt,
             gpu_hit_token_share=self.gpu_hit_tokens / prompt,
             steps=steps,

@@ -99,10 +99,16 @@ class NaiveLedger:
         slots = [self._slot(c) for c in claim_ids]
         delay_s = [0.0] * len(slots) if delay_s is None else [float(d) for d in delay_s]
         self._time(now)
-        shifts = [self._use_at(self.claims[s]) - ((now + dl) + float(wa) / self.rate)
-                  for s, wa, dl in zip(slots, work_ahead, delay_s)]
-        if shifts and max(shifts) > 0.0:
-            self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * max(shifts)
+        earlier = horizon = 0.0
+        for s, wa, dl in zip(slots, work_ahead, delay_s):
+            old = self._use_at(self.claims[s])
+            shift = old - ((now + dl) + float(wa) / self.rate)
+            if shift > 0.0:
+                earlier += shift
+            if old > now:
+                horizon += old - now
+        if earlier > 0.0 and horizon > 0.0:
+            self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * min(earlier / horizon, 1.0)
         for s, wa, dl in zip(slots, work_ahead, delay_s):
             self.claims[s]["delay_s"] = dl
             self.claims[s]["work_ahead"] = float(wa)
@@ -124,19 +130,21 @@ class NaiveLedger:
             c["deadline"] = min(c["deadline"], d) if c["state"] == PENDING else d
             c["state"] = PENDING
 
-    def poll(self, now, *, timely=True):
+    def poll(self, now, *, timely=True, fifo=False):
         self._time(now)
         if self.last_poll >= 0.0 and now > self.last_poll:
             self.poll_gap = (1.0 - self.rate_alpha) * self.poll_gap + self.rate_alpha * (now - self.last_poll)
         self.last_poll = now
-        margin = self.margin_s + self.poll_gap + self.use_slack
+        margin = self.margin_s + self.poll_gap
         if timely:
             for s in sorted(self.claims):
                 c = self.claims[s]
-                if c["state"] == CLAIMED and self._use_at(c) - self._ready_s(c) <= now + margin:
+                use_at = self._use_at(c)
+                if c["state"] == CLAIMED and use_at - self._ready_s(c) - self.use_slack * max(use_at - now, 0.0) <= now + margin:
                     c["state"] = PENDING
                     c["deadline"] = self._use_at(c)
-        pending = sorted((c["deadline"], c["seq"], s) for s, c in self.claims.items() if c["state"] == PENDING)
+        pending = sorted((0.0 if fifo else c["deadline"], c["seq"], s)
+                         for s, c in self.claims.items() if c["state"] == PENDING)
         free = self.capacity_bytes - self.protected_bytes
         granted = []
         for _, _, s in pending:
