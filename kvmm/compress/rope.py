@@ -104,6 +104,9 @@ class RopeScaling:
         kwargs: dict[str, Any] = dict(kind=kind, factor=float(factor if factor is not None else 1.0),
                                       original_max_position_embeddings=int(original))
         if kind == "llama3":
+            missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor") if params.get(k) is None]
+            if missing:
+                raise BadInputError(f"llama3 RoPE scaling needs {missing}; got {dict(params)}")
             kwargs.update(low_freq_factor=float(params["low_freq_factor"]), high_freq_factor=float(params["high_freq_factor"]))
         if kind == "yarn":
             kwargs.update(beta_fast=float(params.get("beta_fast") or 32.0), beta_slow=float(params.get("beta_slow") or 1.0),

@@ -113,9 +113,8 @@ class TriAttentionScorer:
         Runtime complexity: O(n * heads * head_dim) for the mean, times ``len(offsets)`` for the max.
         """
         arr, pos, group = self._prepare(keys, positions, post_rope)
-        if not math.isfinite(float(now)):
-            raise BadInputError(f"now must be a finite position, got {now!r}")
-        coef = self._coefficients(float(now))
+        now = _as_position(now)
+        coef = self._coefficients(now)
         norm_weight = self._norm_weight
         a = self.calibration.rope.attention_factor
         if post_rope and a != 1.0:
@@ -294,7 +293,19 @@ _TABLE_LOW = 256
 _EMPTY_TABLE = np.zeros((1, 1), dtype=np.complex128)
 
 
+def _as_position(now: Any) -> float:
+    try:
+        value = float(now)  # ints, numpy scalars, 0-d arrays, torch scalars
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(now, (str, bytes)) or not math.isfinite(value):
+        raise BadInputError(f"now must be a finite position (a number), got {now!r}")
+    return value
+
+
 def _zscore(scores: np.ndarray) -> np.ndarray:
+    if scores.shape[1] == 0:
+        return scores  # nothing to normalise (and no warnings about empty means)
     mean = scores.mean(axis=1, keepdims=True)
     std = scores.std(axis=1, keepdims=True)
     return np.where(std > 0, (scores - mean) / np.where(std > 0, std, 1.0), 0.0)
@@ -420,6 +431,8 @@ class TriAttentionPolicy:
                 pos = pos.reshape(1)
             if pos.dtype.kind not in "iu" or pos.shape != (arr.shape[0],):
                 raise ShapeError(f"positions must be {arr.shape[0]} integers, got {pos.shape} {pos.dtype}")
+            if pos.dtype.kind == "u" and pos.size and pos.max() > np.iinfo(np.int64).max:  # would wrap negative
+                raise BadInputError(f"positions must be < 2**63, got {pos.max()}")
             pos = pos.astype(np.int64)
             if pos.size and (pos[0] < start or np.any(np.diff(pos) <= 0)):
                 raise BadInputError(f"positions must increase and start at >= {start} for sequence {seq_id}, got {pos[:4]}...")
