@@ -134,3 +134,26 @@ def test_unsupported_or_incomplete_settings_raise_bad_input(fields, match):
     config = {**dict(hidden_size=64, num_attention_heads=4, max_position_embeddings=4096, rope_theta=1e4), **fields}
     with pytest.raises(BadInputError, match=match):
         rope_from_config(config)
+
+
+def test_bfloat16_torch_tensors_are_read_as_float32():
+    # q/k captured from a bf16 model: numpy cannot read bfloat16 tensors directly
+    from kvmm.compress import H2OScorer, KeyNormScorer, RopeConfig, TriAttentionPolicy, TriAttentionScorer, calibrate
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(16, 4, 8, generator=gen).to(torch.bfloat16)
+    k = torch.randn(16, 2, 8, generator=gen).to(torch.bfloat16)
+    rope = RopeConfig(8, 1e6)
+    cal = calibrate(q, [k], rope=rope)
+    ref = calibrate(q.float().numpy(), k.float().numpy(), rope=rope)
+    np.testing.assert_array_equal(cal.q_center, ref.q_center)
+    np.testing.assert_array_equal(rope.apply(k, np.arange(16)), rope.apply(k.float().numpy(), np.arange(16)))
+    scorer = TriAttentionScorer(cal)
+    np.testing.assert_array_equal(scorer.score(k, np.arange(16), now=16),
+                                  scorer.score(k.float().numpy(), np.arange(16), now=16))
+    policy = TriAttentionPolicy(scorer, budget=8)
+    policy.observe(0, keys=k, attention=torch.full((4, 1, 16), 1 / 16).to(torch.bfloat16))
+    assert policy.scores(0).shape == (16,)
+    for s in (KeyNormScorer(), H2OScorer()):
+        s.observe(0, keys=k, attention=torch.full((4, 1, 16), 1 / 16).to(torch.bfloat16))
+        assert s.scores(0).shape == (16,)

@@ -102,3 +102,23 @@ def test_policy_budget_equal_to_live_interval_one_and_huge_positions(kv):
     with pytest.raises(KvmmError):
         TriAttentionPolicy(scorer, budget=0)
     policy.check()
+
+
+def test_calibration_files_torn_or_with_nan_statistics_raise_calibration_error(tmp_path):
+    from kvmm.compress import Calibration
+    from kvmm.errors import CalibrationError
+
+    rng = np.random.default_rng(7)
+    cal = _calibration(rng, 4, 2, SCALINGS["yarn"], d=16)
+    path = cal.save(tmp_path / "cal")
+    torn = tmp_path / "torn.npz"
+    torn.write_bytes(path.read_bytes()[:200])  # a copy cut short (used to raise zipfile.BadZipFile)
+    with pytest.raises(CalibrationError, match="cannot read"):
+        Calibration.load(torn)
+    with np.load(path) as data:
+        arrays = dict(data)
+    arrays["q_center"] = arrays["q_center"] * np.nan
+    np.savez(tmp_path / "nan.npz", **arrays)
+    with pytest.raises(CalibrationError, match="NaN"):  # used to load, then fail every score as "keys contain NaN"
+        Calibration.load(tmp_path / "nan.npz")
+    assert Calibration.load(path, num_heads=np.int64(4)).num_kv_heads == 2

@@ -267,7 +267,7 @@ class RopeConfig:
         return phase.reshape((positions.shape[0],) + (1,) * (ndim - 2) + (self.n_freq,))
 
     def _check_vectors(self, x: Any, name: str) -> np.ndarray:
-        arr = np.asarray(x)
+        arr = as_vectors(x)
         if arr.dtype.kind not in "fiu":
             raise BadInputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
         if arr.ndim < 1 or arr.shape[-1] != self.head_dim:
@@ -276,6 +276,21 @@ class RopeConfig:
         if not np.all(np.isfinite(arr)):
             raise BadInputError(f"{name} contains NaN or inf; expected finite head vectors")
         return arr
+
+
+def as_vectors(x: Any) -> np.ndarray:
+    """``np.asarray(x)``, also for torch tensors numpy cannot read (bfloat16, on a GPU).
+
+    Captured q/k of bf16 models arrive as bfloat16 tensors; they are widened to float32 (exact).
+    """
+    try:
+        return np.asarray(x)
+    except (TypeError, RuntimeError):
+        if hasattr(x, "detach") and hasattr(x, "float"):  # a torch tensor: bfloat16 or on a device
+            return x.detach().float().cpu().numpy()
+        raise BadInputError(f"cannot read {type(x).__name__} as a numeric array") from None
+    except ValueError:  # ragged nested lists
+        raise ShapeError(f"expected a rectangular numeric array, got ragged {type(x).__name__}") from None
 
 
 def pair_indices(head_dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:

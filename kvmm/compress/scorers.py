@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownSequenceError
 
 __all__ = [
@@ -397,10 +398,7 @@ def _normalise_evidence(evidence: dict) -> tuple[dict, int | None, int | None]:
     for name, value in evidence.items():
         if value is None:
             continue
-        try:
-            arr = np.asarray(value)
-        except ValueError:  # ragged nested lists
-            raise ShapeError(f"evidence {name} is ragged (rows of different lengths); expected a rectangular array") from None
+        arr = as_vectors(value)  # also bfloat16 / GPU torch tensors; ragged lists raise ShapeError
         if name in ("attention", "keys", "queries", "positions") and arr.dtype.kind not in "biuf":
             raise DTypeError(f"evidence {name} must be numeric, got dtype {arr.dtype}")
         if name == "attention":

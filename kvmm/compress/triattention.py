@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from kvmm.compress.calibration import Calibration
+from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, CalibrationError, ShapeError, UnknownSequenceError
 
 __all__ = ["TriAttentionScorer", "TriAttentionPolicy", "default_offsets", "score_flops"]
@@ -145,8 +146,9 @@ class TriAttentionScorer:
 
     def kv_head_scores(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
         """Per KV head ``(kv_heads, n)``: max over the query heads of each KV group (GQA)."""
+        keys = as_vectors(keys)
         heads = self.head_scores(keys, positions, now=now, post_rope=post_rope)
-        kv_heads = np.asarray(keys).shape[1]
+        kv_heads = keys.shape[1]
         return heads.reshape(kv_heads, self.num_heads // kv_heads, -1).max(axis=1)
 
     def score(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
@@ -163,7 +165,7 @@ class TriAttentionScorer:
 
     def _prepare(self, keys: Any, positions: Any, post_rope: bool):
         rope = self.calibration.rope
-        arr = np.asarray(keys)
+        arr = as_vectors(keys)
         if arr.dtype.kind not in "fiu":
             raise BadInputError(f"keys must be a real numeric array, got dtype {arr.dtype}")
         if arr.ndim != 3 or arr.shape[2] != rope.head_dim:
@@ -399,9 +401,9 @@ class TriAttentionPolicy:
         """
         state = self._seqs.get(seq_id)
         if attention is not None:
-            att = np.asarray(attention)
+            att = as_vectors(attention)
             live = state.n if state is not None else 0
-            new = 0 if keys is None else np.asarray(keys).shape[0]
+            new = 0 if keys is None else as_vectors(keys).shape[0]
             if att.dtype.kind not in "biuf" or att.ndim == 0 or att.shape[-1] != live + new:
                 raise ShapeError(f"attention must end in live + new = {live + new} tokens for sequence {seq_id}, "
                                  f"got shape {att.shape}; call on_evict when tokens are evicted")
@@ -410,7 +412,7 @@ class TriAttentionPolicy:
         if keys is None:
             return  # nothing this scorer uses
         rope = self.scorer.calibration.rope
-        arr = np.asarray(keys)
+        arr = as_vectors(keys)
         if arr.ndim == 2:
             arr = arr[:, None, :]  # (new, head_dim): one KV head
         if arr.ndim != 3 or arr.shape[2] != rope.head_dim or arr.dtype.kind not in "fiu":
