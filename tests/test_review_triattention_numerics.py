@@ -122,3 +122,16 @@ def test_calibration_files_torn_or_with_nan_statistics_raise_calibration_error(t
     with pytest.raises(CalibrationError, match="NaN"):  # used to load, then fail every score as "keys contain NaN"
         Calibration.load(tmp_path / "nan.npz")
     assert Calibration.load(path, num_heads=np.int64(4)).num_kv_heads == 2
+
+
+def test_unsorted_repeated_and_far_apart_positions_match_the_reference():
+    # the phase tables keep one row per distinct position // 256 (they used to span 0..max position)
+    rng = np.random.default_rng(8)
+    cal = _calibration(rng, 8, 2, SCALINGS["llama3.1"], d=32)
+    pos = np.array([5, 10**6, 3 * 10**6 + 7, 5, 255, 256, 2**22 - 1, 10**6])
+    keys = rng.normal(size=(pos.size, 2, 32)).astype(np.float32)
+    scorer = TriAttentionScorer(cal, normalize=False)
+    ref = naive.head_scores(cal.q_center[0], cal.q_abs_mean[0], keys.astype(np.float64), pos, 2**22,
+                            cal.rope.frequencies(), scorer.offsets, layout="half",
+                            attention_factor=cal.rope.attention_factor, aggregation="mean", normalize=False)
+    np.testing.assert_allclose(scorer.head_scores(keys, pos, now=2**22), ref, atol=1e-9 * np.abs(ref).max())

@@ -101,6 +101,9 @@ class TriAttentionScorer:
         self._norm_weight = np.ascontiguousarray(self._scale * extra if self.norm_term else np.zeros_like(extra))
         # mean_o exp(i omega_f o): all offsets folded into one complex weight per frequency.
         self._offset_weight = np.exp(1j * np.outer(self.offsets, self._omega)).mean(axis=0)
+        # exp(i omega_f r) for r = 0..255: the low half of the phase tables, fixed per scorer.
+        low = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
+        self._low_table = (np.ascontiguousarray(low.real), np.ascontiguousarray(low.imag))
 
     @property
     def num_heads(self) -> int:
@@ -124,18 +127,21 @@ class TriAttentionScorer:
         interleaved = 1 if self.calibration.rope.layout == "interleaved" else 0
         out = np.empty((self.num_heads, arr.shape[0]), dtype=np.float64)
         rotate = 0 if post_rope else 1
-        lo, hi = _EMPTY_TABLE, _EMPTY_TABLE
+        lo_re, lo_im, hi, hi_row = _EMPTY_TABLE.real, _EMPTY_TABLE.imag, _EMPTY_TABLE, _EMPTY_ROWS
         if rotate and pos.size and np.all(pos == np.floor(pos)) and pos.min() >= 0 and pos.max() < 2.0**22:
             # Integer positions: exp(i w p) = exp(i w 256 (p // 256)) * exp(i w (p % 256)) from two
-            # small tables, a complex multiply per pair instead of a sin and a cos.
+            # small tables, a complex multiply per pair instead of a sin and a cos.  The high table
+            # holds only the p // 256 values present (at most one row per key): sized by the largest
+            # position it cost O(position) exps per call, ~20x the scoring itself near position 1e6.
             rotate = 2
-            lo = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
-            hi = np.exp(1j * np.outer(np.arange(int(pos.max()) // _TABLE_LOW + 1, dtype=np.float64) * _TABLE_LOW,
-                                      self._omega))
+            lo_re, lo_im = self._low_table
+            rows, hi_row = np.unique((pos // _TABLE_LOW).astype(np.int64), return_inverse=True)
+            hi = np.exp(1j * np.outer(rows.astype(np.float64) * _TABLE_LOW, self._omega))
+            hi_row = hi_row.astype(np.int64).reshape(-1)
         _score_kernel(arr, interleaved, pos, self._omega, np.ascontiguousarray(coef.real),
                       np.ascontiguousarray(coef.imag), np.ascontiguousarray(norm_weight), group,
-                      rotate, np.ascontiguousarray(lo.real), np.ascontiguousarray(lo.imag),
-                      np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag), out)
+                      rotate, lo_re, lo_im, np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag),
+                      hi_row, out)
         if not np.isfinite(out).all():
             bad = int(np.flatnonzero(~np.isfinite(out).all(axis=0))[0])
             raise BadInputError(f"keys contain NaN or inf, or overflow float64 (first at key {bad}); "
@@ -199,15 +205,16 @@ class TriAttentionScorer:
 # head_scores detects it (cheaper than a separate pass over every key element).
 @njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
 def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate,
-                  lo_cos, lo_sin, hi_cos, hi_sin, out):
+                  lo_cos, lo_sin, hi_cos, hi_sin, hi_row, out):
     """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
 
     keys: (n, kv_heads, d) float32/float64 real head vectors; pair f is (keys[.., f], keys[.., f + d/2])
     (half layout) or (keys[.., 2f], keys[.., 2f + 1]) (interleaved); coef_*: (heads, offsets, F)
     (one "offset" for the folded mean); norm_weight: (heads, F); rotate = 0 for post-RoPE keys
     (w = z), 1 to rotate by sin/cos of omega * position, 2 for integer positions with the phase
-    taken from the ``lo`` (p % 256) and ``hi`` (p // 256) tables.  The rotation and |z| of a key
-    are computed once and shared by the ``group`` query heads of its KV head.
+    taken from the ``lo`` (p % 256) and ``hi`` tables (row ``hi_row[i]`` of ``hi`` is for
+    256 * (p // 256)).  The rotation and |z| of a key are computed once and shared by the
+    ``group`` query heads of its KV head.
     Runtime complexity: O(n * heads * offsets * F).
     """
     n, kv_heads, d = keys.shape
@@ -229,7 +236,7 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
         elif rotate == 2:
             p = np.int64(positions[i])
             lo_i = p % 256
-            hi_i = p // 256
+            hi_i = hi_row[i]
             for f in range(n_freq):
                 cos_t[f] = hi_cos[hi_i, f] * lo_cos[lo_i, f] - hi_sin[hi_i, f] * lo_sin[lo_i, f]
                 sin_t[f] = hi_sin[hi_i, f] * lo_cos[lo_i, f] + hi_cos[hi_i, f] * lo_sin[lo_i, f]
@@ -293,6 +300,7 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
 
 _TABLE_LOW = 256
 _EMPTY_TABLE = np.zeros((1, 1), dtype=np.complex128)
+_EMPTY_ROWS = np.zeros(1, dtype=np.int64)
 
 
 def _as_position(now: Any) -> float:
