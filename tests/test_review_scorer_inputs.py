@@ -99,3 +99,25 @@ def test_select_victims_rejects_nan_and_non_1d_scores():
     assert select_victims([3, 1, 2, np.inf], np.int64(2)).tolist() == [1, 2]
     assert select_victims(np.array([2.0, 2.0, 2.0], np.float32), 1).tolist() == [0, 1]  # ties: earlier first
     assert select_victims(np.zeros(0), 0).tolist() == []
+
+
+def test_evict_to_budget_rejects_float_sequence_ids_and_mismatched_budgets():
+    from kvmm.allocators import BlockAllocator, TokenTable
+    from kvmm.compress import evict_to_budget
+
+    table = TokenTable(BlockAllocator(32, 4, secret=bytes(16)))
+    scorer = KeyNormScorer()
+    for seq in (0, 1):
+        table.add_sequence(seq)
+        table.append([seq], [6])
+        scorer.observe(seq, keys=np.random.default_rng(seq).normal(size=(6, 1, 8)))
+    for seqs, budget, error in (([0.7], 3, DTypeError),            # used to evict from sequence 0
+                                ([0, 1], [3, 3, 3], ShapeError),   # used to raise numpy's ValueError
+                                ([0, 1], [[3, 3]], ShapeError)):
+        with pytest.raises(error):
+            evict_to_budget(table, scorer, seqs, budget)
+        assert [table.num_live(s) for s in (0, 1)] == [6, 6] and scorer.scores(0).size == 6
+    counts = evict_to_budget(table, scorer, np.array([0, 1], np.uint64), np.array([3, 2], np.uint8))
+    assert counts.tolist() == [3, 4] and [table.num_live(s) for s in (0, 1)] == [3, 2]
+    assert evict_to_budget(table, scorer, np.int64(1), np.array(1)).tolist() == [1]
+    table.check()
