@@ -157,3 +157,16 @@ def test_bfloat16_torch_tensors_are_read_as_float32():
     for s in (KeyNormScorer(), H2OScorer()):
         s.observe(0, keys=k, attention=torch.full((4, 1, 16), 1 / 16).to(torch.bfloat16))
         assert s.scores(0).shape == (16,)
+
+
+def test_multimodal_configs_use_their_text_config():
+    from kvmm.compress.hf import model_shape
+
+    config = transformers.Qwen2_5_VLConfig(text_config=dict(hidden_size=256, num_attention_heads=4,
+                                                            num_key_value_heads=2, num_hidden_layers=3,
+                                                            rope_theta=123456.0))
+    rope = rope_from_config(config)
+    assert (rope.head_dim, rope.theta, rope.scaling.kind) == (64, 123456.0, "none")
+    assert rope_from_config(config.to_dict()) == rope  # the config.json of the model
+    shape = model_shape(types.SimpleNamespace(config=config))
+    assert shape == {"num_layers": 3, "num_heads": 4, "num_kv_heads": 2, "head_dim": 64}
