@@ -195,7 +195,7 @@ class BlockAllocator:
         Runtime complexity: O(n).
         """
         if type(n) is not int or n < 0:  # fast path for plain ints; full checks otherwise
-            n = as_count(n, "n")
+            n = _as_count(n, "n")
         if n > self.meta[META_NUM_FREE]:
             raise OutOfBlocksError(f"asked for {n} blocks but only {self.num_free} of {self.num_blocks} are free")
         out = np.empty(n, dtype=np.int32)
@@ -212,10 +212,15 @@ class BlockAllocator:
         Runtime complexity: O(R + sum(counts)).
         """
         counts = self._counts(counts, "counts")
-        total = int(counts.sum()) if counts.size else 0
+        # A count above num_free fails anyway; checking the largest first keeps int64 counts near
+        # 2**63 from wrapping the sum around to a small total.
+        total = int(counts.max()) if counts.size else 0
+        in_all = total <= self.meta[META_NUM_FREE]
+        if in_all:
+            total = int(counts.sum())
         if total > self.meta[META_NUM_FREE]:
-            raise OutOfBlocksError(
-                f"counts ask for {total} blocks in all but only {self.num_free} of {self.num_blocks} are free")
+            raise OutOfBlocksError(f"counts ask for {total} blocks {'in all' if in_all else 'for one request'} "
+                                   f"but only {self.num_free} of {self.num_blocks} are free")
         offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         out = np.empty(total, dtype=np.int32)
@@ -328,9 +333,11 @@ class BlockAllocator:
     def cache_blocks(self, ids, keys) -> None:
         """Register full blocks under content keys (``keys``: ``(n, 2)`` uint64, or ``(n,)`` ints).
 
-        Each block must be in use (ref count > 0), must not already hold a key and may appear
-        once.  Keys are not de-duplicated: a key already cached elsewhere gets one more block
-        (lookups keep returning the earlier one).  Runtime complexity: O(n) expected.
+        Each block must be in use (ref count > 0) and may appear once.  A block that already
+        holds the same key is left as it is (as vLLM's ``cache_full_blocks`` skips prefix hits);
+        one that holds another key raises :class:`BadInputError`.  Keys are not de-duplicated: a
+        key already cached elsewhere gets one more block (lookups keep returning the earlier
+        one).  Runtime complexity: O(n) expected.
         """
         ids = self._ids(ids, "ids")
         keys = self._keys(keys, "keys")
@@ -409,7 +416,10 @@ class BlockAllocator:
         """
         keys = self._keys(keys, "keys")
         if type(num_extra) is not int or num_extra < 0:
-            num_extra = as_count(num_extra, "num_extra")
+            num_extra = _as_count(num_extra, "num_extra")
+        if num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
+            raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
+                                   f"are free; expected at most num_free new blocks")
         ids = np.empty(keys.shape[0] + num_extra, dtype=np.int32)
         status, hits = _admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra, ids)
         if status != OK:
@@ -436,7 +446,14 @@ class BlockAllocator:
             if extra.shape[0] != r:
                 raise ShapeError(f"num_extra must have one count per request ({r}), got {extra.shape[0]}")
         block_offsets = np.zeros(r + 1, dtype=np.int64)
-        block_ids = np.empty(keys.shape[0] + int(extra.sum()), dtype=np.int32)
+        # The admitted requests take at most num_free new blocks plus one hit per key, and a request
+        # that does not fit writes only its hits: size the output by that, not by sum(num_extra)
+        # (which may be huge, or wrap around int64).
+        # Counts above num_free never fit: clip them to num_free + 1 (same outcome, and the kernel's
+        # int64 arithmetic cannot overflow).
+        num_free = int(self.meta[META_NUM_FREE])
+        extra = np.minimum(extra, num_free + 1)
+        block_ids = np.empty(keys.shape[0] + min(int(extra.sum()), num_free), dtype=np.int32)
         hits = np.empty(r, dtype=np.int64)
         n = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
                         block_offsets, block_ids, hits)
@@ -557,8 +574,8 @@ class BlockAllocator:
                                   f"(ref count {int(self.block_fields[REF, b])}); expected each block at most "
                                   f"ref-count times; nothing was freed")
         if status == ERR_ALREADY_CACHED:
-            raise BadInputError(f"{name}[{where}]: block {b} already holds a cached key; expected blocks "
-                                f"without one (evict it first)")
+            raise BadInputError(f"{name}[{where}]: block {b} already holds another cached key; expected blocks "
+                                f"without one, or holding this key (evict it first)")
         if status == ERR_NOT_HELD:
             raise BadInputError(f"{name}[{where}]: block {b} has ref count 0; expected blocks in use "
                                 f"(allocate or touch them before caching)")
@@ -851,25 +868,29 @@ def _cache_blocks(fields, block_keys, table, meta, ids, keys):
             return ERR_RANGE, k
     for k in range(n):
         b = ids[k]
-        if fields[CACHED, b] == 1:
+        # A block that already holds this very key is left as it is (vLLM's cache_full_blocks
+        # skips blocks that came from a prefix hit); another key is an error.
+        if fields[CACHED, b] == 1 and (block_keys[b, 0] != keys[k, 0] or block_keys[b, 1] != keys[k, 1]):
             return ERR_ALREADY_CACHED, k
-        if fields[REF, b] == 0:
+        if fields[REF, b] <= 0:
             return ERR_NOT_HELD, k
-    # Duplicates: mark with CACHED = 2 while scanning, then restore.
+    # Duplicates: every ref count is > 0 here; negate it to mark a block seen, then restore.
+    ref = fields[REF]
     status, where = OK, 0
     for k in range(n):
         b = ids[k]
-        if fields[CACHED, b] == 2:
+        if ref[b] < 0:
             status, where = ERR_DUPLICATE, k
             break
-        fields[CACHED, b] = 2
+        ref[b] = -ref[b]
     for k in range(n):
-        if fields[CACHED, ids[k]] == 2:
-            fields[CACHED, ids[k]] = 0
+        if ref[ids[k]] < 0:
+            ref[ids[k]] = -ref[ids[k]]
     if status != OK:
         return status, where
     for k in range(n):
-        _cache_one(fields, block_keys, table, meta, ids[k], keys[k, 0], keys[k, 1])
+        if fields[CACHED, ids[k]] == 0:
+            _cache_one(fields, block_keys, table, meta, ids[k], keys[k, 0], keys[k, 1])
     return OK, 0
 
 
@@ -975,6 +996,13 @@ def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block
 
 
 # =================================================================== helpers
+
+
+def _as_count(x, name: str) -> int:
+    """:func:`as_count`, also accepting a 0-d integer array (what ``arr.sum()`` or ``arr[i, ...]`` gives)."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    return as_count(x, name)
 
 
 def _as_salt(salt) -> int:

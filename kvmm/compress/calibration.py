@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm.compress.rope import RopeConfig
+from kvmm.compress.rope import RopeConfig, as_vectors
 from kvmm.errors import BadInputError, CalibrationError, ShapeError
 
 __all__ = ["Calibration", "calibrate", "logit_curve", "mean_logit_by_distance", "series_logits", "pearson", "FORMAT_VERSION"]
@@ -137,10 +137,10 @@ class Calibration:
                 k_center = data["k_center"] if "k_center" in files else None
                 k_abs = data["k_abs_mean"] if "k_abs_mean" in files else None
                 cal = cls(rope, data["q_center"], data["q_abs_mean"], data["n_tokens"], k_center, k_abs)
-        except (OSError, ValueError, KeyError) as exc:
+        except Exception as exc:  # OSError, a torn zip (BadZipFile, EOFError), bad JSON, missing keys, ...
             if isinstance(exc, CalibrationError):
                 raise
-            raise CalibrationError(f"cannot read calibration {path}: {exc}") from exc
+            raise CalibrationError(f"cannot read calibration {path}: {type(exc).__name__}: {exc}") from exc
         cal._validate()
         if expect:
             cal.check_compatible(**expect)
@@ -166,6 +166,11 @@ class Calibration:
                                        f"got {kc.shape} and {ka.shape}")
             if qc.shape[1] % kc.shape[1]:
                 raise CalibrationError(f"query heads ({qc.shape[1]}) must be a multiple of KV heads ({kc.shape[1]})")
+        # NaN / inf statistics would surface later as "keys contain NaN" from every scorer call
+        for name in ("q_center", "q_abs_mean", "k_center", "k_abs_mean"):
+            arr = getattr(self, name)
+            if arr is not None and not np.all(np.isfinite(arr)):
+                raise CalibrationError(f"{name} contains NaN or inf; expected finite statistics")
 
 
 def calibrate(q: Any, k: Any = None, *, rope: RopeConfig) -> Calibration:
@@ -294,9 +299,9 @@ def _center(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _as_layers(x: Any, name: str, rope: RopeConfig) -> list[np.ndarray]:
     if isinstance(x, (list, tuple)):
-        layers = [np.asarray(a) for a in x]
+        layers = [as_vectors(a) for a in x]
     else:
-        arr = np.asarray(x)
+        arr = as_vectors(x)
         if arr.ndim == 3:
             layers = [arr]
         elif arr.ndim == 4:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvmm._validate import as_index_array
 from kvmm.compress.scorers import select_victims
 from kvmm.errors import BadInputError, ShapeError
 
@@ -27,8 +28,11 @@ def evict_to_budget(table, scorer, seq_ids, budget, *, protect_shared: bool = Tr
     has ``on_evict`` is told which live indices went.  Returns the number evicted per sequence.
     Runtime complexity: O(sum of live tokens * log).
     """
-    seq_list = [int(s) for s in np.asarray(seq_ids, dtype=np.int64).ravel()]
-    budgets = np.broadcast_to(np.asarray(budget), (len(seq_list),))
+    seq_list = as_index_array(seq_ids, "seq_ids").tolist()  # floats (0.7 -> sequence 0) raise
+    budgets = np.asarray(budget)
+    if budgets.ndim > 1 or (budgets.ndim == 1 and budgets.shape[0] != len(seq_list)):
+        raise ShapeError(f"budget must be one integer or one per sequence ({len(seq_list)}), got shape {budgets.shape}")
+    budgets = np.broadcast_to(budgets, (len(seq_list),))
     if budgets.dtype.kind not in "iu" or (budgets.size and budgets.min() < 0):
         raise BadInputError(f"budget must be integers >= 0, got {budget!r}")
     picks = []

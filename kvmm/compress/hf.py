@@ -18,6 +18,8 @@ module has ``q_proj`` / ``k_proj`` (Llama, Qwen2, Mistral, ...) and optionally `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -39,20 +41,36 @@ _CAPTURE_NAME = "kvmm_capture_logits"
 def rope_from_config(config: Any) -> RopeConfig:
     """The model's RoPE as a :class:`RopeConfig` (layout ``half``).
 
+    ``config`` is a transformers config or a plain dict (a model's ``config.json``); a multimodal
+    config's ``text_config`` is used when the top level has no attention sizes.  The RoPE
+    parameters come from ``rope_parameters`` (transformers 5) or, when that is absent or empty,
+    ``rope_scaling`` (transformers 4 and older ``config.json`` files); ``rope_theta`` is read from
+    inside them first, then from the config.  As transformers does, a top-level
+    ``original_max_position_embeddings`` overrides the one inside for llama3 / yarn scaling.
     Raises :class:`BadInputError` for partial rotary embeddings or unsupported RoPE types.
     """
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    config = _text_config(config)
+    heads = getattr(config, "num_attention_heads", None)
+    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+    if not head_dim:
+        raise BadInputError("config has neither head_dim nor hidden_size and num_attention_heads")
     params = getattr(config, "rope_parameters", None)
-    if params is None or not isinstance(params, dict):
-        params = getattr(config, "rope_scaling", None) or {}
-    if params and isinstance(next(iter(params.values())), dict):
+    if not isinstance(params, Mapping) or not params:
+        params = getattr(config, "rope_scaling", None)
+    params = dict(params) if isinstance(params, Mapping) else {}
+    if params and isinstance(next(iter(params.values())), Mapping):
         raise BadInputError("per-layer-type rope parameters (e.g. Gemma) are not supported")
-    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    theta = params.get("rope_theta")
+    if theta is None:
+        theta = getattr(config, "rope_theta", None)
     if theta is None:
         theta = 10000.0
-    partial = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
+    partial = params.get("partial_rotary_factor") or getattr(config, "partial_rotary_factor", None) or 1.0
     if float(partial) != 1.0:
         raise BadInputError(f"partial_rotary_factor={partial} is not supported; expected 1.0 (full RoPE)")
+    original = getattr(config, "original_max_position_embeddings", None)
+    if original and params.get("rope_type", params.get("type")) in ("llama3", "yarn"):
+        params["original_max_position_embeddings"] = original
     scaling = RopeScaling.from_hf(params, getattr(config, "max_position_embeddings", None))
     return RopeConfig(int(head_dim), float(theta), "half", scaling)
 
@@ -62,6 +80,7 @@ def model_shape(model: Any) -> dict[str, int]:
     c = getattr(model, "config", None)
     if c is None:
         raise BadInputError(f"{type(model).__name__} has no .config; expected a transformers model")
+    c = _text_config(c)
     heads = c.num_attention_heads
     return {"num_layers": int(c.num_hidden_layers), "num_heads": int(heads),
             "num_kv_heads": int(getattr(c, "num_key_value_heads", None) or heads),
@@ -124,6 +143,17 @@ def attention_logits(model: Any, input_ids: Any) -> list[np.ndarray]:
     finally:
         _set_attn(model, previous)
     return [logits[i] for i in sorted(logits)]
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's config: ``config`` itself, or its ``text_config`` (Qwen2.5-VL, Llava, ... keep
+    the language model's sizes and RoPE there); a ``config.json`` dict becomes attribute-readable."""
+    if isinstance(config, Mapping):
+        config = SimpleNamespace(**config)
+    text = getattr(config, "text_config", None)
+    if text is not None and getattr(config, "num_attention_heads", None) is None:
+        config = SimpleNamespace(**text) if isinstance(text, Mapping) else text
+    return config
 
 
 def _set_attn(model: Any, name: str) -> None:

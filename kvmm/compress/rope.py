@@ -104,6 +104,9 @@ class RopeScaling:
         kwargs: dict[str, Any] = dict(kind=kind, factor=float(factor if factor is not None else 1.0),
                                       original_max_position_embeddings=int(original))
         if kind == "llama3":
+            missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor") if params.get(k) is None]
+            if missing:
+                raise BadInputError(f"llama3 RoPE scaling needs {missing}; got {dict(params)}")
             kwargs.update(low_freq_factor=float(params["low_freq_factor"]), high_freq_factor=float(params["high_freq_factor"]))
         if kind == "yarn":
             kwargs.update(beta_fast=float(params.get("beta_fast") or 32.0), beta_slow=float(params.get("beta_slow") or 1.0),
@@ -264,7 +267,7 @@ class RopeConfig:
         return phase.reshape((positions.shape[0],) + (1,) * (ndim - 2) + (self.n_freq,))
 
     def _check_vectors(self, x: Any, name: str) -> np.ndarray:
-        arr = np.asarray(x)
+        arr = as_vectors(x)
         if arr.dtype.kind not in "fiu":
             raise BadInputError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
         if arr.ndim < 1 or arr.shape[-1] != self.head_dim:
@@ -273,6 +276,21 @@ class RopeConfig:
         if not np.all(np.isfinite(arr)):
             raise BadInputError(f"{name} contains NaN or inf; expected finite head vectors")
         return arr
+
+
+def as_vectors(x: Any) -> np.ndarray:
+    """``np.asarray(x)``, also for torch tensors numpy cannot read (bfloat16, on a GPU).
+
+    Captured q/k of bf16 models arrive as bfloat16 tensors; they are widened to float32 (exact).
+    """
+    try:
+        return np.asarray(x)
+    except (TypeError, RuntimeError):
+        if hasattr(x, "detach") and hasattr(x, "float"):  # a torch tensor: bfloat16 or on a device
+            return x.detach().float().cpu().numpy()
+        raise BadInputError(f"cannot read {type(x).__name__} as a numeric array") from None
+    except ValueError:  # ragged nested lists
+        raise ShapeError(f"expected a rectangular numeric array, got ragged {type(x).__name__}") from None
 
 
 def pair_indices(head_dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:

@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownSequenceError
 
 __all__ = [
@@ -120,7 +121,7 @@ class TokenScorerBase:
     def on_evict(self, seq_id: int, live_indices) -> None:
         """Delete the entries of evicted tokens (indices into the live tokens before eviction)."""
         state = self._state(seq_id)
-        idx = np.asarray(live_indices, dtype=np.int64).ravel()
+        idx = _as_indices(live_indices, "live_indices")
         if idx.size and (idx.min() < 0 or idx.max() >= state["n"]):
             raise BadInputError(f"live_indices must lie in [0, {state['n']}), got [{idx.min()}, {idx.max()}]")
         if np.unique(idx).size != idx.size:
@@ -161,7 +162,13 @@ def select_victims(scores: np.ndarray, budget: int) -> np.ndarray:
     """
     if isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, np.integer)) or budget < 0:
         raise BadInputError(f"budget must be an integer >= 0, got {budget!r}")
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = np.asarray(scores)
+    if scores.dtype.kind not in "biuf" or scores.ndim != 1:
+        raise ShapeError(f"scores must be a 1-D numeric array (one per live token), got {scores.dtype} {scores.shape}")
+    scores = scores.astype(np.float64, copy=False)
+    if np.isnan(scores).any():  # argsort would rank NaN above everything, silently keeping it
+        raise BadInputError(f"scores contain NaN (first at index {int(np.flatnonzero(np.isnan(scores))[0])}); "
+                            f"expected numbers (+inf protects a token)")
     drop = scores.shape[0] - int(budget)
     if drop <= 0:
         return np.zeros(0, dtype=np.int64)
@@ -354,6 +361,19 @@ def _count(x: Any, name: str, *, minimum: int = 0) -> int:
     return int(x)
 
 
+def _as_indices(x: Any, name: str) -> np.ndarray:
+    """Integer indices as int64 (raveled); floats and booleans (a mask is not a list of indices) raise."""
+    idx = np.asarray(x)
+    if idx.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if idx.dtype.kind not in "iu":
+        hint = " (for a boolean mask pass np.flatnonzero(mask))" if idx.dtype.kind == "b" else ""
+        raise DTypeError(f"{name} must be integer indices, got dtype {idx.dtype}{hint}")
+    if idx.dtype.kind == "u" and idx.max() > np.iinfo(np.int64).max:
+        raise BadInputError(f"{name} has index {idx.max()}; expected live-token indices")
+    return idx.astype(np.int64).ravel()
+
+
 def _grow(arr: np.ndarray, n: int) -> np.ndarray:
     """``arr`` with its last axis zero-padded to ``n``."""
     extra = n - arr.shape[-1]
@@ -378,7 +398,7 @@ def _normalise_evidence(evidence: dict) -> tuple[dict, int | None, int | None]:
     for name, value in evidence.items():
         if value is None:
             continue
-        arr = np.asarray(value)
+        arr = as_vectors(value)  # also bfloat16 / GPU torch tensors; ragged lists raise ShapeError
         if name in ("attention", "keys", "queries", "positions") and arr.dtype.kind not in "biuf":
             raise DTypeError(f"evidence {name} must be numeric, got dtype {arr.dtype}")
         if name == "attention":
@@ -400,6 +420,8 @@ def _normalise_evidence(evidence: dict) -> tuple[dict, int | None, int | None]:
             arr = arr.reshape(1) if arr.ndim == 0 else arr
             if arr.dtype.kind not in "iu" or arr.ndim != 1:
                 raise ShapeError(f"positions must be a 1-D integer array over the new tokens, got {arr.dtype} {arr.shape}")
+            if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:  # would wrap negative
+                raise BadInputError(f"positions must be < 2**63, got {arr.max()}")
             arr = arr.astype(np.int64)
             new_count(name, arr.shape[0])
         if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.isfinite(arr).all():

@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from kvmm.compress.calibration import Calibration
+from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, CalibrationError, ShapeError, UnknownSequenceError
 
 __all__ = ["TriAttentionScorer", "TriAttentionPolicy", "default_offsets", "score_flops"]
@@ -100,6 +101,9 @@ class TriAttentionScorer:
         self._norm_weight = np.ascontiguousarray(self._scale * extra if self.norm_term else np.zeros_like(extra))
         # mean_o exp(i omega_f o): all offsets folded into one complex weight per frequency.
         self._offset_weight = np.exp(1j * np.outer(self.offsets, self._omega)).mean(axis=0)
+        # exp(i omega_f r) for r = 0..255: the low half of the phase tables, fixed per scorer.
+        low = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
+        self._low_table = (np.ascontiguousarray(low.real), np.ascontiguousarray(low.imag))
 
     @property
     def num_heads(self) -> int:
@@ -113,9 +117,8 @@ class TriAttentionScorer:
         Runtime complexity: O(n * heads * head_dim) for the mean, times ``len(offsets)`` for the max.
         """
         arr, pos, group = self._prepare(keys, positions, post_rope)
-        if not math.isfinite(float(now)):
-            raise BadInputError(f"now must be a finite position, got {now!r}")
-        coef = self._coefficients(float(now))
+        now = _as_position(now)
+        coef = self._coefficients(now)
         norm_weight = self._norm_weight
         a = self.calibration.rope.attention_factor
         if post_rope and a != 1.0:
@@ -124,18 +127,21 @@ class TriAttentionScorer:
         interleaved = 1 if self.calibration.rope.layout == "interleaved" else 0
         out = np.empty((self.num_heads, arr.shape[0]), dtype=np.float64)
         rotate = 0 if post_rope else 1
-        lo, hi = _EMPTY_TABLE, _EMPTY_TABLE
+        lo_re, lo_im, hi, hi_row = _EMPTY_TABLE.real, _EMPTY_TABLE.imag, _EMPTY_TABLE, _EMPTY_ROWS
         if rotate and pos.size and np.all(pos == np.floor(pos)) and pos.min() >= 0 and pos.max() < 2.0**22:
             # Integer positions: exp(i w p) = exp(i w 256 (p // 256)) * exp(i w (p % 256)) from two
-            # small tables, a complex multiply per pair instead of a sin and a cos.
+            # small tables, a complex multiply per pair instead of a sin and a cos.  The high table
+            # holds only the p // 256 values present (at most one row per key): sized by the largest
+            # position it cost O(position) exps per call, ~20x the scoring itself near position 1e6.
             rotate = 2
-            lo = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
-            hi = np.exp(1j * np.outer(np.arange(int(pos.max()) // _TABLE_LOW + 1, dtype=np.float64) * _TABLE_LOW,
-                                      self._omega))
+            lo_re, lo_im = self._low_table
+            rows, hi_row = np.unique((pos // _TABLE_LOW).astype(np.int64), return_inverse=True)
+            hi = np.exp(1j * np.outer(rows.astype(np.float64) * _TABLE_LOW, self._omega))
+            hi_row = hi_row.astype(np.int64).reshape(-1)
         _score_kernel(arr, interleaved, pos, self._omega, np.ascontiguousarray(coef.real),
                       np.ascontiguousarray(coef.imag), np.ascontiguousarray(norm_weight), group,
-                      rotate, np.ascontiguousarray(lo.real), np.ascontiguousarray(lo.imag),
-                      np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag), out)
+                      rotate, lo_re, lo_im, np.ascontiguousarray(hi.real), np.ascontiguousarray(hi.imag),
+                      hi_row, out)
         if not np.isfinite(out).all():
             bad = int(np.flatnonzero(~np.isfinite(out).all(axis=0))[0])
             raise BadInputError(f"keys contain NaN or inf, or overflow float64 (first at key {bad}); "
@@ -146,8 +152,9 @@ class TriAttentionScorer:
 
     def kv_head_scores(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
         """Per KV head ``(kv_heads, n)``: max over the query heads of each KV group (GQA)."""
+        keys = as_vectors(keys)
         heads = self.head_scores(keys, positions, now=now, post_rope=post_rope)
-        kv_heads = np.asarray(keys).shape[1]
+        kv_heads = keys.shape[1]
         return heads.reshape(kv_heads, self.num_heads // kv_heads, -1).max(axis=1)
 
     def score(self, keys: Any, positions: Any = None, *, now: float, post_rope: bool = False) -> np.ndarray:
@@ -164,7 +171,7 @@ class TriAttentionScorer:
 
     def _prepare(self, keys: Any, positions: Any, post_rope: bool):
         rope = self.calibration.rope
-        arr = np.asarray(keys)
+        arr = as_vectors(keys)
         if arr.dtype.kind not in "fiu":
             raise BadInputError(f"keys must be a real numeric array, got dtype {arr.dtype}")
         if arr.ndim != 3 or arr.shape[2] != rope.head_dim:
@@ -198,15 +205,16 @@ class TriAttentionScorer:
 # head_scores detects it (cheaper than a separate pass over every key element).
 @njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
 def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_weight, group, rotate,
-                  lo_cos, lo_sin, hi_cos, hi_sin, out):
+                  lo_cos, lo_sin, hi_cos, hi_sin, hi_row, out):
     """out[h, i] = agg_o sum_f (C_re w_re + C_im w_im) + sum_f N |z|, w = z exp(i omega pos).
 
     keys: (n, kv_heads, d) float32/float64 real head vectors; pair f is (keys[.., f], keys[.., f + d/2])
     (half layout) or (keys[.., 2f], keys[.., 2f + 1]) (interleaved); coef_*: (heads, offsets, F)
     (one "offset" for the folded mean); norm_weight: (heads, F); rotate = 0 for post-RoPE keys
     (w = z), 1 to rotate by sin/cos of omega * position, 2 for integer positions with the phase
-    taken from the ``lo`` (p % 256) and ``hi`` (p // 256) tables.  The rotation and |z| of a key
-    are computed once and shared by the ``group`` query heads of its KV head.
+    taken from the ``lo`` (p % 256) and ``hi`` tables (row ``hi_row[i]`` of ``hi`` is for
+    256 * (p // 256)).  The rotation and |z| of a key are computed once and shared by the
+    ``group`` query heads of its KV head.
     Runtime complexity: O(n * heads * offsets * F).
     """
     n, kv_heads, d = keys.shape
@@ -228,7 +236,7 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
         elif rotate == 2:
             p = np.int64(positions[i])
             lo_i = p % 256
-            hi_i = p // 256
+            hi_i = hi_row[i]
             for f in range(n_freq):
                 cos_t[f] = hi_cos[hi_i, f] * lo_cos[lo_i, f] - hi_sin[hi_i, f] * lo_sin[lo_i, f]
                 sin_t[f] = hi_sin[hi_i, f] * lo_cos[lo_i, f] + hi_cos[hi_i, f] * lo_sin[lo_i, f]
@@ -292,9 +300,22 @@ def _score_kernel(keys, interleaved, positions, omega, coef_re, coef_im, norm_we
 
 _TABLE_LOW = 256
 _EMPTY_TABLE = np.zeros((1, 1), dtype=np.complex128)
+_EMPTY_ROWS = np.zeros(1, dtype=np.int64)
+
+
+def _as_position(now: Any) -> float:
+    try:
+        value = float(now)  # ints, numpy scalars, 0-d arrays, torch scalars
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(now, (str, bytes)) or not math.isfinite(value):
+        raise BadInputError(f"now must be a finite position (a number), got {now!r}")
+    return value
 
 
 def _zscore(scores: np.ndarray) -> np.ndarray:
+    if scores.shape[1] == 0:
+        return scores  # nothing to normalise (and no warnings about empty means)
     mean = scores.mean(axis=1, keepdims=True)
     std = scores.std(axis=1, keepdims=True)
     return np.where(std > 0, (scores - mean) / np.where(std > 0, std, 1.0), 0.0)
@@ -388,9 +409,9 @@ class TriAttentionPolicy:
         """
         state = self._seqs.get(seq_id)
         if attention is not None:
-            att = np.asarray(attention)
+            att = as_vectors(attention)
             live = state.n if state is not None else 0
-            new = 0 if keys is None else np.asarray(keys).shape[0]
+            new = 0 if keys is None else as_vectors(keys).shape[0]
             if att.dtype.kind not in "biuf" or att.ndim == 0 or att.shape[-1] != live + new:
                 raise ShapeError(f"attention must end in live + new = {live + new} tokens for sequence {seq_id}, "
                                  f"got shape {att.shape}; call on_evict when tokens are evicted")
@@ -399,7 +420,7 @@ class TriAttentionPolicy:
         if keys is None:
             return  # nothing this scorer uses
         rope = self.scorer.calibration.rope
-        arr = np.asarray(keys)
+        arr = as_vectors(keys)
         if arr.ndim == 2:
             arr = arr[:, None, :]  # (new, head_dim): one KV head
         if arr.ndim != 3 or arr.shape[2] != rope.head_dim or arr.dtype.kind not in "fiu":
@@ -420,6 +441,8 @@ class TriAttentionPolicy:
                 pos = pos.reshape(1)
             if pos.dtype.kind not in "iu" or pos.shape != (arr.shape[0],):
                 raise ShapeError(f"positions must be {arr.shape[0]} integers, got {pos.shape} {pos.dtype}")
+            if pos.dtype.kind == "u" and pos.size and pos.max() > np.iinfo(np.int64).max:  # would wrap negative
+                raise BadInputError(f"positions must be < 2**63, got {pos.max()}")
             pos = pos.astype(np.int64)
             if pos.size and (pos[0] < start or np.any(np.diff(pos) <= 0)):
                 raise BadInputError(f"positions must increase and start at >= {start} for sequence {seq_id}, got {pos[:4]}...")
