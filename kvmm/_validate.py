@@ -24,7 +24,7 @@ def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.nd
     Accepts Python ints, lists of ints and integer numpy arrays of any width; values must fit
     in ``dtype``.
     """
-    arr = np.asarray(x)
+    arr = _as_array(x, name)
     if arr.ndim == 0 and ndim == 1:
         arr = arr.reshape(1)
     if arr.size == 0 and arr.dtype.kind not in "iu":
@@ -56,7 +56,7 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
     Accepts an ``(n, 2)`` unsigned/signed 64-bit integer array, or a 1-D integer array of ``n``
     keys (each widened to ``(key, 0)``), e.g. a trace's block ids.
     """
-    arr = np.asarray(x)
+    arr = _as_array(x, name)
     if arr.size == 0 and arr.dtype.kind not in "iu":
         arr = arr.astype(np.uint64).reshape(0, 2)
     if arr.dtype.kind not in "iu":
@@ -102,3 +102,11 @@ def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
         want = ">= 0" if allow_zero else "> 0"
         raise BadInputError(f"{name} must be a finite number {want}, got {x!r}")
     return v
+
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    """``np.asarray`` that turns numpy's ragged-sequence ValueError into a ShapeError."""
+    try:
+        return np.asarray(x)
+    except ValueError:
+        raise ShapeError(f"{name} is a ragged nested sequence; expected a flat array of integers") from None

@@ -82,3 +82,10 @@ def test_cli_rejects_unknown_section(tmp_path, capsys):
     rc = main(["reproduce", "--only", "nope", "--out", str(tmp_path)])
     assert rc == 2
     assert "unknown section" in capsys.readouterr().err
+
+
+def test_ragged_input_is_a_shape_error():
+    with pytest.raises(errors.ShapeError, match="ragged"):
+        as_index_array([[1], [2, 3]], "ids")
+    with pytest.raises(errors.ShapeError, match="ragged"):
+        as_key_array([[1, 2], [3]])

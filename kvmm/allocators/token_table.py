@@ -224,6 +224,10 @@ class TokenTable:
             raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
         if counts.size and int(counts.min()) < 0:
             raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+        pool_slots = self.num_blocks_total * self.block_size
+        if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
+            raise OutOfBlocksError(
+                f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
         with self.lock:
             need = np.empty(rows.shape[0], dtype=np.int64)
             total_need, short = kernels.blocks_needed(rows, counts, self.block_size, self.row_blk_start,
@@ -758,4 +762,7 @@ def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.nd
 def _seq_key(seq_id) -> int:
     if isinstance(seq_id, (bool, np.bool_)) or not isinstance(seq_id, (int, np.integer)):
         raise DTypeError(f"seq_id must be an integer, got {seq_id!r} ({type(seq_id).__name__})")
-    return int(seq_id)
+    key = int(seq_id)
+    if not -(2**63) <= key < 2**63:  # ids live in int64 arrays
+        raise BadInputError(f"seq_id {key} does not fit int64; expected an id in [-2**63, 2**63)")
+    return key
