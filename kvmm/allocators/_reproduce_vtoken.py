@@ -383,6 +383,7 @@ def reproduce(report) -> None:
         note="Blocks retained: time-average over decode steps of blocks held per active request. "
              "'no eviction' keeps every token. Our workload is synthetic and not tuned to the paper; "
              "the paper measures vLLM with real models and its own budgets.")
+    report.figure("vtoken_blocks", lambda ax: _draw_blocks(ax, pols, runs, w["budget"]))
     report.table(
         "Repacking cost (vToken)",
         ["policy", "blocks freed by repack", "tokens moved", "minimum moves", "moves / block", "minimum / block",
@@ -464,6 +465,18 @@ def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
 
 def _fmt_repack(cmp: dict) -> str:
     return f"{1e6 * cmp['repack_fixed_s']:.1f} + {1e6 * (cmp['repack_cpu_s'] + cmp['repack_copy_s']):.2f} us"
+
+
+def _draw_blocks(ax, pols, runs: dict, budget: int) -> None:
+    """Bars: blocks held per request by policy (no eviction / naive evict / vToken)."""
+    names = [name for name, _ in pols]
+    x = np.arange(len(names))
+    for i, (kind, label) in enumerate((("full", "no eviction"), ("naive", "naive evict"), ("vtoken", "vToken"))):
+        ax.bar(x + (i - 1) * 0.27, [_per_request(runs[(n, budget)], kind) for n in names], 0.27, label=label)
+    ax.set_xticks(x, names)
+    ax.set_ylabel("KV blocks held per request (time average)")
+    ax.set_title(f"Blocks retained at a {budget}-token budget")
+    ax.legend(loc="upper right")
 
 
 def _per_request(st: dict, name: str) -> float:
