@@ -74,6 +74,7 @@ class LRUPolicy:
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
+        as_count(incoming_size, "incoming_size")
         return _first_unprotected(iter(self._order), n, protected)
 
     def keys(self) -> list[Hashable]:
@@ -136,6 +137,7 @@ class LFUPolicy:
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
+        as_count(incoming_size, "incoming_size")
         return _first_unprotected(iter(self._order.values()), n, protected)
 
     def frequency(self, key: Hashable) -> int:

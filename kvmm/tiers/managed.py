@@ -172,6 +172,10 @@ class ManagedTier:
         # ... which are all in the backend, with the recorded sizes.
         for key, nbytes in self._sizes.items():
             assert self.backend.nbytes_of(key) == nbytes
+        # A size-aware ARC accounts exactly the bytes of the managed entries as residents.
+        if self._insert_takes_size and hasattr(self.policy, "list_sizes"):
+            sizes = self.policy.list_sizes()
+            assert sizes["T1"] + sizes["T2"] == sum(self._sizes.values())
         # Capacity is never exceeded.
         assert 0 <= self.backend.used_bytes <= self.backend.capacity_bytes
 

@@ -4,7 +4,9 @@ Each ``simulate_<policy>(trace, c)`` replays a reference string through a cache 
 entries and returns, per reference, ``("hit", key)`` or ``("miss", key, evicted_or_None)``.
 ``simulate_arc`` is a line-by-line transcription of Megiddo & Modha, "ARC: A Self-Tuning, Low
 Overhead Replacement Cache", FAST 2003, Fig. 4 (cases I-IV and REPLACE).  The tests drive the
-kvmm policies through :func:`drive` and require identical outputs.
+kvmm policies through :func:`drive` and require identical outputs.  ``simulate_arc_sized`` is
+ARC over entries of different sizes, accounted in size units, transcribed from libCacheSim
+(the tests drive ``ManagedTier`` + ``ARCPolicy`` through the same requests).
 """
 
 from __future__ import annotations
