@@ -202,3 +202,51 @@ def test_a_key_only_policy_still_works_in_a_managed_tier():
     assert tier.put("big", np.zeros(40, np.uint8)) == [3, 4]
     assert sorted(map(str, tier.keys())) == ["0", "1", "big"]
     tier.check()
+
+
+def _growth_stream(n=40_000):
+    """Half a Zipf set of 2000 keys, half one-off keys; sizes 1..4000 bytes."""
+    rng = np.random.default_rng(0)
+    weights = 1.0 / np.arange(1, 2001) ** 0.8
+    keys = np.where(rng.random(n) < 0.5, rng.choice(2000, n, p=weights / weights.sum()), np.arange(n) + 10**6)
+    return [(k, 1 + (k * 2654435761) % 4000) for k in keys.tolist()]
+
+
+def test_ghost_limit_bounds_the_ghosts_that_libcachesim_arc_lets_grow():
+    capacity = 50_000
+    ghost_bytes = {}
+    for limit in (None, 2 * capacity):
+        tier = ManagedTier(SimulatedTier(capacity), ARCPolicy(ghost_limit=limit))
+        peak = 0
+        for i, (key, size) in enumerate(_growth_stream()):
+            if tier.contains(key):
+                tier.get(key)
+            else:
+                tier.put_size(key, size)
+            sizes = tier.policy.list_sizes()
+            peak = max(peak, sizes["B1"] + sizes["B2"])  # after each request
+            if i % 4000 == 0:
+                tier.check()
+        ghost_bytes[limit] = peak
+    # Unbounded (libCacheSim's rule: a ghost hit evicting several entries forgets no ghost),
+    # the ghosts reach 17c on this stream; with the limit they never pass 2c after an insert.
+    assert ghost_bytes[None] > 10 * capacity and ghost_bytes[2 * capacity] <= 2 * capacity
+
+
+@given(trace=st.lists(st.integers(0, 9), max_size=120), c=st.integers(1, 6))
+def test_ghost_limit_of_c_keeps_the_paper_arc_for_unit_sizes(trace, c):
+    from tests.naive.eviction import drive
+
+    policy = ARCPolicy(capacity=c, ghost_limit=c)
+    out = drive(policy, trace, c)
+    ref_out, ref_state = simulate_arc(trace, c)
+    assert out == ref_out
+    assert policy.lists() == {k: ref_state[k] for k in ("T1", "T2", "B1", "B2")}
+    policy.check()
+
+
+def test_bad_ghost_limit_raises():
+    with pytest.raises(BadInputError):
+        ARCPolicy(ghost_limit=-1)
+    with pytest.raises(DTypeError):
+        ARCPolicy(ghost_limit=1.5)
