@@ -37,6 +37,8 @@ def test_arc_follows_the_libcachesim_transcription_step_by_step(requests, capaci
     # (a resident's size is the one it was stored with; a ghost comes back with its new size).
     if fixed:
         requests = [(key, 1 + key % 9) for key, _ in requests]
+    else:  # a ghost must not come back larger than the cache (see the test below)
+        requests = [(key, min(size, capacity)) for key, size in requests]
     policy = ARCPolicy(capacity=capacity) if fixed else ARCPolicy()
     tier = ManagedTier(SimulatedTier(capacity), policy)
     out = replay(tier, requests)
@@ -77,6 +79,20 @@ def test_pinned_sized_walkthrough():
     assert tier.policy.p == 2.0
     ref_out, ref_state = simulate_arc_sized(requests, 10)
     assert out == ref_out and ref_state["p"] == 2.0
+
+
+def test_a_ghost_returning_larger_than_the_cache_is_the_one_difference():
+    # libCacheSim adapts p and forgets the ghost before it refuses an object larger than the
+    # cache; a refused put leaves a ManagedTier (policy included) exactly as it was.  Only a
+    # trace whose object sizes change can show it (a fixed-size object that fits once always
+    # fits).
+    requests = [("a", 3), ("b", 3), ("a", 3), ("c", 3), ("b", 9)]
+    tier = ManagedTier(SimulatedTier(6), ARCPolicy())
+    out = replay(tier, requests)
+    ref_out, ref_state = simulate_arc_sized(requests, 6)
+    assert out == ref_out and out[-1] == ("skip", "b")
+    assert tier.policy.ghosts() == (["b"], []) and tier.policy.p == 0.0
+    assert ref_state["B1"] == [] and ref_state["p"] == 1.0
 
 
 def _trace(seed, n=4000):
