@@ -64,11 +64,22 @@ class EvictionPolicy(Protocol):
 
     ``victims(n, protected)`` returns up to ``n`` keys in eviction order, skipping keys in
     ``protected``; it does not remove them (the caller calls ``on_remove`` for those it evicts).
+
+    Sizes: ``on_insert(key, size)`` gives the entry's size in the caller's units (bytes under
+    :class:`~kvmm.tiers.ManagedTier`), ``on_access(key, size)`` a new size after an overwrite
+    (``None``: unchanged).  Both default so that a caller that never passes sizes gets
+    entry-count semantics (every size 1).  A policy may ignore sizes in its order (LRU, FIFO,
+    LFU: the caller evicts a prefix of ``victims`` until the bytes fit) or account in them (ARC,
+    whose lists and target are sizes, as in libCacheSim).  Optional extensions a caller may
+    detect: ``victims(..., incoming=key, incoming_size=size)`` (the entry that needs the room)
+    and ``attach(capacity)`` (the capacity, in the same units, of the tier that adopts it).
+    A policy whose hooks take the key only (the protocol before sizes) still works with
+    ManagedTier, which then calls them without sizes.
     """
 
-    def on_insert(self, key: Hashable) -> None: ...
+    def on_insert(self, key: Hashable, size: int = 1) -> None: ...
 
-    def on_access(self, key: Hashable) -> None: ...
+    def on_access(self, key: Hashable, size: int | None = None) -> None: ...
 
     def on_remove(self, key: Hashable) -> None: ...
 

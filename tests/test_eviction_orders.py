@@ -85,7 +85,9 @@ def test_managed_tier_reproduces_the_pinned_orders(name, tier_name):
 
     from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
 
-    backend = ArenaTier(3 * 8) if tier_name == "arena" else SimulatedTier(3 * 8)
+    # One-byte entries in a three-byte tier: ARC accounts sizes (bytes under a ManagedTier), so
+    # unit-size entries give the paper's entry-counting ARC.
+    backend = ArenaTier(3) if tier_name == "arena" else SimulatedTier(3)
     tier = ManagedTier(backend, FACTORIES[name]())
     got = []
     for x in TRACE:
@@ -93,7 +95,7 @@ def test_managed_tier_reproduces_the_pinned_orders(name, tier_name):
             tier.get(x)
             got.append(H)
         else:
-            evicted = tier.put(x, np.zeros(1, dtype=np.float64))
+            evicted = tier.put(x, np.zeros(1, dtype=np.uint8))
             got.append(evicted[0] if evicted else None)
         tier.check()
     assert got == PINNED[name]

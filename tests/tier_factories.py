@@ -21,6 +21,7 @@ POLICIES: list[tuple[str, Callable[[], Any]]] = [
     ("lfu", LFUPolicy),
     ("arc", ARCPolicy),
     ("arc-c3", lambda: ARCPolicy(capacity=3)),
+    ("arc-ghost-limit", lambda: ARCPolicy(ghost_limit=150)),
 ]
 
 

@@ -3,17 +3,24 @@
 A policy only *orders* keys; the structure that owns the data removes them.  The calling
 convention (what :class:`kvmm.tiers.ManagedTier` does):
 
-* a new key was stored: ``on_insert(key)``; an existing one was read or overwritten:
-  ``on_access(key)``; one was evicted or deleted: ``on_remove(key)``;
+* a new key was stored: ``on_insert(key, size)``; an existing one was read:
+  ``on_access(key)``, or overwritten with a value of another size: ``on_access(key, size)``;
+  one was evicted or deleted: ``on_remove(key)``;
 * to make room: ``victims(n, protected)`` lists up to ``n`` keys in eviction order, skipping
   ``protected``, *without* removing them; the caller removes some prefix of that list and calls
   ``on_remove`` for each.  Asking twice without changes in between gives the same answer.
 
-ARC also takes ``victims(..., incoming=key)``: the key whose insertion needs the room.  ARC
-adapts its target size ``p`` when that key is a ghost (recently evicted), *before* choosing
-the victim; passing ``incoming`` reproduces Megiddo & Modha's algorithm exactly (the tests
-replay it against a line-by-line transcription of the paper).  The other policies accept and
-ignore it, so callers can always pass it.
+Sizes are in the caller's units (:class:`~kvmm.tiers.ManagedTier` passes bytes); they default
+to 1, so a caller that never passes them gets entry-count semantics.  LRU, FIFO and LFU order
+keys without looking at sizes (the caller evicts a prefix until the bytes fit).  ARC accounts
+its lists T1, T2, B1, B2 and its target ``p`` in size units, as libCacheSim's ARC does.
+
+ARC also takes ``victims(..., incoming=key, incoming_size=size)``: the entry whose insertion
+needs the room.  ARC adapts ``p`` when that key is a ghost (recently evicted) *before* choosing
+victims, and with sizes its choice depends on the incoming size; passing both reproduces
+Megiddo & Modha's algorithm exactly for unit sizes (the tests replay it against a line-by-line
+transcription of the paper) and libCacheSim's byte-accounted ARC for mixed sizes.  The other
+policies accept and ignore them, so callers can always pass them.
 
 Keys are any hashable values.  Calling ``on_access``/``on_remove`` for a key the policy does
 not track raises :class:`~kvmm.errors.UnknownKeyError`; ``on_insert`` of a tracked key raises
@@ -22,12 +29,13 @@ not track raises :class:`~kvmm.errors.UnknownKeyError`; ``on_insert`` of a track
 Policies are small dataclasses (kvpress style): configuration is validated in
 ``__post_init__``, state lives in private ordered containers.  Runtime complexity: O(1) per
 event for LRU/FIFO/ARC (``OrderedDict``), O(log n) for LFU (``SortedDict``); ``victims`` is
-O(n + number of protected keys skipped).
+O(n + number of protected keys skipped).  A size must be an integer ``>= 0``
+(:class:`~kvmm.errors.DTypeError` / :class:`~kvmm.errors.BadInputError` otherwise).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, Callable, Hashable, Iterable, Iterator
@@ -50,11 +58,13 @@ class LRUPolicy:
     # key -> None, least recently used first
     _order: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
 
-    def on_insert(self, key: Hashable) -> None:
+    def on_insert(self, key: Hashable, size: int = 1) -> None:
+        as_count(size, "size")
         _require_absent(self._order, key, self)
         self._order[key] = None
 
-    def on_access(self, key: Hashable) -> None:
+    def on_access(self, key: Hashable, size: int | None = None) -> None:
+        _check_size(size)
         _require_present(self._order, key, self)
         self._order.move_to_end(key)
 
@@ -62,7 +72,9 @@ class LRUPolicy:
         _require_present(self._order, key, self)
         del self._order[key]
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None) -> list[Hashable]:
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+                incoming_size: int = 1) -> list[Hashable]:
+        as_count(incoming_size, "incoming_size")
         return _first_unprotected(iter(self._order), n, protected)
 
     def keys(self) -> list[Hashable]:
@@ -85,7 +97,8 @@ class LRUPolicy:
 class FIFOPolicy(LRUPolicy):
     """First in, first out: accesses do not change the order.  Runtime complexity: O(1) per event."""
 
-    def on_access(self, key: Hashable) -> None:
+    def on_access(self, key: Hashable, size: int | None = None) -> None:
+        _check_size(size)
         _require_present(self._order, key, self)
 
 
@@ -102,13 +115,15 @@ class LFUPolicy:
     _rank: dict = field(default_factory=dict, init=False, repr=False)
     _order: SortedDict = field(default_factory=SortedDict, init=False, repr=False)
 
-    def on_insert(self, key: Hashable) -> None:
+    def on_insert(self, key: Hashable, size: int = 1) -> None:
+        as_count(size, "size")
         _require_absent(self._rank, key, self)
         rank = (1, next(self._tick))
         self._rank[key] = rank
         self._order[rank] = key
 
-    def on_access(self, key: Hashable) -> None:
+    def on_access(self, key: Hashable, size: int | None = None) -> None:
+        _check_size(size)
         _require_present(self._rank, key, self)
         hits, _ = self._rank[key]
         del self._order[self._rank[key]]
@@ -120,7 +135,9 @@ class LFUPolicy:
         _require_present(self._rank, key, self)
         del self._order[self._rank.pop(key)]
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None) -> list[Hashable]:
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+                incoming_size: int = 1) -> list[Hashable]:
+        as_count(incoming_size, "incoming_size")
         return _first_unprotected(iter(self._order.values()), n, protected)
 
     def frequency(self, key: Hashable) -> int:
@@ -148,111 +165,193 @@ class LFUPolicy:
 
 @dataclass
 class ARCPolicy:
-    """Adaptive Replacement Cache (Megiddo & Modha, FAST 2003).
+    """Adaptive Replacement Cache (Megiddo & Modha, FAST 2003), accounted in size units.
 
     Residents are split into T1 (seen once recently) and T2 (seen at least twice); ghost lists
     B1 and B2 remember keys recently evicted from each.  A hit on a B1 ghost grows the target
-    size ``p`` of T1, a hit on a B2 ghost shrinks it; the victim comes from T1 when
-    ``|T1| > p`` (or ``|T1| == p`` and the incoming key is a B2 ghost), else from T2.
+    size ``p`` of T1 by ``max(|B2| / |B1|, 1)``, a hit on a B2 ghost shrinks it by
+    ``max(|B1| / |B2|, 1)``; the victim comes from T1 when ``|T1| > p`` (or ``|T1| == p`` and
+    the incoming key is a B2 ghost) or T2 is empty, else from T2.
 
-    ``capacity`` is ARC's ``c``, the cache size in entries, which bounds the ghost lists
-    (``|T1| + |B1| <= c``, ``|T1| + |T2| + |B1| + |B2| <= 2c``).  ``None`` (or a value smaller
-    than the number of residents) lets ``c`` follow the largest number of residents seen, which
-    suits tiers whose entries vary in size and whose capacity is in bytes.
+    Every ``|X|`` is the total *size* of the list's entries (``on_insert(key, size)``; 1 by
+    default, which is the paper's ARC over entries), and ``capacity`` is ARC's ``c`` in the same
+    units (bytes under a :class:`~kvmm.tiers.ManagedTier`).  With mixed sizes this is
+    libCacheSim's ARC: the ghost entering the cache is forgotten before the evictions, each
+    eviction step of a miss on no list first forgets one ghost (B1's oldest when
+    ``|T1| + |B1| + incoming size > c``, else B2's oldest when the whole directory holds
+    ``>= 2c``), and when T1 alone exceeds ``c - incoming size`` and B1 is empty, T1's oldest
+    leaves without becoming a ghost.  Ghosts are forgotten only then (and on deletes, below):
+    with mixed sizes the directory can exceed ``2c``, as in libCacheSim, and it can keep growing:
+    a ghost hit that evicts several small entries for one large one adds several ghosts and
+    forgets none (on a 40k-request stream of half one-off keys, ghosts of 17c bytes; tested).
+    ``ghost_limit`` (size units, default ``None``: unbounded, exactly libCacheSim) bounds the
+    ghosts' total size: after each insert or delete the oldest are forgotten (B1's while
+    ``|T1| + |B1| > c``, else B2's, else B1's) until ``|B1| + |B2| <= ghost_limit``.  With unit
+    sizes and no deletes ``|B1| + |B2| <= c`` already, so ``ghost_limit >= c`` keeps the paper's
+    ARC unchanged.
 
-    ``on_remove`` turns a resident into a ghost (an explicit delete counts as an eviction).
-    Runtime complexity: O(1) per event, ``victims`` O(n + protected).
+    ``capacity=None`` takes the tier's capacity when a ManagedTier adopts the policy
+    (:meth:`attach`); standalone, or with a value smaller than the residents' total size,
+    ``c`` follows the largest resident total seen.
+
+    ``on_remove`` of a key that is not the next victim of the last ``victims(...,
+    incoming=...)`` plan (an explicit delete) turns the resident into a ghost and then forgets
+    the oldest ghosts until ``|T1| + |B1| <= c`` and the directory holds ``<= 2c``.
+    Runtime complexity: O(1) per event (plus the ghosts forgotten), ``victims`` O(n + protected).
     """
 
     capacity: int | None = None
+    ghost_limit: int | None = None
     p: float = field(default=0.0, init=False)
+    # key -> size, least recently used first, and each list's total size
     _t1: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _t2: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _b1: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _b2: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
+    _sizes: dict = field(default_factory=lambda: {"T1": 0, "T2": 0, "B1": 0, "B2": 0}, init=False, repr=False)
     _c: int = field(default=0, init=False, repr=False)
-    # (incoming key, adapted p, victims offered) from the last victims(incoming=...) call: the
-    # paper adapts p *before* REPLACE, i.e. with the ghost list sizes seen before the victims
-    # become ghosts.  Any other event in between (removing a key that was not offered, say
-    # after the caller gave up on the insert) makes it stale: then p is adapted afresh.
-    _pending: tuple | None = field(default=None, init=False, repr=False)
+    # The plan of the last victims(incoming=...) call: the paper adapts p *before* REPLACE (with
+    # the ghost sizes seen before the victims become ghosts), and each eviction step may forget
+    # a ghost first.  on_remove of the plan's next victim applies that step exactly; any other
+    # event in between (removing a key that was not offered, say after the caller gave up on
+    # the insert) makes the plan stale: then p is adapted afresh on insert.
+    _pending: _ArcPlan | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.capacity is not None:
             self.capacity = as_count(self.capacity, "capacity", minimum=1)
             self._c = self.capacity
+        if self.ghost_limit is not None:
+            self.ghost_limit = as_count(self.ghost_limit, "ghost_limit")
 
     @property
     def c(self) -> int:
-        """The cache size in entries that bounds the ghost lists (see class docstring)."""
+        """ARC's cache size ``c`` in size units (see class docstring)."""
         return self._c
 
-    def on_insert(self, key: Hashable) -> None:
+    def attach(self, capacity: int) -> None:
+        """Told the capacity of the tier that adopts it (ManagedTier does this); with
+        ``capacity=None`` it becomes ``c``."""
+        capacity = as_count(capacity, "capacity")
+        if self.capacity is None:
+            self._c = max(self._c, capacity)
+
+    def on_insert(self, key: Hashable, size: int = 1) -> None:
+        size = as_count(size, "size")
         if key in self._t1 or key in self._t2:
             raise BadInputError(f"ARCPolicy already tracks {key!r}; call on_access for a resident key")
         pending, self._pending = self._pending, None
         if key in self._b1 or key in self._b2:
             # Ghost hit: B1 means the recency side was too small, B2 the frequency side.
-            self.p = pending[1] if pending is not None and pending[0] == key else self._adapted_p(key)
-            del (self._b1 if key in self._b1 else self._b2)[key]
-            self._t2[key] = None
+            self.p = pending.p if pending is not None and pending.incoming == key else self._adapted_p(key)
+            self._pop(key, "B1" if key in self._b1 else "B2")
+            self._push(key, size, "T2")
         else:
-            self._t1[key] = None
-        self._c = max(self._c, len(self._t1) + len(self._t2))
-        self._trim_ghosts()
+            self._push(key, size, "T1")
+        self._c = max(self._c, self._sizes["T1"] + self._sizes["T2"])
+        if self.ghost_limit is not None:
+            self._limit_ghosts(self.ghost_limit)
 
-    def on_access(self, key: Hashable) -> None:
+    def on_access(self, key: Hashable, size: int | None = None) -> None:
+        if size is not None:
+            size = as_count(size, "size")
         if key in self._t1:
-            del self._t1[key]
-            self._t2[key] = None
-            self._pending = None
+            old = self._pop(key, "T1")
         elif key in self._t2:
-            self._t2.move_to_end(key)
-            self._pending = None
+            old = self._pop(key, "T2")
         else:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
+        self._push(key, old if size is None else size, "T2")
+        self._pending = None
+        self._c = max(self._c, self._sizes["T1"] + self._sizes["T2"])
 
     def on_remove(self, key: Hashable) -> None:
-        if self._pending is not None and key not in self._pending[2]:
-            self._pending = None
-        if key in self._t1:
-            del self._t1[key]
-            self._b1[key] = None
-        elif key in self._t2:
-            del self._t2[key]
-            self._b2[key] = None
-        else:
+        if key not in self._t1 and key not in self._t2:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
+        plan = self._pending
+        if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
+            # The next step of the eviction plan: forget its ghost, then evict as planned.
+            _, forget, to_ghost = plan.steps[plan.done]
+            plan.done += 1
+            if forget is not None:
+                self._pop(*forget)
+            source = "T1" if key in self._t1 else "T2"
+            size = self._pop(key, source)
+            if to_ghost:
+                self._push(key, size, "B1" if source == "T1" else "B2")
+            return
+        self._pending = None
+        source = "T1" if key in self._t1 else "T2"
+        self._push(key, self._pop(key, source), "B1" if source == "T1" else "B2")
         self._trim_ghosts()
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None) -> list[Hashable]:
-        """ARC's REPLACE applied ``n`` times (without changing state), skipping protected keys."""
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+                incoming_size: int = 1) -> list[Hashable]:
+        """The next ``n`` victims (without changing state), skipping protected keys.
+
+        With ``incoming`` (the key about to be inserted, of ``incoming_size``), this is
+        libCacheSim's eviction loop for that miss, step by step; without it, REPLACE applied
+        ``n`` times.  If the list ARC picks has no unprotected key left, the other one is used.
+        """
         n = as_count(n, "n")
+        incoming_size = as_count(incoming_size, "incoming_size")
         protected = _as_set(protected)
+        in_b1 = incoming is not None and incoming in self._b1
+        in_b2 = incoming is not None and incoming in self._b2
         p = self._adapted_p(incoming)
-        incoming_in_b2 = incoming is not None and incoming in self._b2
-        t1_left, t2_left = len(self._t1), len(self._t2)
-        t1_iter = (k for k in self._t1 if k not in protected)
-        t2_iter = (k for k in self._t2 if k not in protected)
-        out: list[Hashable] = []
-        while len(out) < n:
-            from_t1 = t1_left >= 1 and ((incoming_in_b2 and t1_left == p) or t1_left > p)
-            first, second = (t1_iter, t2_iter) if from_t1 else (t2_iter, t1_iter)
-            key = next(first, None)
-            took_first = key is not None
-            if key is None:  # the preferred list has nothing evictable left: take the other
-                key = next(second, None)
-                if key is None:
-                    break
-            if took_first == from_t1:
-                t1_left -= 1
+        sizes = dict(self._sizes)
+        if in_b1 or in_b2:  # the ghost is forgotten before the evictions (it is coming back)
+            sizes["B1" if in_b1 else "B2"] -= (self._b1 if in_b1 else self._b2)[incoming]
+        residents = {"T1": (k for k in self._t1 if k not in protected),
+                     "T2": (k for k in self._t2 if k not in protected)}
+        # Ghosts in age order: the existing ones (less the incoming key), then this plan's victims.
+        ghosts = {"B1": (k for k in self._b1 if k != incoming), "B2": (k for k in self._b2 if k != incoming)}
+        new_ghosts: dict[str, deque] = {"B1": deque(), "B2": deque()}
+        c = self._c
+        steps: list[tuple] = []
+        while len(steps) < n:
+            forget = None
+            keep_ghost = True
+            t1, t2 = sizes["T1"], sizes["T2"]
+            if in_b1 or in_b2 or incoming is None:
+                pass  # REPLACE only (cases II and III; or no incoming key known)
+            elif t1 + sizes["B1"] + incoming_size > c:  # case IV-A: L1 = T1 + B1 is full
+                if sizes["B1"] > 0:
+                    forget = "B1"
+                else:
+                    keep_ghost = False  # T1 alone fills c: its oldest leaves without a ghost
+            elif sum(sizes.values()) >= 2 * c and sizes["B2"] > 0:  # case IV-B: directory full
+                forget = "B2"
+            if keep_ghost:
+                first = "T1" if (t1 > 0 and (t1 > p or (t1 == p and in_b2))) or t2 == 0 else "T2"
             else:
-                t2_left -= 1
-            out.append(key)
+                first = "T1"
+            second = "T2" if first == "T1" else "T1"
+            source, victim = first, next(residents[first], None)
+            if victim is None:
+                source, victim = second, next(residents[second], None)
+                keep_ghost = True
+                if victim is None:
+                    break
+            if forget is not None:
+                ghost = next(ghosts[forget], None)
+                if ghost is None:
+                    ghost = new_ghosts[forget].popleft()
+                    forget_size = self._t1[ghost] if forget == "B1" else self._t2[ghost]
+                else:
+                    forget_size = (self._b1 if forget == "B1" else self._b2)[ghost]
+                sizes[forget] -= forget_size
+                forget = (ghost, forget)
+            size = (self._t1 if source == "T1" else self._t2)[victim]
+            sizes[source] -= size
+            if keep_ghost:
+                ghost_list = "B1" if source == "T1" else "B2"
+                sizes[ghost_list] += size
+                new_ghosts[ghost_list].append(victim)
+            steps.append((victim, forget, keep_ghost))
         if incoming is not None:
-            ghost_hit = incoming in self._b1 or incoming in self._b2
-            self._pending = (incoming, p, frozenset(out)) if ghost_hit else None
-        return out
+            self._pending = _ArcPlan(incoming, p, steps)
+        return [step[0] for step in steps]
 
     def keys(self) -> list[Hashable]:
         """Resident keys (T1 then T2, least recent first); ghosts are not included."""
@@ -266,6 +365,10 @@ class ARCPolicy:
         """All four lists, least recent first (for inspection and tests)."""
         return {"T1": list(self._t1), "T2": list(self._t2), "B1": list(self._b1), "B2": list(self._b2)}
 
+    def list_sizes(self) -> dict[str, int]:
+        """The total size of each list (``|T1|``, ``|T2|``, ``|B1|``, ``|B2|`` in size units)."""
+        return dict(self._sizes)
+
     def __len__(self) -> int:
         return len(self._t1) + len(self._t2)
 
@@ -274,43 +377,88 @@ class ARCPolicy:
 
     def check(self) -> None:
         """Assert every invariant (used by tests)."""
-        lists = (self._t1, self._t2, self._b1, self._b2)
+        lists = {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}
         # The four lists are disjoint.
-        assert sum(len(x) for x in lists) == len(set().union(*lists))
+        assert sum(len(x) for x in lists.values()) == len(set().union(*lists.values()))
+        for name, entries in lists.items():
+            # Each list's recorded total is the sum of its entries' sizes, all integers >= 0.
+            assert all(isinstance(v, int) and v >= 0 for v in entries.values())
+            assert self._sizes[name] == sum(entries.values())
         c = self._c
-        # c covers every resident (it only grows).
-        assert len(self._t1) + len(self._t2) <= c or c == 0
-        # ARC's directory bounds: L1 = T1 + B1 <= c, and L1 + L2 <= 2c.
-        assert len(self._t1) + len(self._b1) <= c
-        assert sum(len(x) for x in lists) <= 2 * c
+        # c covers the residents (it only grows).
+        assert self._sizes["T1"] + self._sizes["T2"] <= c or c == 0
         # The target size of T1 stays in [0, c].
         assert 0.0 <= self.p <= c
         # A fixed capacity is a lower bound of c.
         if self.capacity is not None:
             assert c >= self.capacity
+        # The ghosts respect the limit, when there is one (it is enforced on insert and delete).
+        if self.ghost_limit is not None:
+            assert self._sizes["B1"] + self._sizes["B2"] <= self.ghost_limit or self._pending is not None
+        # A pending plan's victims not yet applied are distinct (a plan never repeats a key).
+        if self._pending is not None:
+            left = [step[0] for step in self._pending.steps[self._pending.done:]]
+            assert len(left) == len(set(left))
 
     def _adapted_p(self, incoming: Hashable) -> float:
         """``p`` after a ghost hit on ``incoming`` (unchanged when it is not a ghost)."""
         if incoming is None:
             return self.p
+        b1, b2 = self._sizes["B1"], self._sizes["B2"]
         if incoming in self._b1:
-            delta = max(len(self._b2) / len(self._b1), 1.0)
+            # A zero total (only zero-size ghosts) counts as the minimum step, 1.
+            delta = max(b2 / b1, 1.0) if b1 > 0 else 1.0
             return min(self.p + delta, float(self._c))
         if incoming in self._b2:
-            delta = max(len(self._b1) / len(self._b2), 1.0)
+            delta = max(b1 / b2, 1.0) if b2 > 0 else 1.0
             return max(self.p - delta, 0.0)
         return self.p
 
+    def _push(self, key: Hashable, size: int, name: str) -> None:
+        {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}[name][key] = size
+        self._sizes[name] += size
+
+    def _pop(self, key: Hashable, name: str) -> int:
+        size = {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}[name].pop(key)
+        self._sizes[name] -= size
+        return size
+
     def _trim_ghosts(self) -> None:
-        c = self._c
+        """After a delete: forget the oldest ghosts until the paper's directory bounds hold."""
+        c, sizes = self._c, self._sizes
         # Keep |T1| + |B1| <= c by forgetting the oldest B1 ghosts ...
-        while len(self._t1) + len(self._b1) > c and self._b1:
-            self._b1.popitem(last=False)
-        # ... and the whole directory within 2c by forgetting the oldest B2 ghosts.
-        while len(self._t1) + len(self._t2) + len(self._b1) + len(self._b2) > 2 * c and self._b2:
-            self._b2.popitem(last=False)
-        while len(self._t1) + len(self._t2) + len(self._b1) + len(self._b2) > 2 * c and self._b1:
-            self._b1.popitem(last=False)
+        while sizes["T1"] + sizes["B1"] > c and self._b1:
+            self._pop(next(iter(self._b1)), "B1")
+        # ... and the whole directory within 2c by forgetting the oldest B2, then B1, ghosts.
+        for name, ghosts in (("B2", self._b2), ("B1", self._b1)):
+            while sum(sizes.values()) > 2 * c and ghosts:
+                self._pop(next(iter(ghosts)), name)
+        if self.ghost_limit is not None:
+            self._limit_ghosts(self.ghost_limit)
+
+    def _limit_ghosts(self, limit: int) -> None:
+        """Forget the oldest ghosts until ``|B1| + |B2| <= limit`` (see ``ghost_limit``)."""
+        sizes = self._sizes
+        while sizes["B1"] + sizes["B2"] > limit:
+            if self._b1 and (sizes["T1"] + sizes["B1"] > self._c or not self._b2):
+                self._pop(next(iter(self._b1)), "B1")
+            else:
+                self._pop(next(iter(self._b2)), "B2")
+
+
+@dataclass
+class _ArcPlan:
+    """The eviction plan of one ``ARCPolicy.victims(incoming=...)`` call.
+
+    ``steps[i] = (victim, forget, to_ghost)``: first forget the ghost ``forget = (key, list)``
+    (or nothing), then evict ``victim``, which becomes a ghost when ``to_ghost``.  ``done``
+    counts the steps already applied by ``on_remove``.
+    """
+
+    incoming: Hashable
+    p: float
+    steps: list
+    done: int = 0
 
 
 #: Policy name -> factory (used by the CLI and the simulator).
@@ -343,6 +491,11 @@ def _first_unprotected(keys: Iterator[Hashable], n: int, protected: Iterable[Has
             if len(out) == n:
                 break
     return out
+
+
+def _check_size(size: int | None) -> None:
+    if size is not None:
+        as_count(size, "size")
 
 
 def _as_set(protected: Iterable[Hashable]) -> set | frozenset:

@@ -13,10 +13,14 @@ Semantics:
   victims (skipping the key being written and any ``protected`` keys) are removed in order
   until the entry fits; if the unprotected entries cannot free enough, it raises and evicts
   nothing.  Key and value are validated before anything is evicted.
-* ``get`` and overwriting ``put`` are accesses (``on_access``); a new key is ``on_insert``;
-  ``delete`` and evictions are ``on_remove``.
-* The policy is told the incoming key (``victims(..., incoming=key)``) when its ``victims``
-  accepts that keyword (ARC uses it to adapt before choosing).
+* ``get`` is an access (``on_access(key)``), an overwriting ``put`` an access with the new size
+  (``on_access(key, nbytes)``); a new key is ``on_insert(key, nbytes)``; ``delete`` and
+  evictions are ``on_remove``.  Sizes are the entries' bytes, so a size-aware policy (ARC)
+  works in the tier's units; a policy whose ``on_insert``/``on_access`` take only the key
+  (the older protocol) is called without sizes.
+* The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
+  when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
+  the tier's capacity (``attach(capacity_bytes)``) when it has that method.
 * Entries already in the backend when the ManagedTier is built (a reopened ``MmapTier``, ...)
   are registered with the policy in the backend's key order.
 * With a shared backend (``RedisTier`` used by several processes) this object only evicts the
@@ -50,12 +54,18 @@ class ManagedTier:
         self.policy = policy
         self.name = backend.name
         self.evictions = 0
-        self._victims_takes_incoming = "incoming" in inspect.signature(policy.victims).parameters
+        victims_parameters = inspect.signature(policy.victims).parameters
+        self._victims_takes_incoming = "incoming" in victims_parameters
+        self._victims_takes_size = "incoming_size" in victims_parameters
+        self._insert_takes_size = _takes_second_argument(policy.on_insert)
+        self._access_takes_size = _takes_second_argument(policy.on_access)
+        if hasattr(policy, "attach"):
+            policy.attach(backend.capacity_bytes)
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
         self._sizes: dict[Hashable, int] = {}
         for key in backend.keys():
             self._sizes[key] = backend.nbytes_of(key)
-            policy.on_insert(key)
+            self._policy_insert(key, self._sizes[key])
 
     @property
     def capacity_bytes(self) -> int:
@@ -89,7 +99,7 @@ class ManagedTier:
                 f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
         existed = k in self._sizes
         need = self.backend.used_bytes - self._sizes.get(k, 0) + nbytes - capacity
-        plan = self._plan_victims(need, protected | {k}, k) if need > 0 else []
+        plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
             self.backend.delete(victim)
             self.policy.on_remove(victim)
@@ -98,10 +108,19 @@ class ManagedTier:
         write(k)
         self._sizes[k] = nbytes
         if existed:
-            self.policy.on_access(k)
+            if self._access_takes_size:
+                self.policy.on_access(k, nbytes)
+            else:
+                self.policy.on_access(k)
         else:
-            self.policy.on_insert(k)
+            self._policy_insert(k, nbytes)
         return plan
+
+    def _policy_insert(self, key: Hashable, nbytes: int) -> None:
+        if self._insert_takes_size:
+            self.policy.on_insert(key, nbytes)
+        else:
+            self.policy.on_insert(key)
 
     def get(self, key: Hashable) -> np.ndarray:
         k = normalize_key(key)
@@ -153,14 +172,20 @@ class ManagedTier:
         # ... which are all in the backend, with the recorded sizes.
         for key, nbytes in self._sizes.items():
             assert self.backend.nbytes_of(key) == nbytes
+        # A size-aware ARC accounts exactly the bytes of the managed entries as residents.
+        if self._insert_takes_size and hasattr(self.policy, "list_sizes"):
+            sizes = self.policy.list_sizes()
+            assert sizes["T1"] + sizes["T2"] == sum(self._sizes.values())
         # Capacity is never exceeded.
         assert 0 <= self.backend.used_bytes <= self.backend.capacity_bytes
 
-    def _plan_victims(self, need: int, protected: set, incoming: Hashable) -> list[Hashable]:
+    def _plan_victims(self, need: int, protected: set, incoming: Hashable, nbytes: int) -> list[Hashable]:
         """The shortest prefix of the policy's victim order that frees ``need`` bytes."""
         n = 1
         while True:
-            if self._victims_takes_incoming:
+            if self._victims_takes_size:
+                order = self.policy.victims(n, protected, incoming=incoming, incoming_size=nbytes)
+            elif self._victims_takes_incoming:
                 order = self.policy.victims(n, protected, incoming=incoming)
             else:
                 order = self.policy.victims(n, protected)
@@ -174,3 +199,13 @@ class ManagedTier:
                     f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
                     f"{need} more bytes are needed (protected: {len(protected)} keys)")
             n *= 2
+
+
+def _takes_second_argument(method: Any) -> bool:
+    """Whether a policy hook accepts a size after the key (the size-aware protocol)."""
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
