@@ -139,3 +139,25 @@ def test_arena_tier_get_returns_a_private_copy():
     got = tier.get(np.uint64(7))  # numpy ints name the same key
     got[1] = 99
     assert tier.get(7).tolist() == [0, 1, 2, 3]
+
+
+def test_arena_tier_recycles_buffers_without_aliasing():
+    tier = ArenaTier(1 << 20, spare_bytes=4096)
+    a = np.arange(256, dtype=np.float32)  # 1 KiB
+    tier.put("a", a)
+    stored_a = tier._entries["a"]
+    tier.put("a", a + 1)  # same layout: overwritten in place
+    assert tier._entries["a"] is stored_a and np.array_equal(tier.get("a"), a + 1)
+    copy_of_a = tier.get("a")
+    tier.delete("a")
+    assert tier._spare_total == 1024  # its buffer is kept for the next 1 KiB entry
+    tier.put("b", np.ones((16, 8), dtype=np.float64))  # 1 KiB, other dtype and shape: reuses it
+    assert tier._spare_total == 0
+    assert np.shares_memory(tier._entries["b"], stored_a)
+    assert np.array_equal(tier.get("b"), np.ones((16, 8))) and np.array_equal(copy_of_a, a + 1)
+    for i in range(8):  # spares stay within their limit
+        tier.put(("c", i), np.zeros(1024, dtype=np.uint8))
+    for i in range(8):
+        tier.delete(("c", i))
+    assert tier._spare_total == 4096
+    tier.check()
