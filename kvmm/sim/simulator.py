@@ -75,6 +75,7 @@ class SimConfig:
     margin_s: float = 0.01  # ledger trigger slack
     poll_interval_s: float = 0.005  # the staging controller's clock (it also polls every step)
     initial_rate: float | None = None  # ledger's first progress-rate guess (default: model prefill rate)
+    recompute_fallback: bool = True  # recompute a hit whose staging would finish later than recomputing it
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -93,6 +94,8 @@ class SimConfig:
         as_positive_float(self.poll_interval_s, "poll_interval_s")
         if self.initial_rate is not None:
             as_positive_float(self.initial_rate, "initial_rate")
+        if not isinstance(self.recompute_fallback, bool):
+            raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
             raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
 
@@ -119,6 +122,7 @@ class SimResult:
     ready_in_time: int
     ready_late: int
     claims_cancelled: int  # claims released unused: the prefix was in the GPU cache by scheduling time
+    claims_recomputed: int  # claims released unused: recomputing the hit was faster than waiting for it
     slow_hit_token_share: float  # share of prompt tokens staged from the slow tier
     gpu_hit_token_share: float
     steps: int
@@ -182,6 +186,8 @@ class _Engine:
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.cancelled: set[int] = set()  # claims released while their transfer was in flight
         self.claims_cancelled = 0
+        self.claims_recomputed = 0
+        self.transfer_done: dict[int, float] = {}  # claim id -> when its copy completes (STAGING claims)
         self.claims_made = 0
         self.transfer_seq = 0
         self.step_end = 0.0  # end of the engine step in flight (a known delay for queued claims)
@@ -271,6 +277,7 @@ class _Engine:
                 return next_arrival
             if tt <= ta and tt <= tp:
                 done_at, _, cid = heapq.heappop(transfers)
+                self.transfer_done.pop(cid, None)
                 if cid in self.cancelled:  # the copy ran (the channel was busy) but nobody waits for it
                     self.cancelled.discard(cid)
                 else:
@@ -372,14 +379,19 @@ class _Engine:
             done_at = start + self.cfg.slow_tier.latency_s + self.staged_bytes[r] / self.stage_bw
             self.channel_free_at = done_at
             heapq.heappush(self.transfers, (done_at, self.transfer_seq, cid))
+            self.transfer_done[cid] = done_at
             self.transfer_seq += 1
             self.ungranted -= 1
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
         """Pick this step's prefills: FCFS within the batch room and the prefill budget.
 
-        A request whose staged data is not ready keeps its place in this step's window (its
-        KV is loading) and is skipped; ready requests behind it go ahead.
+        A request whose staged data is not ready keeps its place in the queue and a batch slot
+        (its KV blocks are allocated, as vLLM does for asynchronously loaded KV) but takes no
+        prefill budget: ready requests behind it go ahead.  With ``recompute_fallback``, a
+        request whose data would be ready later than recomputing it takes (the claim cannot be
+        granted capacity now, or its copy completes after ``tokens / prefill rate``) releases
+        the claim and recomputes those tokens in this step (``claims_recomputed``).
         """
         m = self.model
         admitted: list[int] = []
@@ -388,34 +400,38 @@ class _Engine:
         if room <= 0 or not waiting:
             return admitted
         kept: list[int] = []
-        escalated = False
-        scheduled = 0  # admitted + reserved
         for i, r in enumerate(waiting):
-            if room <= 0 or (scheduled and self.prefill_tokens[r] > budget):
+            if room <= 0 or (admitted and self.prefill_tokens[r] > budget):
                 kept.extend(waiting[i:])
                 break
-            budget -= int(self.prefill_tokens[r])
             room -= 1
-            scheduled += 1
             cid = int(self.claim_id[r])
             if cid >= 0 and self._in_gpu_cache(r):
                 # the scheduler looks the prefix up again (vLLM checks its GPU prefix cache at
                 # scheduling): an earlier request with the same context has put it on the GPU
                 # since the claim, so the staged copy is not needed
-                self._cancel_claim(r, cid, now)
+                self.gpu_hit_tokens += self._drop_claim(r, cid, now)
+                self.claims_cancelled += 1
                 cid = -1
             if cid >= 0:
                 if not bool(self.ledger.need([cid], now=now)[0]):
-                    # reserved, not run: the look-ahead of on-demand staging is one step's window
-                    escalated = True
-                    kept.append(r)
-                    continue
-                self.ledger.consume([cid], now=now)
+                    # the claim was escalated to deadline `now`: grant what fits right away
+                    if int(self.ledger.state_of([cid])[0]) != STAGING:
+                        self._start_transfers(self.policy.due(now), now)
+                    if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
+                        kept.append(r)  # waits for its KV: a batch slot, no prefill budget
+                        continue
+                    tokens = self._drop_claim(r, cid, now)
+                    self.prefill_tokens[r] += tokens
+                    self.claims_recomputed += 1
+                    if admitted and self.prefill_tokens[r] > budget:
+                        kept.extend(waiting[i:])  # too long for this step now: first of the next
+                        break
+                else:
+                    self.ledger.consume([cid], now=now)
+            budget -= int(self.prefill_tokens[r])
             admitted.append(r)
         waiting[:] = kept
-        if escalated:
-            # needed-but-unstaged claims were escalated to deadline `now`: grant them right away
-            self._start_transfers(self.policy.due(now), now)
         if not admitted and n_running == 0 and not self.transfers:
             # nothing runs and nothing is in flight: the window waits for capacity that ready
             # requests further back hold.  Stay work-conserving: run the first ready one.
@@ -428,6 +444,17 @@ class _Engine:
                     break
         return admitted
 
+    def _recompute_is_faster(self, r: int, cid: int, now: float) -> bool:
+        """Would recomputing the claim's tokens finish before its copy is ready?
+
+        A claim still not granted after escalation has no predicted ready time (the capacity
+        it needs is held by others, for an unknown time): recomputing wins.
+        """
+        done_at = self.transfer_done.get(cid)
+        ready_in = np.inf if done_at is None else done_at - now
+        recompute_s = (int(self.staged_bytes[r]) // self.model.kv_bytes_per_token) / self.model.prefill_tokens_per_s
+        return bool(ready_in > recompute_s)
+
     def _in_gpu_cache(self, r: int) -> bool:
         """Is the whole prefix hit found at arrival now in the GPU prefix cache?"""
         if self.gpu_cache_blocks <= 0:
@@ -435,8 +462,11 @@ class _Engine:
         gpu = self.gpu_cache
         return all(b in gpu for b in self.trace.blocks_of(r)[: self.hit_blocks[r]].tolist())
 
-    def _cancel_claim(self, r: int, cid: int, now: float) -> None:
-        """Release a claim that will not be used (its bytes are now a GPU hit)."""
+    def _drop_claim(self, r: int, cid: int, now: float) -> int:
+        """Release a claim that will not be used; return its tokens (no longer a slow-tier hit).
+
+        The caller counts it (GPU hit -> cancelled, recomputed -> recomputed).
+        """
         state = int(self.ledger.state_of([cid])[0])
         if state in (CLAIMED, PENDING):
             self.ungranted -= 1  # never granted: the controller's timer no longer waits for it
@@ -445,10 +475,9 @@ class _Engine:
         self.ledger.release([cid], now=now)  # byte-seconds held so far are counted
         tokens = int(self.staged_bytes[r]) // self.model.kv_bytes_per_token
         self.slow_hit_tokens -= tokens
-        self.gpu_hit_tokens += tokens
         self.staged_bytes[r] = 0
         self.claim_id[r] = -1
-        self.claims_cancelled += 1
+        return tokens
 
     def _cache_blocks(self, r: int) -> None:
         for cache, cap in ((self.gpu_cache, self.gpu_cache_blocks), (self.slow_cache, self.slow_cache_blocks)):
@@ -488,6 +517,7 @@ class _Engine:
             ready_in_time=int(stats.get("ready_in_time", getattr(led, "in_time", 0))),
             ready_late=int(stats.get("ready_late", getattr(led, "late", 0))),
             claims_cancelled=self.claims_cancelled,
+            claims_recomputed=self.claims_recomputed,
             slow_hit_token_share=self.slow_hit_tokens / prompt,
             gpu_hit_token_share=self.gpu_hit_tokens / prompt,
             steps=steps,
