@@ -41,9 +41,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kvmm._validate import as_count, as_positive_float
+from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.policies.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
+from kvmm.policies.ledger import CLAIMED, CONSUMED, PENDING, READY, STAGING, CommitmentLedger
 from kvmm.policies.staging import STAGING_POLICIES, make_staging_policy
 from kvmm.sim.models import ModelSpec, model as resolve_model
 from kvmm.sim.workload import Workload
@@ -76,6 +76,8 @@ class SimConfig:
     poll_interval_s: float = 0.005  # the staging controller's clock (it also polls every step)
     initial_rate: float | None = None  # ledger's first progress-rate guess (default: model prefill rate)
     recompute_fallback: bool = True  # recompute a hit whose staging would finish later than recomputing it
+    high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
+    priority_seed: int = 0  # seeds the draw of each request's class
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -94,6 +96,8 @@ class SimConfig:
         as_positive_float(self.poll_interval_s, "poll_interval_s")
         if self.initial_rate is not None:
             as_positive_float(self.initial_rate, "initial_rate")
+        as_fraction(self.high_priority_share, "high_priority_share", include_zero=True)
+        as_count(self.priority_seed, "priority_seed")
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
@@ -114,6 +118,8 @@ class SimResult:
     ttft_p95: float
     ttft_p99: float
     ttft_mean: float
+    ttft_p95_high_priority: float  # p95 TTFT of the high-priority class (0.0 when it is empty)
+    high_priority_requests: int
     protected_byte_seconds: float
     protected_byte_seconds_per_request: float
     peak_protected_bytes: int
@@ -166,6 +172,9 @@ class _Engine:
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.remaining = np.zeros(n, dtype=np.int64)
+        # 0 = high priority, 1 = normal: the queue is ordered by (class, arrival)
+        draw = np.random.default_rng(cfg.priority_seed).random(n)
+        self.priority_class = np.where(draw < cfg.high_priority_share, 0, 1).astype(np.int8)
         self.gpu_hit_tokens = 0
         self.slow_hit_tokens = 0
 
@@ -316,13 +325,19 @@ class _Engine:
         self.gpu_hit_tokens += hit_tokens - slow_tokens
         self.slow_hit_tokens += slow_tokens
         self.prefill_tokens[r] = inp - hit_tokens
-        waiting.append(r)
+        # priority scheduling (vLLM's --scheduling-policy priority, without preemption of running
+        # requests): a request goes behind every waiting request of its class or a higher one
+        pos = len(waiting)
+        cls = self.priority_class[r]
+        while pos > 0 and self.priority_class[waiting[pos - 1]] > cls:
+            pos -= 1
+        waiting.insert(pos, r)
         if slow_tokens > 0:
             nbytes = slow_tokens * self.model.kv_bytes_per_token
             nbytes = min(nbytes, self.ledger.capacity_bytes)  # a hit larger than the tier is staged in part
             if nbytes > 0:
                 self.staged_bytes[r] = nbytes
-                queued = float(self.prefill_tokens[waiting[:-1]].sum()) if len(waiting) > 1 else 0.0
+                queued = float(self.prefill_tokens[waiting[:pos]].sum()) if pos > 0 else 0.0
                 budget = self.model.max_prefill_tokens
                 ahead = (queued // budget) * budget  # refined at the next step (_update_work_ahead)
                 delay = max(self.step_end - t, 0.0)  # the rest of the step in flight comes first
@@ -384,27 +399,32 @@ class _Engine:
             self.ungranted -= 1
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
-        """Pick this step's prefills: FCFS within the batch room and the prefill budget.
+        """Pick this step's prefills: in queue order within the batch room and the prefill budget.
 
         A request whose staged data is not ready keeps its place in the queue and a batch slot
         (its KV blocks are allocated, as vLLM does for asynchronously loaded KV) but takes no
-        prefill budget: ready requests behind it go ahead.  With ``recompute_fallback``, a
-        request whose data would be ready later than recomputing it takes (the claim cannot be
-        granted capacity now, or its copy completes after ``tokens / prefill rate``) releases
-        the claim and recomputes those tokens in this step (``claims_recomputed``).
+        prefill budget: ready requests behind it go ahead.  Claims are asked for (``need``,
+        which escalates them) only within the first step's window of the queue (the requests
+        whose prefills would fill one step's budget, waiting ones included): that is the
+        look-ahead of on-demand staging.  Beyond it a claim runs only if already ready.  With
+        ``recompute_fallback``, a request in the window whose data would be ready later than
+        recomputing it takes releases the claim and recomputes those tokens
+        (``claims_recomputed``).
         """
         m = self.model
         admitted: list[int] = []
-        budget = m.max_prefill_tokens
+        budget = m.max_prefill_tokens  # left for the prefills of this step
+        window = m.max_prefill_tokens  # left of the look-ahead window
         room = m.max_batch - n_running
         if room <= 0 or not waiting:
             return admitted
         kept: list[int] = []
         for i, r in enumerate(waiting):
-            if room <= 0 or (admitted and self.prefill_tokens[r] > budget):
+            if room <= 0:
                 kept.extend(waiting[i:])
                 break
-            room -= 1
+            in_window = window == m.max_prefill_tokens or self.prefill_tokens[r] <= window
+            window = window - int(self.prefill_tokens[r]) if in_window else -1
             cid = int(self.claim_id[r])
             if cid >= 0 and self._in_gpu_cache(r):
                 # the scheduler looks the prefix up again (vLLM checks its GPU prefix cache at
@@ -413,22 +433,27 @@ class _Engine:
                 self.gpu_hit_tokens += self._drop_claim(r, cid, now)
                 self.claims_cancelled += 1
                 cid = -1
+            if cid >= 0 and not in_window and int(self.ledger.state_of([cid])[0]) != READY:
+                room -= 1
+                kept.append(r)  # beyond the look-ahead: waits, not escalated
+                continue
+            if cid >= 0 and not bool(self.ledger.need([cid], now=now)[0]):
+                # the claim was escalated to deadline `now`: grant what fits right away
+                if int(self.ledger.state_of([cid])[0]) != STAGING:
+                    self._start_transfers(self.policy.due(now), now)
+                if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
+                    room -= 1
+                    kept.append(r)  # waits for its KV: a batch slot, no prefill budget
+                    continue
+                self.prefill_tokens[r] += self._drop_claim(r, cid, now)
+                self.claims_recomputed += 1
+                cid = -1
+            if admitted and self.prefill_tokens[r] > budget:
+                kept.extend(waiting[i:])  # does not fit this step: the queue resumes here next step
+                break
             if cid >= 0:
-                if not bool(self.ledger.need([cid], now=now)[0]):
-                    # the claim was escalated to deadline `now`: grant what fits right away
-                    if int(self.ledger.state_of([cid])[0]) != STAGING:
-                        self._start_transfers(self.policy.due(now), now)
-                    if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
-                        kept.append(r)  # waits for its KV: a batch slot, no prefill budget
-                        continue
-                    tokens = self._drop_claim(r, cid, now)
-                    self.prefill_tokens[r] += tokens
-                    self.claims_recomputed += 1
-                    if admitted and self.prefill_tokens[r] > budget:
-                        kept.extend(waiting[i:])  # too long for this step now: first of the next
-                        break
-                else:
-                    self.ledger.consume([cid], now=now)
+                self.ledger.consume([cid], now=now)
+            room -= 1
             budget -= int(self.prefill_tokens[r])
             admitted.append(r)
         waiting[:] = kept
@@ -447,13 +472,30 @@ class _Engine:
     def _recompute_is_faster(self, r: int, cid: int, now: float) -> bool:
         """Would recomputing the claim's tokens finish before its copy is ready?
 
-        A claim still not granted after escalation has no predicted ready time (the capacity
-        it needs is held by others, for an unknown time): recomputing wins.
+        A granted claim is ready when its copy completes.  A claim still not granted after
+        escalation waits for capacity: the holders free theirs at their predicted use times
+        (the ledger's estimates; claims consumed this step at once), in that order; it is
+        ready once enough is free plus its predicted staging time.
         """
-        done_at = self.transfer_done.get(cid)
-        ready_in = np.inf if done_at is None else done_at - now
         recompute_s = (int(self.staged_bytes[r]) // self.model.kv_bytes_per_token) / self.model.prefill_tokens_per_s
-        return bool(ready_in > recompute_s)
+        done_at = self.transfer_done.get(cid)
+        if done_at is not None:
+            return bool(done_at - now > recompute_s)
+        led = self.ledger
+        stage_s = float(np.asarray(led.predicted_ready_seconds([cid]))[0])
+        missing = int(self.staged_bytes[r]) - int(led.free_bytes)
+        wait = 0.0
+        if missing > 0:
+            ids = np.asarray(led.open_ids(), dtype=np.int64)
+            states = np.asarray(led.state_of(ids))
+            holders = ids[(states == STAGING) | (states == READY) | (states == CONSUMED)]
+            frees_at = np.maximum(np.asarray(led.predicted_use_time(holders), dtype=np.float64), now)
+            frees_at[np.asarray(led.state_of(holders)) == CONSUMED] = now
+            held = np.array([self.staged_bytes[_claim_request(led, int(h))] for h in holders.tolist()], dtype=np.int64)
+            order = np.argsort(frees_at, kind="stable")
+            enough = np.flatnonzero(np.cumsum(held[order]) >= missing)
+            wait = float(frees_at[order[enough[0]]]) - now if enough.size else np.inf
+        return bool(wait + stage_s > recompute_s)
 
     def _in_gpu_cache(self, r: int) -> bool:
         """Is the whole prefix hit found at arrival now in the GPU prefix cache?"""
@@ -493,6 +535,7 @@ class _Engine:
 
     def _result(self, end: float, steps: int) -> SimResult:
         ttft = self.first_token - self.arrival
+        high = self.priority_class == 0
         led = self.ledger
         bs = float(led.released_byte_seconds)
         stats = led.stats if hasattr(led, "stats") else {}
@@ -509,6 +552,8 @@ class _Engine:
             ttft_p95=float(np.percentile(ttft, 95)),
             ttft_p99=float(np.percentile(ttft, 99)),
             ttft_mean=float(ttft.mean()),
+            ttft_p95_high_priority=float(np.percentile(ttft[high], 95)) if high.any() else 0.0,
+            high_priority_requests=int(high.sum()),
             protected_byte_seconds=bs,
             protected_byte_seconds_per_request=bs / self.n,
             peak_protected_bytes=int(led.peak_protected_bytes),

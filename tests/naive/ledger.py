@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kvmm.errors import BadInputError, CapacityExceededError, DoubleFreeError, LedgerStateError, UnknownKeyError
 
 FREE, CLAIMED, PENDING, STAGING, READY, CONSUMED = 0, 1, 2, 3, 4, 5
@@ -234,6 +236,16 @@ class NaiveLedger:
 
     def open_ids(self):
         return [(self.generation[s] << 32) | s for s in sorted(self.claims)]
+
+    def predicted_use_time(self, claim_ids):
+        return np.array([self._use_at(self.claims[self._slot(c)]) for c in claim_ids], dtype=np.float64)
+
+    def predicted_ready_seconds(self, claim_ids):
+        return np.array([self._ready_s(self.claims[self._slot(c)]) for c in claim_ids], dtype=np.float64)
+
+    @property
+    def free_bytes(self):
+        return self.capacity_bytes - self.protected_bytes
 
     @property
     def open_claims(self):
