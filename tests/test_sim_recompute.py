@@ -106,3 +106,57 @@ def test_recomputed_claims_are_accounted_on_a_workload():
         r = simulate(SimConfig(workload=w, policy=policy, fast_tier=preset("cxl", 2 * GiB), gpu_cache_bytes=0))
         assert r.ready_in_time + r.ready_late + r.claims_cancelled + r.claims_recomputed == r.claims > 0
         assert 0 < r.slow_hit_token_share < 1
+
+
+# ---------------------------------------------------------------------- priority classes
+def _priority_engine(policy, rows, classes, **kw):
+    cfg = toy_config(policy, workload=trace(rows), model=TOY_MODEL.with_(max_batch=1), **kw)
+    eng = _Engine(cfg, _resolve_trace(cfg.workload, None), CommitmentLedger, None)
+    eng.priority_class[:] = classes  # 0 = high priority
+    return eng
+
+
+def test_a_high_priority_request_jumps_the_queue():
+    rows = [(0, 1024, 1, [0, 1]), (5000, 4096, 1, list(range(10, 18))),
+            (5001, 1024, 1, [40, 41]), (5002, 1024, 1, [50, 51])]
+    eng = _priority_engine("timely", rows, [1, 1, 1, 0])
+    eng.run()
+    ttft = eng.first_token - eng.arrival
+    # one request per step: r1 until 9.096, then r3 (high) until 10.12, then r2 until 11.144
+    assert ttft[3] == pytest.approx(10.12 - 5.002)
+    assert ttft[2] == pytest.approx(11.144 - 5.001)
+
+
+PRIORITY_ROWS = [
+    (0, 1024, 1, [0, 1]), (0, 1024, 1, [2, 3]),  # contexts [0, 1] and [2, 3] reach the slow tier
+    (5000, 4096, 1, list(range(10, 18))),  # r2 occupies the engine from 5.0 to 9.096 s
+    (5001, 1536, 1, [0, 1, 4]),  # r3, normal priority, hit [0, 1]
+    (5002, 1536, 1, [2, 3, 5]),  # r4, high priority, hit [2, 3]: runs before r3
+]
+
+
+def test_immediate_capacity_held_for_a_request_pushed_back_forces_a_recompute():
+    # 1.5 MB fast tier: immediate staging commits r3's 1,024,000 bytes at 5.001; r4 (used first)
+    # cannot get capacity until r3 runs, so at 9.096 it recomputes (1.536 s), then r3 runs
+    eng = _priority_engine("immediate", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
+    res = eng.run()
+    ttft = eng.first_token - eng.arrival
+    assert ttft[4] == pytest.approx(9.096 + 1.536 - 5.002)
+    assert ttft[3] == pytest.approx(9.096 + 1.536 + LOAD_S + 0.512 - 5.001)
+    assert (res.claims_recomputed, res.ready_in_time) == (1, 1)
+    assert res.high_priority_requests == 1 and res.ttft_p95_high_priority == pytest.approx(ttft[4])
+    assert res.protected_byte_seconds == pytest.approx(1_024_000 * (9.096 + 1.536 + LOAD_S - 5.001))
+
+
+def test_timely_stages_the_request_used_first():
+    # timely staging learns r3 was pushed back (its work ahead grows by r4's 512 tokens), commits
+    # r4's claim first (ready by 9.096), and r3's once r4's step has read its data
+    eng = _priority_engine("timely", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
+    res = eng.run()
+    ttft = eng.first_token - eng.arrival
+    assert ttft[4] == pytest.approx(9.096 + LOAD_S + 0.512 - 5.002)  # ready in time
+    released = 9.096 + LOAD_S
+    # r3 is granted at the first controller poll after 9.1984 (5 ms grid), staged in 1.034 s,
+    # then read and prefilled
+    assert released + STAGE_S + LOAD_S + 0.512 - 5.001 <= ttft[3] <= released + 0.005 + STAGE_S + LOAD_S + 0.512 - 5.001 + 1e-9
+    assert res.claims_recomputed == 0 and res.ready_in_time >= 1

@@ -200,6 +200,7 @@ class _Engine:
         self.claims_made = 0
         self.transfer_seq = 0
         self.step_end = 0.0  # end of the engine step in flight (a known delay for queued claims)
+        self.batch_in_flight = 0  # sequences in the step in flight (decoding + prefilling)
         self.ungranted = 0  # claims not yet committed: the controller's timer runs while any exist
         self.next_poll = 0.0
 
@@ -233,6 +234,7 @@ class _Engine:
             if running:
                 dt += m.decode_step_seconds(len(running))
             self.step_end = now + dt
+            self.batch_in_flight = len(running) + len(admitted)
             if waiting:
                 # progress estimates: the queue waits for this step (known length), then drains
                 # step by step at the learned rate
@@ -332,6 +334,9 @@ class _Engine:
         while pos > 0 and self.priority_class[waiting[pos - 1]] > cls:
             pos -= 1
         waiting.insert(pos, r)
+        if pos < len(waiting) - 1 and (self.claim_id[waiting[pos + 1:]] >= 0).any():
+            # it jumped the queue: the claims behind it will be used later than predicted
+            self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
         if slow_tokens > 0:
             nbytes = slow_tokens * self.model.kv_bytes_per_token
             nbytes = min(nbytes, self.ledger.capacity_bytes)  # a hit larger than the tier is staged in part
