@@ -9,7 +9,10 @@ Two experiments, the TempoKV paper's (arXiv:2609.35065) headline claims:
 2. protected fast-tier capacity from 100 GiB down to 25 GiB and below, on a long-context
    workload (32k-token prompts, 90 % shared documents) whose immediate-staging protected demand
    far exceeds 25 GiB (paper: output throughput and p95 TTFT nearly unchanged with timely
-   staging).
+   staging);
+3. the same capacity sweep with two priority classes (a quarter of the requests jump the queue),
+   where the order of use differs from the order of arrival: capacity immediate staging holds
+   for a request that is pushed back is capacity a request used sooner lacks.
 
 The simulator's rates are assumptions (see kvmm/sim/models.py); nothing here is tuned to the
 paper's numbers.
@@ -33,6 +36,9 @@ CAPACITIES_GIB = (100, 50, 25, 12, 6)  # the paper's 100 -> 25 GiB, then further
 # loaded server (mean queueing delay several times the prefill time)
 LOADS = (0.7, 1.0)
 SWEEP_LOAD = 0.8
+# experiment 3: a quarter of the requests are interactive (high priority) and jump the queue of
+# batch requests (vLLM's --scheduling-policy priority); a fixed, round share, not tuned
+HIGH_PRIORITY_SHARE = 0.25
 SWEEP_MODEL = "llama3-8b"
 PAPER_REDUCTION = "63-91 %"
 
@@ -60,7 +66,7 @@ def reproduce(report) -> None:
 
     part1 = [(ld, m, r, p) for ld in loads for m in MODELS for r in RATIOS for p in POLICIES]
     part2 = [(c, p) for c in capacities for p in POLICIES]
-    with report.progress(len(part1) + len(part2), "tempokv simulations") as bar:
+    with report.progress(len(part1) + 2 * len(part2), "tempokv simulations") as bar:
         res1: dict[tuple, SimResult] = {}
         for ld in loads:
             for m in MODELS:
@@ -76,10 +82,18 @@ def reproduce(report) -> None:
                 res2[(c, p)] = simulate(SimConfig(workload=wl, model=SWEEP_MODEL, policy=p,
                                                   fast_tier=preset("cxl", c * GiB)))
                 bar.update(1)
+        res3: dict[tuple, SimResult] = {}
+        for c in capacities:
+            for p in POLICIES:
+                res3[(c, p)] = simulate(SimConfig(workload=wl, model=SWEEP_MODEL, policy=p,
+                                                  fast_tier=preset("cxl", c * GiB),
+                                                  high_priority_share=HIGH_PRIORITY_SHARE))
+                bar.update(1)
 
     for ld in loads:
         _report_part1(report, {k[1:]: v for k, v in res1.items() if k[0] == ld}, n_requests, ld)
     _report_part2(report, res2, capacities, n_sweep)
+    _report_part3(report, res3, capacities, n_sweep)
 
 
 # ---------------------------------------------------------------------- workloads
@@ -196,8 +210,8 @@ def _report_part2(report, res, capacities, n) -> None:
              "also the order of use, so when the cut binds, the capacity it holds belongs to the requests that "
              "run next and it degrades into a bounded prefetch: its byte-time falls with the capacity, its "
              "TTFT barely moves.  A shortage hurts when capacity is held for data used later than data that "
-             "waits (several engines on one device, priorities, reuse known before arrival), which this "
-             "single-queue simulator does not model.  Below the largest single hit a claim is staged in part "
+             "waits (several engines on one device, priorities, reuse known before arrival): see the table "
+             "with priority classes below.  Below the largest single hit a claim is staged in part "
              "and the rest recomputed.  Claims cancelled: the context was on the GPU by the time the request "
              "was scheduled.  Output throughput is set by the arrivals (open loop).",
     )
@@ -227,6 +241,50 @@ def _report_part2(report, res, capacities, n) -> None:
         ax2.legend(loc="lower right", fontsize=8)
 
     report.figure("tempokv_capacity", draw)
+
+
+# ---------------------------------------------------------------------- experiment 3
+def _report_part3(report, res, capacities, n) -> None:
+    rows = []
+    for c in capacities:
+        for p in POLICIES:
+            r = res[(c, p)]
+            rows.append((c, p, round(r.output_tokens_per_s, 1), round(r.ttft_p50, 3), round(r.ttft_p95, 3),
+                         round(r.ttft_p95_high_priority, 3), round(r.protected_byte_seconds_per_request / GiB, 4),
+                         round(r.peak_protected_bytes / GiB, 1), f"{r.ready_in_time}/{r.claims}", r.claims_recomputed))
+    report.table(
+        f"Capacity sweep with two priority classes (same workload, {HIGH_PRIORITY_SHARE:.0%} of the requests high "
+        f"priority: they go ahead of every waiting normal request; no preemption of running ones)",
+        ["fast tier GiB", "policy", "output tok/s", "TTFT p50 s", "TTFT p95 s", "high-priority TTFT p95 s",
+         "GiB*s/req", "peak protected GiB", "ready in time", "claims recomputed"],
+        rows,
+        note="The order of use is no longer the order of arrival.  Immediate staging commits each hit at "
+             "arrival in FIFO order, so when the fast tier is short, capacity is held by normal requests that "
+             "high-priority arrivals push back, and the requests that run first cannot get any: the "
+             "scheduler recomputes a hit whose data would be ready later than recomputing it takes (capacity "
+             "frees at the holders' predicted use times), which adds prefill work to a loaded engine.  "
+             "Timely staging commits by predicted use time (refreshed when a request jumps the queue), so "
+             "capacity goes to the data used next.  Claims recomputed: released unused, their tokens prefilled.",
+    )
+    hi, lo = 100, 25
+    for name in ("timely", "immediate"):
+        a, b = res[(hi, name)], res[(lo, name)]
+        report.text(f"With priorities, {name} staging, {hi} GiB -> {lo} GiB: output throughput "
+                    f"{a.output_tokens_per_s:.1f} -> {b.output_tokens_per_s:.1f} tok/s "
+                    f"({_change(a.output_tokens_per_s, b.output_tokens_per_s)}), p95 TTFT {a.ttft_p95:.3f} -> "
+                    f"{b.ttft_p95:.3f} s ({_change(a.ttft_p95, b.ttft_p95)}), recomputed claims "
+                    f"{a.claims_recomputed} -> {b.claims_recomputed}.")
+
+    def draw(ax):
+        for p, style in zip(POLICIES, ("s--", "o-", "^-")):
+            ax.plot(capacities, [res[(c, p)].ttft_p95 for c in capacities], style, label=f"{p}: p95 TTFT")
+        ax.set_xlabel("protected fast-tier capacity (GiB)")
+        ax.set_ylabel("p95 TTFT (s)")
+        ax.invert_xaxis()
+        ax.set_title(f"TempoKV: capacity sweep, {HIGH_PRIORITY_SHARE:.0%} high-priority requests")
+        ax.legend(loc="upper left", fontsize=8)
+
+    report.figure("tempokv_capacity_priority", draw)
 
 
 def _change(a: float, b: float) -> str:
