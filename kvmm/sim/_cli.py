@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast-tier", default="cxl", help="fast-tier preset (default cxl)")
     parser.add_argument("--slow-tier", default="nvme", help="slow-tier preset (default nvme)")
     parser.add_argument("--gpu-cache-gib", type=float, default=8.0, help="GPU prefix cache in GiB (default 8)")
+    parser.add_argument("--high-priority-share", type=float, default=0.0, metavar="F",
+                        help="share of requests in a high-priority class that jumps the queue (default 0)")
+    parser.add_argument("--no-recompute", action="store_true",
+                        help="never recompute a hit instead of waiting for its staging (default: recompute when faster)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (process pool) when several policies run")
     parser.add_argument("--json", action="store_true", help="print results as JSON lines")
     parser.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
@@ -46,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     policies = POLICIES if args.policy == "all" else (args.policy,)
     configs = [SimConfig(workload=workload, max_requests=args.requests, time_scale=args.time_scale, model=args.model,
                          policy=p, fast_tier=preset(args.fast_tier, int(args.fast_gib * GiB)),
-                         slow_tier=preset(args.slow_tier), gpu_cache_bytes=int(args.gpu_cache_gib * GiB))
+                         slow_tier=preset(args.slow_tier), gpu_cache_bytes=int(args.gpu_cache_gib * GiB),
+                         high_priority_share=args.high_priority_share, recompute_fallback=not args.no_recompute)
                for p in policies]
     if args.jobs > 1 and len(configs) > 1:
         with Progress(len(configs), "simulate (runs)", enabled=not args.no_progress) as bar:
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [(r.policy, r.requests, round(r.output_tokens_per_s, 1), round(r.ttft_p50, 3), round(r.ttft_p95, 3),
              round(r.ttft_p99, 3), round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),
-             f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}") for r in results]
+             f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}", r.claims_recomputed) for r in results]
     print(format_table(["policy", "requests", "output tok/s", "TTFT p50 s", "TTFT p95 s", "TTFT p99 s",
-                        "protected GiB*s / req", "peak protected GiB", "ready in time"], rows))
+                        "protected GiB*s / req", "peak protected GiB", "ready in time", "recomputed"], rows))
     return 0

@@ -1,12 +1,14 @@
 """An event-driven serving simulator: trace in, throughput / TTFT / protected byte-time out.
 
-What it models (one serving instance, continuous batching, FCFS admission):
+What it models (one serving instance, continuous batching, FCFS or two-class priority admission):
 
 * **Requests** arrive at their trace timestamps (optionally stretched by ``time_scale``) and
-  wait in a FCFS queue.  A scheduler step admits queued requests while the batch has room
-  (``max_batch``) and the step's prefill budget (``max_prefill_tokens``) lasts; a request whose
-  staged data is not ready is *skipped* (it waits for its KV, others go ahead, as vLLM does for
-  asynchronously loaded KV).  A step takes prefill time + the time to read staged KV from the
+  wait in a FCFS queue (with ``high_priority_share``, a seeded share of them is high priority
+  and goes ahead of every waiting normal request).  A scheduler step admits queued requests
+  while the batch has room (``max_batch``) and the step's prefill budget
+  (``max_prefill_tokens``) lasts; a request whose staged data is not ready is *skipped* (it
+  keeps a batch slot but takes no prefill budget, as vLLM does for asynchronously loaded KV),
+  or, with ``recompute_fallback``, recomputes its hit when that is faster than waiting.  A step takes prefill time + the time to read staged KV from the
   fast tier into the GPU + one decode step of the running batch.  A request's first token
   comes at the end of its prefill step (TTFT); it then decodes ``output_length - 1`` tokens.
 * **Tiers**: the prompt's 512-token blocks are looked up at arrival.  The longest prefix found
