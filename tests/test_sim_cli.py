@@ -48,3 +48,14 @@ def test_reproduce_quick(tmp_path):
     assert "capacity sweep" in text
     # six model x ratio cells, each with a measured reduction
     assert text.count("llama3-8b |") >= 3 and text.count("qwen2.5-32b |") == 3
+
+
+def test_simulate_priority_and_recompute_flags(capsys):
+    base = ["simulate", "--workload-ratio", "0.7", "--requests", "60", "--rate", "4", "--policy", "immediate",
+            "--fast-gib", "2", "--json", "--no-progress"]
+    assert main(base + ["--high-priority-share", "0.5"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert 0 < row["high_priority_requests"] < 60 and row["ttft_p95_high_priority"] > 0
+    assert main(base + ["--high-priority-share", "0.5", "--no-recompute"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["claims_recomputed"] == 0
+    assert main(base + ["--high-priority-share", "2"]) == 2
