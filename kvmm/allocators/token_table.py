@@ -298,9 +298,11 @@ class TokenTable:
 
         ``budget`` caps the number of moves (``None``: no cap, a full repack).  Blocks whose
         tokens are all dead are always included (they cost no move).  Safe to call from a
-        background thread: it copies the table's arrays under the lock, then plans on the copy
-        in a GIL-free kernel.  Runtime complexity: O(B log B + moves) for B held blocks, plus
-        the O(slots) copy.
+        background thread: under the lock it reads the per-block counters to find the rows with
+        sparse blocks and copies only those rows' blocks, then plans on the copy in a GIL-free
+        kernel (rows whose blocks are all dense are planned from the counters alone).  Runtime
+        complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
+        held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
         if budget is None:
             limit = -1
@@ -308,22 +310,44 @@ class TokenTable:
             limit = int(budget) if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) else None
             if limit is None or limit < 0:
                 raise BadInputError(f"budget must be None or an integer >= 0, got {budget!r}")
+        bs = self.block_size
         with self.lock:
+            # Only rows with sparse blocks need the planner; the others' plans (nothing to move,
+            # the tail block to keep) follow from per-block counters.  So the lock is held for
+            # O(rows + blocks) reads plus a copy of the sparse rows' slots, not of the pool.
             n = self.num_rows
             incarnation = self.row_incarnation[:n].copy()
-            blk_start = self.row_blk_start[:n].copy()
             blk_len = self.row_blk_len[:n].copy()
-            blk_pool = self.blk_pool[:self.blk_end].copy()
-            block_row = self.block_row.copy()
-            block_live = self.block_live.copy()
-            block_fill = self.block_fill.copy()
-            slot_logical = self.slot_logical.copy()
-            movable = (block_row >= 0) & (np.asarray(self.allocator.ref_counts) == 1)
+            status = np.empty(n, dtype=np.int64)
+            ref_counts = np.asarray(self.allocator.ref_counts)
+            k = kernels.plan_select(n, incarnation, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
+                                    self.block_live, self.block_fill, ref_counts, status)
+            local_start = np.empty(n, dtype=np.int64)
+            local_global = np.empty(k, dtype=np.int64)
+            local_row = np.empty(k, dtype=np.int32)
+            local_live = np.empty(k, dtype=np.int32)
+            local_fill = np.empty(k, dtype=np.int32)
+            local_movable = np.empty(k, dtype=np.uint8)
+            local_slot_logical = np.empty(k * bs, dtype=np.int64)
+            kernels.plan_gather(n, status, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
+                                self.block_live, self.block_fill, self.slot_logical, ref_counts, local_start,
+                                local_global, local_row, local_live, local_fill, local_movable, local_slot_logical)
             plan_id = self.next_plan_id
             self.next_plan_id += 1
+        planned = np.where(status == kernels.PLAN_ROW, incarnation, 0)
         (src, dst, mrow, mlog, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
-            n, incarnation, self.block_size, blk_start, blk_len, blk_pool, block_row, block_live,
-            block_fill, slot_logical, movable.view(np.uint8), limit)
+            n, planned, bs, local_start, blk_len, np.arange(k, dtype=np.int32), local_row, local_live,
+            local_fill, local_slot_logical, local_movable, limit)
+        # back to global block ids and slots
+        kernels.local_to_global_slots(src, local_global, bs)
+        kernels.local_to_global_slots(dst, local_global, bs)
+        fblocks = local_global[fblocks].astype(np.int32)
+        # tails: the planned rows' and the dense rows' (their current tail block), in row order
+        dense_rows = np.flatnonzero(status >= 0).astype(np.int32)
+        trows = np.concatenate([trows, dense_rows])
+        tblocks = np.concatenate([local_global[tblocks].astype(np.int32), status[dense_rows].astype(np.int32)])
+        order = np.argsort(trows, kind="stable")
+        trows, tblocks = trows[order], tblocks[order]
         arrays = [src, dst, mrow, mlog, incarnation[mrow], fblocks, frows, incarnation[frows],
                   trows, tblocks, incarnation[trows]]
         for a in arrays:
