@@ -148,7 +148,8 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        first_position = as_count(first_position, "first_position")
+        if type(first_position) is not int or first_position < 0:  # plain non-negative ints skip the helper
+            first_position = as_count(first_position, "first_position")
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
                 self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
@@ -202,7 +203,7 @@ class TokenTable:
             self.total_live -= int(self.row_live[row])
             self.total_blocks -= blocks.size
             del self.row_of[int(self.row_seq[row])]
-            self.index_touched.append(int(self.row_seq[row]))
+            self._note_index_change(int(self.row_seq[row]))
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -219,15 +220,20 @@ class TokenTable:
         Runtime complexity: O(sequences + tokens + new blocks), amortised.
         """
         rows = self._rows(seq_ids)
-        counts = as_index_array(counts, "counts", dtype=np.int64)
-        if counts.shape != rows.shape:
-            raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
-        if counts.size and int(counts.min()) < 0:
-            raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
         pool_slots = self.num_blocks_total * self.block_size
-        if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
-            raise OutOfBlocksError(
-                f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
+        total = _small_counts(counts, rows.shape[0], pool_slots)
+        if total is not None:  # a short list of valid plain ints: already checked, no numpy reductions
+            counts = np.array(counts, dtype=np.int64)
+        else:
+            counts = as_index_array(counts, "counts", dtype=np.int64)
+            if counts.shape != rows.shape:
+                raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
+            if counts.size and int(counts.min()) < 0:
+                raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+            if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
+                raise OutOfBlocksError(
+                    f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
+            total = int(counts.sum())
         with self.lock:
             need = np.empty(rows.shape[0], dtype=np.int64)
             total_need, short = kernels.blocks_needed(rows, counts, self.block_size, self.row_blk_start,
@@ -236,7 +242,7 @@ class TokenTable:
                                                       self.block_fill, need)
             if total_need > int(self.allocator.num_free):
                 raise OutOfBlocksError(
-                    f"appending {int(counts.sum())} tokens needs {total_need} new blocks; "
+                    f"appending {total} tokens needs {total_need} new blocks; "
                     f"the allocator has {int(self.allocator.num_free)} free")
             if total_need:
                 offsets, ids = self.allocator.allocate_many(need)
@@ -249,7 +255,7 @@ class TokenTable:
                 ids = np.zeros(0, dtype=np.int32)
             if short:
                 self._reserve(rows, counts, need)
-            out = np.empty(int(counts.sum()), dtype=np.int64)
+            out = np.empty(total, dtype=np.int64)
             kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
                                   self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
                                   self.row_live, self.tok_slot, self.blk_pool, self.block_row, self.block_live,
@@ -264,7 +270,10 @@ class TokenTable:
         Raises :class:`InvalidIdError` for positions out of range, repeated or already dead.
         Runtime complexity: O(positions).
         """
-        self.evict_many([seq_id], [np.asarray(logical_positions).size], logical_positions)
+        row = self._row(seq_id)
+        positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
+        self._evict_rows(np.array([row], dtype=np.int64), np.array([0, positions.shape[0]], dtype=np.int64),
+                         positions)
 
     def evict_many(self, seq_ids, counts, logical_positions) -> None:
         """Batched :meth:`evict`: ``counts[i]`` positions of ``logical_positions`` per sequence."""
@@ -279,6 +288,10 @@ class TokenTable:
         np.cumsum(counts, out=offsets[1:])
         if positions.shape[0] != offsets[-1]:
             raise ShapeError(f"logical_positions must hold sum(counts) = {int(offsets[-1])} entries, got {positions.shape[0]}")
+        self._evict_rows(rows, offsets, positions)
+
+    def _evict_rows(self, rows: np.ndarray, offsets: np.ndarray, positions: np.ndarray) -> None:
+        """Evict validated (rows, CSR offsets, positions): all or nothing (the kernel checks positions)."""
         with self.lock:
             status, where = kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start,
                                                  self.row_tok_len, self.row_live, self.tok_slot, self.block_row,
@@ -588,8 +601,14 @@ class TokenTable:
     def _rows(self, seq_ids) -> np.ndarray:
         """Rows of ``seq_ids`` (vectorised through the sorted id index).
 
+        A short list of plain ints is looked up in ``row_of`` directly (no array, no index
+        merge); anything else, or any bad id, takes the general path, which raises the error.
         Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
         """
+        if type(seq_ids) is list and len(seq_ids) <= _SMALL_BATCH:
+            rows = self._small_rows(seq_ids)
+            if rows is not None:
+                return rows
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
         if self.index_touched:
             with self.lock:
@@ -613,6 +632,30 @@ class TokenTable:
             if repeated:
                 raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
+
+    def _small_rows(self, seq_ids: list) -> np.ndarray | None:
+        """Rows of a short list of registered, distinct plain-int ids, or None (use the general path)."""
+        row_of = self.row_of
+        rows = []
+        for key in seq_ids:
+            row = row_of.get(key) if type(key) is int else None
+            if row is None:
+                return None
+            rows.append(row)
+        if len(rows) > 1 and len(set(rows)) != len(rows):
+            return None
+        return np.array(rows, dtype=np.int64)
+
+    def _note_index_change(self, key: int) -> None:
+        """Queue ``key`` for the next index merge (caller holds the lock).
+
+        Small batches bypass the index, so merges may not come by themselves: merge once the
+        queue outgrows the map (amortised O(1 + log k) per change).
+        """
+        self.index_touched.append(key)
+        if len(self.index_touched) > max(_SMALL_BATCH * 64, len(self.row_of)):
+            self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
+            self.index_touched.clear()
 
     def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
         """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
@@ -648,7 +691,7 @@ class TokenTable:
         """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
         row = self._take_row()
         self.row_of[key] = row
-        self.index_touched.append(key)
+        self._note_index_change(key)
         self.row_seq[row] = key
         self.row_incarnation[row] = self.next_incarnation
         self.next_incarnation += 1
@@ -764,6 +807,9 @@ class CommitResult:
         return int(self.freed_blocks.shape[0])
 
 
+#: Batches up to this size given as lists of plain ints skip numpy validation (dict lookups).
+_SMALL_BATCH = 64
+
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
 _ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
@@ -783,7 +829,21 @@ def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.nd
     return new, end
 
 
+def _small_counts(counts, n: int, limit: int) -> int | None:
+    """Sum of ``counts`` if it is a list of ``n`` plain ints in ``[0, limit]``, else None."""
+    if type(counts) is not list or len(counts) != n or n > _SMALL_BATCH:
+        return None
+    total = 0
+    for c in counts:
+        if type(c) is not int or c < 0 or c > limit:
+            return None
+        total += c
+    return total
+
+
 def _seq_key(seq_id) -> int:
+    if type(seq_id) is int and -(2**63) <= seq_id < 2**63:  # the common case, checked cheaply
+        return seq_id
     if isinstance(seq_id, (bool, np.bool_)) or not isinstance(seq_id, (int, np.integer)):
         raise DTypeError(f"seq_id must be an integer, got {seq_id!r} ({type(seq_id).__name__})")
     key = int(seq_id)
