@@ -65,6 +65,22 @@ def append_tokens(rows, counts, new_block_offsets, new_block_ids, block_size,
             out += 1
 
 
+@njit(cache=True, nogil=True)
+def compact_segments(pool, start, length, cap, rows, new):
+    """Copy ``rows``' segments of ``pool`` back to back into ``new`` (each keeps its capacity);
+    update ``start``; return the end.  Runtime complexity: O(rows + their entries).
+    """
+    end = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        s = start[r]
+        for j in range(length[r]):
+            new[end + j] = pool[s + j]
+        start[r] = end
+        end += cap[r]
+    return end
+
+
 #: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
 @njit(cache=True, nogil=True)
 def release_row_blocks(blocks, row, block_size, block_row, block_live, block_fill, block_shared, slot_logical):

@@ -93,6 +93,8 @@ class TokenTable:
             if not hasattr(allocator, attr):
                 raise BadInputError(f"allocator must be a BlockAllocator (missing {attr!r}), got {type(allocator).__name__}")
         self.allocator = allocator
+        # the allocator's plain allocate(n), when it has one (BlockAllocator does): see append
+        self._allocate = getattr(allocator, "allocate", None)
         self.block_size = int(allocator.block_size)
         self.num_blocks_total = int(allocator.num_blocks)
         self.table_id = next(_TABLE_IDS)
@@ -244,7 +246,13 @@ class TokenTable:
                 raise OutOfBlocksError(
                     f"appending {total} tokens needs {total_need} new blocks; "
                     f"the allocator has {int(self.allocator.num_free)} free")
-            if total_need:
+            if total_need and self._allocate is not None:
+                # allocate_many(need) equals one allocate(total) split in request order; the
+                # plain-int call skips its per-call array validation (the small-batch path)
+                ids = np.asarray(self._allocate(int(total_need)), dtype=np.int32)
+                offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+                np.cumsum(need, out=offsets[1:])
+            elif total_need:
                 offsets, ids = self.allocator.allocate_many(need)
                 offsets = np.asarray(offsets, dtype=np.int64)
                 ids = np.asarray(ids, dtype=np.int32)
@@ -271,7 +279,9 @@ class TokenTable:
         Runtime complexity: O(positions).
         """
         row = self._row(seq_id)
-        positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
+        positions = _small_int_array(logical_positions)
+        if positions is None:
+            positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
         self._evict_rows(np.array([row], dtype=np.int64), np.array([0, positions.shape[0]], dtype=np.int64),
                          positions)
 
@@ -820,13 +830,24 @@ def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.nd
     """A new pool (about twice what is needed) holding ``rows``' segments back to back; updates ``start``."""
     needed = int(cap[rows].sum()) + extra
     new = np.full(max(2 * needed, 16), fill_value, dtype=pool.dtype)
-    end = 0
-    for row in rows.tolist():
-        s, n = start[row], length[row]
-        new[end:end + n] = pool[s:s + n]
-        start[row] = end
-        end += cap[row]
-    return new, end
+    end = kernels.compact_segments(pool, start, length, cap, rows, new)  # a kernel: O(rows) Python loops hurt churn
+    return new, int(end)
+
+
+def _small_int_array(values) -> np.ndarray | None:
+    """``values`` as a new int64 array if it is a short list of plain ints that fit, else None.
+
+    The general validator (``as_index_array``) then handles everything else, errors included.
+    """
+    if type(values) is not list or len(values) > _SMALL_BATCH:
+        return None
+    for v in values:
+        if type(v) is not int:
+            return None
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
 
 
 def _small_counts(counts, n: int, limit: int) -> int | None:
