@@ -195,21 +195,26 @@ class TokenTable:
 
         Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
-        row = self._row(seq_id)
+        key = _seq_key(seq_id)
+        row = self.row_of.get(key)
+        if row is None:
+            raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
         with self.lock:
-            blocks = self._blocks_of(row)[::-1].copy()  # a request frees last-first
-            if blocks.size:
+            n_blocks = int(self.row_blk_len[row])
+            if n_blocks:
+                s = self.row_blk_start[row]
+                blocks = self.blk_pool[s:s + n_blocks][::-1].copy()  # a request frees last-first
                 self.allocator.free(blocks)
                 kernels.release_row_blocks(blocks, row, self.block_size, self.block_row, self.block_live,
                                            self.block_fill, self.block_shared, self.slot_logical)
+                self.total_blocks -= n_blocks
+                self.row_blk_len[row] = 0
             self.total_live -= int(self.row_live[row])
-            self.total_blocks -= blocks.size
-            del self.row_of[int(self.row_seq[row])]
-            self._note_index_change(int(self.row_seq[row]))
+            del self.row_of[key]
+            self._note_index_change(key)
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
-            self.row_blk_len[row] = 0
             self.free_rows.append(row)
 
     # ------------------------------------------------------------------ append / evict
@@ -698,8 +703,11 @@ class TokenTable:
         return self.blk_pool[s:s + self.row_blk_len[row]]
 
     def _register_row(self, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
-        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
-        row = self._take_row()
+        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row.
+
+        Inlined scalar writes: this is on the per-request path (``add_sequence``).
+        """
+        row = self.free_rows.pop() if self.free_rows else self._new_row()
         self.row_of[key] = row
         self._note_index_change(key)
         self.row_seq[row] = key
@@ -707,12 +715,20 @@ class TokenTable:
         self.next_incarnation += 1
         self.row_first_position[row] = first_position
         self.row_live[row] = 0
-        self._place_row(row, tok_cap, blk_cap)
+        self.row_tok_len[row] = 0
+        self.row_blk_len[row] = 0
+        if self.tok_end + tok_cap > self.tok_slot.shape[0] or self.blk_end + blk_cap > self.blk_pool.shape[0]:
+            self._ensure_pool_room(tok_cap, blk_cap)
+        self.row_tok_start[row] = self.tok_end
+        self.row_tok_cap[row] = tok_cap
+        self.tok_end += tok_cap
+        self.row_blk_start[row] = self.blk_end
+        self.row_blk_cap[row] = blk_cap
+        self.blk_end += blk_cap
         return row
 
-    def _take_row(self) -> int:
-        if self.free_rows:
-            return self.free_rows.pop()
+    def _new_row(self) -> int:
+        """A never-used row (the row arrays double when full)."""
         if self.num_rows == self.row_seq.shape[0]:
             for name in _ROW_ARRAYS:
                 old = getattr(self, name)
@@ -721,16 +737,6 @@ class TokenTable:
                 setattr(self, name, new)
         self.num_rows += 1
         return self.num_rows - 1
-
-    def _place_row(self, row: int, tok_cap: int, blk_cap: int) -> None:
-        """Give a fresh row empty segments of the given capacities at the pools' ends."""
-        self.row_tok_len[row] = 0
-        self.row_blk_len[row] = 0
-        self._ensure_pool_room(tok_cap, blk_cap)
-        self.row_tok_start[row], self.row_tok_cap[row] = self.tok_end, tok_cap
-        self.tok_end += tok_cap
-        self.row_blk_start[row], self.row_blk_cap[row] = self.blk_end, blk_cap
-        self.blk_end += blk_cap
 
     def _reserve(self, rows: np.ndarray, counts: np.ndarray, need: np.ndarray) -> None:
         """Grow the segments of rows that lack room (doubling; moved to the pools' ends)."""
