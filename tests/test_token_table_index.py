@@ -168,3 +168,22 @@ def test_short_list_lookups_bypass_the_index_and_the_pending_queue_stays_bounded
     assert table.live_counts([1, 3, limit - 1]).tolist() == [0, 0, 0]
     with pytest.raises(UnknownSequenceError, match="sequence 2 is not registered"):
         table.live_counts([1, 2])
+
+
+def test_few_changes_are_merged_into_the_index_and_many_rebuild_it():
+    table = TokenTable(BlockAllocator(8, 2), initial_sequences=4)
+    for q in range(100):
+        table.add_sequence(q)
+    table.live_counts(np.arange(100))  # 100 pending of 100: rebuilt from the map
+    assert table.seq_sorted.tolist() == list(range(100))
+    for q in (3, 50, 99, 7, 20):
+        table.free_sequence(q)
+    for q in (50, 1000, -5):
+        table.add_sequence(q)  # 50 takes a freed row back
+    assert len(table.index_touched) == 8 and 4 * 7 < len(table)  # few changes: merged in place
+    table.live_counts(np.array([0, 50]))
+    assert table.index_touched == []
+    expect = sorted(table.row_of)
+    assert table.seq_sorted.tolist() == expect and -5 in expect and 3 not in expect
+    assert table.seq_sorted_rows.tolist() == rows_by_dict(table, expect)
+    table.check()

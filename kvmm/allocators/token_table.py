@@ -677,20 +677,27 @@ class TokenTable:
 
         Entries of every touched key (added or freed since the last merge, in any order, even
         freed and re-added) are dropped, then the touched keys still registered are inserted at
-        their current rows.  Runtime complexity: O(S) array moves + O(k log S) for S sequences
-        and k touched keys.
+        their current rows; when ``4 k >= S`` the index is rebuilt from the map instead.  Runtime
+        complexity: O(S) array moves + O(k log k) for S sequences and k touched keys (O(S log S)
+        for a rebuild).
         """
         keys, rows = self.seq_sorted, self.seq_sorted_rows
         if not self.index_touched:
             return keys, rows
+        if 4 * len(self.index_touched) >= len(self.row_of):  # most of the map changed: rebuild it
+            n = len(self.row_of)
+            keys = np.fromiter(self.row_of.keys(), dtype=np.int64, count=n)
+            rows = np.fromiter(self.row_of.values(), dtype=np.int64, count=n)
+            order = np.argsort(keys, kind="stable")
+            return keys[order], rows[order]
         touched = np.unique(np.array(self.index_touched, dtype=np.int64))
         at = np.searchsorted(keys, touched)
         hit = at < keys.shape[0]
         hit[hit] = keys[at[hit]] == touched[hit]
         keys, rows = np.delete(keys, at[hit]), np.delete(rows, at[hit])
-        live = np.array([k in self.row_of for k in touched.tolist()], dtype=np.bool_)
-        added = touched[live]
-        added_rows = np.array([self.row_of[k] for k in added.tolist()], dtype=np.int64)
+        current = np.array([self.row_of.get(k, -1) for k in touched.tolist()], dtype=np.int64)  # -1: freed
+        live = current >= 0
+        added, added_rows = touched[live], current[live]
         at = np.searchsorted(keys, added)
         return np.insert(keys, at, added), np.insert(rows, at, added_rows)
 
