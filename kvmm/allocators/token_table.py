@@ -255,8 +255,11 @@ class TokenTable:
                 # allocate_many(need) equals one allocate(total) split in request order; the
                 # plain-int call skips its per-call array validation (the small-batch path)
                 ids = np.asarray(self._allocate(int(total_need)), dtype=np.int32)
-                offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-                np.cumsum(need, out=offsets[1:])
+                if rows.shape[0] == 1:
+                    offsets = np.array([0, total_need], dtype=np.int64)
+                else:
+                    offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+                    np.cumsum(need, out=offsets[1:])
             elif total_need:
                 offsets, ids = self.allocator.allocate_many(need)
                 offsets = np.asarray(offsets, dtype=np.int64)
