@@ -1,6 +1,7 @@
 """TokenTable semantics with pinned, hand-computed expectations (the docstring's worked example, ...)."""
 
 import numpy as np
+import pytest
 
 from kvmm.allocators import BlockAllocator, TokenTable
 
@@ -182,7 +183,8 @@ def test_rows_and_pools_grow_and_compact():
     assert table.row_seq.shape[0] >= len(alive)
 
 
-def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference():
+@pytest.mark.parametrize("num_blocks", [16, 64])  # sparse rows hold >= half the pool (copied whole) / < half (gathered)
+def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference(num_blocks):
     """plan() copies only rows with sparse blocks; dense rows (full, partial tail, shared prefix,
     a block another holder references) must still get exactly the reference plan, tails included."""
     from tests.naive.token_table import NaiveTokenTable
@@ -199,8 +201,8 @@ def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference():
         table.evict(5, [3])  # seq 5: a dead last slot (fill 4, 3 live): planned, no move
         return table
 
-    real = build(TokenTable(BlockAllocator(32, 4)))
-    model = build(NaiveTokenTable(BlockAllocator(32, 4)))
+    real = build(TokenTable(BlockAllocator(num_blocks, 4)))
+    model = build(NaiveTokenTable(BlockAllocator(num_blocks, 4)))
     real.allocator.touch(np.array(real.block_table(0)[:1], dtype=np.int32))  # another holder: seq 0's first block stays put
     model.alloc.touch(np.array(model.block_table(0)[:1], dtype=np.int32))
     for budget in (None, 0, 1, 2, 3):

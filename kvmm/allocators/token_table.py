@@ -353,30 +353,42 @@ class TokenTable:
             ref_counts = np.asarray(self.allocator.ref_counts)
             k = kernels.plan_select(n, incarnation, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
                                     self.block_live, self.block_fill, ref_counts, status)
-            local_start = np.empty(n, dtype=np.int64)
-            local_global = np.empty(k, dtype=np.int64)
-            local_row = np.empty(k, dtype=np.int32)
-            local_live = np.empty(k, dtype=np.int32)
-            local_fill = np.empty(k, dtype=np.int32)
-            local_movable = np.empty(k, dtype=np.uint8)
-            local_slot_logical = np.empty(k * bs, dtype=np.int64)
-            kernels.plan_gather(n, status, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
-                                self.block_live, self.block_fill, self.slot_logical, ref_counts, local_start,
-                                local_global, local_row, local_live, local_fill, local_movable, local_slot_logical)
+            whole = 2 * k >= self.num_blocks_total  # most blocks are sparse: plain copies beat a gather
+            if whole:
+                blk_start = self.row_blk_start[:n].copy()
+                blk_pool = self.blk_pool[:self.blk_end].copy()
+                block_row = self.block_row.copy()
+                block_live = self.block_live.copy()
+                block_fill = self.block_fill.copy()
+                slot_logical = self.slot_logical.copy()
+                movable = ((block_row >= 0) & (ref_counts == 1)).view(np.uint8)
+            else:
+                blk_start = np.empty(n, dtype=np.int64)
+                local_global = np.empty(k, dtype=np.int64)
+                block_row = np.empty(k, dtype=np.int32)
+                block_live = np.empty(k, dtype=np.int32)
+                block_fill = np.empty(k, dtype=np.int32)
+                movable = np.empty(k, dtype=np.uint8)
+                slot_logical = np.empty(k * bs, dtype=np.int64)
+                kernels.plan_gather(n, status, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
+                                    self.block_live, self.block_fill, self.slot_logical, ref_counts, blk_start,
+                                    local_global, block_row, block_live, block_fill, movable, slot_logical)
+                blk_pool = np.arange(k, dtype=np.int32)
             plan_id = self.next_plan_id
             self.next_plan_id += 1
         planned = np.where(status == kernels.PLAN_ROW, incarnation, 0)
         (src, dst, mrow, mlog, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
-            n, planned, bs, local_start, blk_len, np.arange(k, dtype=np.int32), local_row, local_live,
-            local_fill, local_slot_logical, local_movable, limit)
-        # back to global block ids and slots
-        kernels.local_to_global_slots(src, local_global, bs)
-        kernels.local_to_global_slots(dst, local_global, bs)
-        fblocks = local_global[fblocks].astype(np.int32)
+            n, planned, bs, blk_start, blk_len, blk_pool, block_row, block_live, block_fill, slot_logical,
+            movable, limit)
+        if not whole:  # back to global block ids and slots
+            kernels.local_to_global_slots(src, local_global, bs)
+            kernels.local_to_global_slots(dst, local_global, bs)
+            fblocks = local_global[fblocks].astype(np.int32)
+            tblocks = local_global[tblocks].astype(np.int32)
         # tails: the planned rows' and the dense rows' (their current tail block), in row order
         dense_rows = np.flatnonzero(status >= 0).astype(np.int32)
         trows = np.concatenate([trows, dense_rows])
-        tblocks = np.concatenate([local_global[tblocks].astype(np.int32), status[dense_rows].astype(np.int32)])
+        tblocks = np.concatenate([tblocks, status[dense_rows].astype(np.int32)])
         order = np.argsort(trows, kind="stable")
         trows, tblocks = trows[order], tblocks[order]
         arrays = [src, dst, mrow, mlog, incarnation[mrow], fblocks, frows, incarnation[frows],
