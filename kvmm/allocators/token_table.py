@@ -330,8 +330,8 @@ class TokenTable:
         ``budget`` caps the number of moves (``None``: no cap, a full repack).  Blocks whose
         tokens are all dead are always included (they cost no move).  Safe to call from a
         background thread: under the lock it reads the per-block counters to find the rows with
-        sparse blocks and copies only those rows' blocks, then plans on the copy in a GIL-free
-        kernel (rows whose blocks are all dense are planned from the counters alone).  Runtime
+        sparse blocks and copies only those rows' blocks (the arrays whole when those hold half
+        the pool or more), then plans on the copy in a GIL-free kernel (rows whose blocks are all dense are planned from the counters alone).  Runtime
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
@@ -566,6 +566,10 @@ class TokenTable:
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
+        # Unused rows hold nothing (add_sequence relies on it: it does not reset these).
+        unused = self.row_incarnation == 0
+        for counter in (self.row_live, self.row_tok_len, self.row_blk_len):
+            assert not counter[unused].any(), "an unused row has tokens or blocks"
         # Every row's token and block segments fit their capacity and lie inside the pools, disjoint.
         for start, length, cap, end, what in ((self.row_tok_start, self.row_tok_len, self.row_tok_cap, self.tok_end, "token"),
                                               (self.row_blk_start, self.row_blk_len, self.row_blk_cap, self.blk_end, "block")):
@@ -736,9 +740,7 @@ class TokenTable:
         self.row_incarnation[row] = self.next_incarnation
         self.next_incarnation += 1
         self.row_first_position[row] = first_position
-        self.row_live[row] = 0
-        self.row_tok_len[row] = 0
-        self.row_blk_len[row] = 0
+        # row_live, row_tok_len and row_blk_len are already 0 (free_sequence zeroes them; check())
         if self.tok_end + tok_cap > self.tok_slot.shape[0] or self.blk_end + blk_cap > self.blk_pool.shape[0]:
             self._ensure_pool_room(tok_cap, blk_cap)
         self.row_tok_start[row] = self.tok_end
