@@ -3,7 +3,8 @@
 Groups: evict + plan + commit over 10^6 live tokens (the reference runs 10^5: rates are per
 token); an append step of 256 sequences (one decode token each); sequence churn (16 frees + 16 adds +
 a batched append per step, 10^4 resident sequences); scorer throughput (observe + scores + top-k for
-one sequence of 4096 live tokens, 8 heads).
+one sequence of 4096 live tokens, 8 heads); plan() with a small budget on a 4 M-slot table
+with 1 % sparse sequences.
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def test_evict_plan_commit(benchmark, impl):
     result = benchmark.pedantic(run, setup=lambda: ((filled(impl, seqs, per_seq),), {}), rounds=3, iterations=1)
     freed = result.num_freed if impl == "kvmm" else len(result[1])
     assert freed == seqs * (-(-per_seq // BS) - -(-(per_seq - k) // BS))
+
+
+# ------------------------------------------------------------------ plan with a small budget
+@pytest.mark.parametrize("impl", ["kvmm", "naive"])
+def test_plan_small_budget_mostly_dense(benchmark, impl):
+    """plan(budget=64) on a large table where 1 % of sequences (so ~1 % of blocks) are sparse:
+    the cost should follow the sparse part, not the pool (kvmm: 4 M slots; reference: 10x fewer)."""
+    benchmark.group = "token table: plan(budget=64), 1% sparse, mostly dense pool"
+    per_seq = 1024
+    seqs = size(4096, 4) if impl == "kvmm" else size(410, 4)
+    table = filled(impl, seqs, per_seq)
+    sparse = list(range(0, seqs, 100))
+    pos, k = victims(len(sparse), per_seq, seed=1)
+    if impl == "kvmm":
+        table.evict_many(sparse, [k] * len(sparse), pos)
+        warm(table.plan, 64)
+    else:
+        for i, s in enumerate(sparse):
+            table.evict(s, pos[i * k:(i + 1) * k])
+    info(benchmark, "kvmm" if impl == "kvmm" else "baseline",
+         "TokenTable.plan" if impl == "kvmm" else "plain-Python reference", seqs * per_seq, "slots")
+    plan = benchmark.pedantic(table.plan, args=(64,), rounds=size(20, 1), iterations=1)
+    moves = plan.num_moves if impl == "kvmm" else len(plan["src"])
+    assert 0 < moves <= 64
 
 
 # ------------------------------------------------------------------ append step

@@ -1,6 +1,7 @@
 """TokenTable semantics with pinned, hand-computed expectations (the docstring's worked example, ...)."""
 
 import numpy as np
+import pytest
 
 from kvmm.allocators import BlockAllocator, TokenTable
 
@@ -180,3 +181,40 @@ def test_rows_and_pools_grow_and_compact():
             table.free_sequence(alive.pop(0))
     table.check()
     assert table.row_seq.shape[0] >= len(alive)
+
+
+@pytest.mark.parametrize("num_blocks", [16, 64])  # sparse rows hold >= half the pool (copied whole) / < half (gathered)
+def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference(num_blocks):
+    """plan() copies only rows with sparse blocks; dense rows (full, partial tail, shared prefix,
+    a block another holder references) must still get exactly the reference plan, tails included."""
+    from tests.naive.token_table import NaiveTokenTable
+
+    def build(table):
+        for s in range(6):
+            table.add_sequence(s)
+        table.append(list(range(6)), [8, 6, 16, 9, 12, 4])  # block_size 4
+        table.add_sequence(6, shared_blocks=[int(b) for b in table.block_table(2)][:2])
+        table.append([6], [3])
+        table.evict(1, [0, 1, 2, 3, 4])  # seq 1: one live token in its 2nd block: sparse
+        table.evict(3, [8])  # seq 3: its 3rd block is empty: freed at no cost
+        table.evict(4, [4, 5])  # seq 4: a hole inside a block, no block to free: densified
+        table.evict(5, [3])  # seq 5: a dead last slot (fill 4, 3 live): planned, no move
+        return table
+
+    real = build(TokenTable(BlockAllocator(num_blocks, 4)))
+    model = build(NaiveTokenTable(BlockAllocator(num_blocks, 4)))
+    real.allocator.touch(np.array(real.block_table(0)[:1], dtype=np.int32))  # another holder: seq 0's first block stays put
+    model.alloc.touch(np.array(model.block_table(0)[:1], dtype=np.int32))
+    for budget in (None, 0, 1, 2, 3):
+        plan = real.plan(budget)
+        assert plan.num_moves > 0 or budget == 0
+        expect = model.plan(budget)
+        assert plan.src.tolist() == expect["src"] and plan.dst.tolist() == expect["dst"]
+        assert plan.free_blocks.tolist() == [b for b, _ in expect["free"]]
+        assert plan.tail_blocks.tolist() == [b for b, _ in expect["tails"]]
+        assert plan.tail_rows.tolist() == [model.seqs[q]["row"] for _, q in expect["tails"]]
+        assert plan.min_moves == expect["min_moves"]
+    # dense rows 0, 2, 6 (planned from counters alone) and 5 appear as tails of a full plan
+    full = real.plan()
+    assert {0, 2, 5, 6} <= {int(r) for r in full.tail_rows}
+    real.check()

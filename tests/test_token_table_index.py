@@ -18,7 +18,9 @@ def test_adds_and_frees_are_merged_by_the_next_batched_lookup():
     for q in range(10):
         table.add_sequence(q)
     assert table.index_touched == list(range(10)) and table.seq_sorted.size == 0  # nothing merged yet
-    table.append(list(range(10)), [1] * 10)  # first batched call merges all ten
+    table.append(list(range(10)), [1] * 10)  # a short list of ints: dict lookups, no merge
+    assert table.index_touched == list(range(10))
+    table.append(np.arange(10), np.ones(10, dtype=np.int64))  # first array lookup merges all ten
     assert table.index_touched == []
     assert table.seq_sorted.tolist() == list(range(10))
     assert table.seq_sorted_rows.tolist() == rows_by_dict(table, range(10))
@@ -31,11 +33,17 @@ def test_adds_and_frees_are_merged_by_the_next_batched_lookup():
     table.check()  # check() merges a view of the pending changes without storing it
     assert table.seq_sorted.size == 10  # still the old, stale arrays
     seqs = [9, -3, 4, 1, 7]
-    assert table.live_counts(seqs).tolist() == [1, 0, 0, 1, 1]
+    assert table.live_counts(seqs).tolist() == [2, 0, 0, 2, 2]  # short list: dict lookups
+    assert table.seq_sorted.size == 10
+    assert table.live_counts(np.array(seqs)).tolist() == [2, 0, 0, 2, 2]  # array: through the index
     assert table.seq_sorted.tolist() == [-3, 1, 2, 3, 4, 5, 6, 7, 9]
     assert table.seq_sorted_rows.tolist() == rows_by_dict(table, table.seq_sorted.tolist())
     with pytest.raises(UnknownSequenceError, match="sequence 8 is not registered"):
-        table.live_counts([1, 8])
+        table.live_counts(np.array([1, 8]))
+    with pytest.raises(UnknownSequenceError, match="sequence 8 is not registered"):
+        table.live_counts([1, 8])  # the short-list path defers to the general one for the error
+    with pytest.raises(BadInputError, match="repeats a sequence"):
+        table.live_counts([1, 1])
     with pytest.raises(UnknownSequenceError, match="sequence 100 is not registered"):
         table.append([100], [1])
     table.check()
@@ -44,7 +52,7 @@ def test_adds_and_frees_are_merged_by_the_next_batched_lookup():
 def test_a_failing_batched_lookup_leaves_the_snapshot_unchanged_although_it_merges():
     table = TokenTable(BlockAllocator(16, 4))
     table.add_sequence(1)
-    table.append([1], [3])
+    table.append(np.array([1]), np.array([3]))  # an array batch: merges the index
     table.add_sequence(2)
     table.free_sequence(1)
     before = table.snapshot()
@@ -67,7 +75,9 @@ def test_batched_lookups_agree_with_the_dict_after_any_add_free_sequence(ops):
             table.free_sequence(q)
         elif op == "lookup" and len(table):
             seqs = sorted(table.sequences, key=lambda s: (s * 7919) % 13)
-            assert table.context_lengths(seqs).tolist() == [0] * len(seqs)
+            assert table.context_lengths(seqs).tolist() == [0] * len(seqs)  # short list: dict lookups
+            assert table.live_counts(seqs).tolist() == [0] * len(seqs)
+            assert table.context_lengths(np.array(seqs, dtype=np.int64)).tolist() == [0] * len(seqs)
             assert table.seq_sorted.tolist() == sorted(table.sequences)
             assert table.seq_sorted_rows.tolist() == rows_by_dict(table, sorted(table.sequences))
     table.check()
@@ -139,3 +149,41 @@ def test_context_lengths_inside_a_shared_block_follow_the_sequence_view():
     assert table.context_lengths([1, 2]).tolist() == [1, 2]
     table.evict(2, [0])
     assert table.context_lengths([2]).tolist() == [2]  # its live token sits at offset 1
+
+
+def test_short_list_lookups_bypass_the_index_and_the_pending_queue_stays_bounded():
+    table = TokenTable(BlockAllocator(8, 2), initial_sequences=1)
+    limit = 64 * 64  # _SMALL_BATCH * 64: merges come from the queue itself past this
+    for q in range(limit):
+        table.add_sequence(q)
+        if q % 512 == 0:
+            assert table.live_counts([q]).tolist() == [0]  # never merges
+    assert len(table.index_touched) == limit and table.seq_sorted.size == 0
+    table.free_sequence(0)  # the queue outgrows max(limit, sequences): merged here
+    assert table.index_touched == [] and table.seq_sorted.tolist() == list(range(1, limit))
+    for q in range(2, limit, 2):
+        table.free_sequence(q)
+    assert len(table.index_touched) == limit // 2 - 1  # below the limit: pending
+    table.check()
+    assert table.live_counts([1, 3, limit - 1]).tolist() == [0, 0, 0]
+    with pytest.raises(UnknownSequenceError, match="sequence 2 is not registered"):
+        table.live_counts([1, 2])
+
+
+def test_few_changes_are_merged_into_the_index_and_many_rebuild_it():
+    table = TokenTable(BlockAllocator(8, 2), initial_sequences=4)
+    for q in range(100):
+        table.add_sequence(q)
+    table.live_counts(np.arange(100))  # 100 pending of 100: rebuilt from the map
+    assert table.seq_sorted.tolist() == list(range(100))
+    for q in (3, 50, 99, 7, 20):
+        table.free_sequence(q)
+    for q in (50, 1000, -5):
+        table.add_sequence(q)  # 50 takes a freed row back
+    assert len(table.index_touched) == 8 and 4 * 7 < len(table)  # few changes: merged in place
+    table.live_counts(np.array([0, 50]))
+    assert table.index_touched == []
+    expect = sorted(table.row_of)
+    assert table.seq_sorted.tolist() == expect and -5 in expect and 3 not in expect
+    assert table.seq_sorted_rows.tolist() == rows_by_dict(table, expect)
+    table.check()

@@ -65,6 +65,22 @@ def append_tokens(rows, counts, new_block_offsets, new_block_ids, block_size,
             out += 1
 
 
+@njit(cache=True, nogil=True)
+def compact_segments(pool, start, length, cap, rows, new):
+    """Copy ``rows``' segments of ``pool`` back to back into ``new`` (each keeps its capacity);
+    update ``start``; return the end.  Runtime complexity: O(rows + their entries).
+    """
+    end = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        s = start[r]
+        for j in range(length[r]):
+            new[end + j] = pool[s + j]
+        start[r] = end
+        end += cap[r]
+    return end
+
+
 #: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
 @njit(cache=True, nogil=True)
 def release_row_blocks(blocks, row, block_size, block_row, block_live, block_fill, block_shared, slot_logical):
@@ -389,6 +405,100 @@ def plan_repack(num_rows, row_incarnation, block_size, row_blk_start, row_blk_le
     return (src[:nm].copy(), dst[:nm].copy(), move_row[:nm].copy(), move_logical[:nm].copy(),
             free_blocks[:nf].copy(), free_rows[:nf].copy(), tail_rows[:nt].copy(), tail_blocks[:nt].copy(),
             min_moves)
+
+
+#: ``plan_select`` status of a row that needs the planner (its slots are copied).
+PLAN_ROW = -2
+#: ``plan_select`` status of a row with no movable block (the planner skips it).
+SKIP_ROW = -1
+
+
+@njit(cache=True, nogil=True)
+def plan_select(num_rows, row_incarnation, block_size, row_blk_start, row_blk_len, blk_pool, block_row,
+                block_live, block_fill, ref_counts, status_out):
+    """Sort rows into those :func:`plan_repack` has work for and those whose plan is known.
+
+    Reads only per-block counters (no slot), so :meth:`TokenTable.plan` copies the slots of the
+    sparse rows alone.  Over a row's movable blocks (owned, ref count 1), with ``L`` live tokens:
+    when there are exactly ``ceil(L / block_size)`` of them, each holds its live tokens at offsets
+    ``[0, fill)`` (``block_live == block_fill``) and at most one is not full, the planner would
+    free nothing, move nothing and name as the row's tail block the non-full one (else the last
+    one): ``status_out[r]`` is that block.  Rows without a movable block get ``SKIP_ROW``; every
+    other row gets ``PLAN_ROW``.  Returns the number of blocks held by ``PLAN_ROW`` rows.
+    Runtime complexity: O(rows + held blocks).
+    """
+    planned_blocks = 0
+    for r in range(num_rows):
+        if row_incarnation[r] == 0:
+            status_out[r] = SKIP_ROW
+            continue
+        start = row_blk_start[r]
+        n = row_blk_len[r]
+        count = 0
+        live = 0
+        holey = False
+        partial = 0
+        partial_block = -1
+        last_block = -1
+        for j in range(n):
+            b = blk_pool[start + j]
+            if block_row[b] != r or ref_counts[b] != 1:
+                continue
+            count += 1
+            live += block_live[b]
+            last_block = b
+            if block_live[b] != block_fill[b]:
+                holey = True
+            if block_fill[b] < block_size:
+                partial += 1
+                partial_block = b
+        if count == 0:
+            status_out[r] = SKIP_ROW
+        elif holey or partial > 1 or count != (live + block_size - 1) // block_size:
+            status_out[r] = PLAN_ROW
+            planned_blocks += n
+        else:
+            status_out[r] = partial_block if partial == 1 else last_block
+    return planned_blocks
+
+
+@njit(cache=True, nogil=True)
+def plan_gather(num_rows, status, block_size, row_blk_start, row_blk_len, blk_pool, block_row, block_live,
+                block_fill, slot_logical, ref_counts, local_start, local_global, local_row, local_live, local_fill,
+                local_movable, local_slot_logical):
+    """Copy the blocks of ``PLAN_ROW`` rows into a small table with local block ids ``0..K-1``.
+
+    Local block ``i`` is global block ``local_global[i]``; row ``r``'s blocks become the local
+    ids ``local_start[r] .. local_start[r] + row_blk_len[r] - 1`` (a shared block listed by two
+    rows gets two local ids: the planner never reads or moves it).  Runtime complexity:
+    O(rows + K * block_size).
+    """
+    k = 0
+    for r in range(num_rows):
+        local_start[r] = k
+        if status[r] != PLAN_ROW:
+            continue
+        start = row_blk_start[r]
+        for j in range(row_blk_len[r]):
+            b = np.int64(blk_pool[start + j])
+            local_global[k] = b
+            local_row[k] = block_row[b]
+            local_live[k] = block_live[b]
+            local_fill[k] = block_fill[b]
+            local_movable[k] = 1 if (block_row[b] >= 0 and ref_counts[b] == 1) else 0
+            base = b * block_size
+            lbase = np.int64(k) * block_size
+            for o in range(block_size):
+                local_slot_logical[lbase + o] = slot_logical[base + o]
+            k += 1
+
+
+@njit(cache=True, nogil=True)
+def local_to_global_slots(slots, local_global, block_size):
+    """Rewrite slots of :func:`plan_gather`'s local table as global slots, in place.  O(slots)."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        slots[i] = local_global[s // block_size] * block_size + s % block_size
 
 
 @njit(cache=True, nogil=True)

@@ -93,6 +93,8 @@ class TokenTable:
             if not hasattr(allocator, attr):
                 raise BadInputError(f"allocator must be a BlockAllocator (missing {attr!r}), got {type(allocator).__name__}")
         self.allocator = allocator
+        # the allocator's plain allocate(n), when it has one (BlockAllocator does): see append
+        self._allocate = getattr(allocator, "allocate", None)
         self.block_size = int(allocator.block_size)
         self.num_blocks_total = int(allocator.num_blocks)
         self.table_id = next(_TABLE_IDS)
@@ -148,7 +150,8 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        first_position = as_count(first_position, "first_position")
+        if type(first_position) is not int or first_position < 0:  # plain non-negative ints skip the helper
+            first_position = as_count(first_position, "first_position")
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
                 self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
@@ -192,21 +195,26 @@ class TokenTable:
 
         Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
-        row = self._row(seq_id)
+        key = _seq_key(seq_id)
+        row = self.row_of.get(key)
+        if row is None:
+            raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
         with self.lock:
-            blocks = self._blocks_of(row)[::-1].copy()  # a request frees last-first
-            if blocks.size:
+            n_blocks = int(self.row_blk_len[row])
+            if n_blocks:
+                s = self.row_blk_start[row]
+                blocks = self.blk_pool[s:s + n_blocks][::-1].copy()  # a request frees last-first
                 self.allocator.free(blocks)
                 kernels.release_row_blocks(blocks, row, self.block_size, self.block_row, self.block_live,
                                            self.block_fill, self.block_shared, self.slot_logical)
+                self.total_blocks -= n_blocks
+                self.row_blk_len[row] = 0
             self.total_live -= int(self.row_live[row])
-            self.total_blocks -= blocks.size
-            del self.row_of[int(self.row_seq[row])]
-            self.index_touched.append(int(self.row_seq[row]))
+            del self.row_of[key]
+            self._note_index_change(key)
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
-            self.row_blk_len[row] = 0
             self.free_rows.append(row)
 
     # ------------------------------------------------------------------ append / evict
@@ -219,15 +227,20 @@ class TokenTable:
         Runtime complexity: O(sequences + tokens + new blocks), amortised.
         """
         rows = self._rows(seq_ids)
-        counts = as_index_array(counts, "counts", dtype=np.int64)
-        if counts.shape != rows.shape:
-            raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
-        if counts.size and int(counts.min()) < 0:
-            raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
         pool_slots = self.num_blocks_total * self.block_size
-        if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
-            raise OutOfBlocksError(
-                f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
+        total = _small_counts(counts, rows.shape[0], pool_slots)
+        if total is not None:  # a short list of valid plain ints: already checked, no numpy reductions
+            counts = np.array(counts, dtype=np.int64)
+        else:
+            counts = as_index_array(counts, "counts", dtype=np.int64)
+            if counts.shape != rows.shape:
+                raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
+            if counts.size and int(counts.min()) < 0:
+                raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+            if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
+                raise OutOfBlocksError(
+                    f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
+            total = int(counts.sum())
         with self.lock:
             need = np.empty(rows.shape[0], dtype=np.int64)
             total_need, short = kernels.blocks_needed(rows, counts, self.block_size, self.row_blk_start,
@@ -236,9 +249,18 @@ class TokenTable:
                                                       self.block_fill, need)
             if total_need > int(self.allocator.num_free):
                 raise OutOfBlocksError(
-                    f"appending {int(counts.sum())} tokens needs {total_need} new blocks; "
+                    f"appending {total} tokens needs {total_need} new blocks; "
                     f"the allocator has {int(self.allocator.num_free)} free")
-            if total_need:
+            if total_need and self._allocate is not None:
+                # allocate_many(need) equals one allocate(total) split in request order; the
+                # plain-int call skips its per-call array validation (the small-batch path)
+                ids = np.asarray(self._allocate(int(total_need)), dtype=np.int32)
+                if rows.shape[0] == 1:
+                    offsets = np.array([0, total_need], dtype=np.int64)
+                else:
+                    offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+                    np.cumsum(need, out=offsets[1:])
+            elif total_need:
                 offsets, ids = self.allocator.allocate_many(need)
                 offsets = np.asarray(offsets, dtype=np.int64)
                 ids = np.asarray(ids, dtype=np.int32)
@@ -249,7 +271,7 @@ class TokenTable:
                 ids = np.zeros(0, dtype=np.int32)
             if short:
                 self._reserve(rows, counts, need)
-            out = np.empty(int(counts.sum()), dtype=np.int64)
+            out = np.empty(total, dtype=np.int64)
             kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
                                   self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
                                   self.row_live, self.tok_slot, self.blk_pool, self.block_row, self.block_live,
@@ -264,7 +286,12 @@ class TokenTable:
         Raises :class:`InvalidIdError` for positions out of range, repeated or already dead.
         Runtime complexity: O(positions).
         """
-        self.evict_many([seq_id], [np.asarray(logical_positions).size], logical_positions)
+        row = self._row(seq_id)
+        positions = _small_int_array(logical_positions)
+        if positions is None:
+            positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
+        self._evict_rows(np.array([row], dtype=np.int64), np.array([0, positions.shape[0]], dtype=np.int64),
+                         positions)
 
     def evict_many(self, seq_ids, counts, logical_positions) -> None:
         """Batched :meth:`evict`: ``counts[i]`` positions of ``logical_positions`` per sequence."""
@@ -279,6 +306,10 @@ class TokenTable:
         np.cumsum(counts, out=offsets[1:])
         if positions.shape[0] != offsets[-1]:
             raise ShapeError(f"logical_positions must hold sum(counts) = {int(offsets[-1])} entries, got {positions.shape[0]}")
+        self._evict_rows(rows, offsets, positions)
+
+    def _evict_rows(self, rows: np.ndarray, offsets: np.ndarray, positions: np.ndarray) -> None:
+        """Evict validated (rows, CSR offsets, positions): all or nothing (the kernel checks positions)."""
         with self.lock:
             status, where = kernels.evict_tokens(rows, offsets, positions, self.block_size, self.row_tok_start,
                                                  self.row_tok_len, self.row_live, self.tok_slot, self.block_row,
@@ -298,9 +329,11 @@ class TokenTable:
 
         ``budget`` caps the number of moves (``None``: no cap, a full repack).  Blocks whose
         tokens are all dead are always included (they cost no move).  Safe to call from a
-        background thread: it copies the table's arrays under the lock, then plans on the copy
-        in a GIL-free kernel.  Runtime complexity: O(B log B + moves) for B held blocks, plus
-        the O(slots) copy.
+        background thread: under the lock it reads the per-block counters to find the rows with
+        sparse blocks and copies only those rows' blocks (the arrays whole when those hold half
+        the pool or more), then plans on the copy in a GIL-free kernel (rows whose blocks are all dense are planned from the counters alone).  Runtime
+        complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
+        held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
         if budget is None:
             limit = -1
@@ -308,22 +341,56 @@ class TokenTable:
             limit = int(budget) if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) else None
             if limit is None or limit < 0:
                 raise BadInputError(f"budget must be None or an integer >= 0, got {budget!r}")
+        bs = self.block_size
         with self.lock:
+            # Only rows with sparse blocks need the planner; the others' plans (nothing to move,
+            # the tail block to keep) follow from per-block counters.  So the lock is held for
+            # O(rows + blocks) reads plus a copy of the sparse rows' slots, not of the pool.
             n = self.num_rows
             incarnation = self.row_incarnation[:n].copy()
-            blk_start = self.row_blk_start[:n].copy()
             blk_len = self.row_blk_len[:n].copy()
-            blk_pool = self.blk_pool[:self.blk_end].copy()
-            block_row = self.block_row.copy()
-            block_live = self.block_live.copy()
-            block_fill = self.block_fill.copy()
-            slot_logical = self.slot_logical.copy()
-            movable = (block_row >= 0) & (np.asarray(self.allocator.ref_counts) == 1)
+            status = np.empty(n, dtype=np.int64)
+            ref_counts = np.asarray(self.allocator.ref_counts)
+            k = kernels.plan_select(n, incarnation, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
+                                    self.block_live, self.block_fill, ref_counts, status)
+            whole = 2 * k >= self.num_blocks_total  # most blocks are sparse: plain copies beat a gather
+            if whole:
+                blk_start = self.row_blk_start[:n].copy()
+                blk_pool = self.blk_pool[:self.blk_end].copy()
+                block_row = self.block_row.copy()
+                block_live = self.block_live.copy()
+                block_fill = self.block_fill.copy()
+                slot_logical = self.slot_logical.copy()
+                movable = ((block_row >= 0) & (ref_counts == 1)).view(np.uint8)
+            else:
+                blk_start = np.empty(n, dtype=np.int64)
+                local_global = np.empty(k, dtype=np.int64)
+                block_row = np.empty(k, dtype=np.int32)
+                block_live = np.empty(k, dtype=np.int32)
+                block_fill = np.empty(k, dtype=np.int32)
+                movable = np.empty(k, dtype=np.uint8)
+                slot_logical = np.empty(k * bs, dtype=np.int64)
+                kernels.plan_gather(n, status, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
+                                    self.block_live, self.block_fill, self.slot_logical, ref_counts, blk_start,
+                                    local_global, block_row, block_live, block_fill, movable, slot_logical)
+                blk_pool = np.arange(k, dtype=np.int32)
             plan_id = self.next_plan_id
             self.next_plan_id += 1
+        planned = np.where(status == kernels.PLAN_ROW, incarnation, 0)
         (src, dst, mrow, mlog, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
-            n, incarnation, self.block_size, blk_start, blk_len, blk_pool, block_row, block_live,
-            block_fill, slot_logical, movable.view(np.uint8), limit)
+            n, planned, bs, blk_start, blk_len, blk_pool, block_row, block_live, block_fill, slot_logical,
+            movable, limit)
+        if not whole:  # back to global block ids and slots
+            kernels.local_to_global_slots(src, local_global, bs)
+            kernels.local_to_global_slots(dst, local_global, bs)
+            fblocks = local_global[fblocks].astype(np.int32)
+            tblocks = local_global[tblocks].astype(np.int32)
+        # tails: the planned rows' and the dense rows' (their current tail block), in row order
+        dense_rows = np.flatnonzero(status >= 0).astype(np.int32)
+        trows = np.concatenate([trows, dense_rows])
+        tblocks = np.concatenate([tblocks, status[dense_rows].astype(np.int32)])
+        order = np.argsort(trows, kind="stable")
+        trows, tblocks = trows[order], tblocks[order]
         arrays = [src, dst, mrow, mlog, incarnation[mrow], fblocks, frows, incarnation[frows],
                   trows, tblocks, incarnation[trows]]
         for a in arrays:
@@ -499,6 +566,10 @@ class TokenTable:
         # Free rows are unused, listed once, and with used rows cover every row ever used.
         assert sorted(self.free_rows + used.tolist()) == list(range(self.num_rows)), "free/used rows do not partition rows"
         assert np.all(self.row_incarnation[self.num_rows:] == 0), "a row beyond num_rows is in use"
+        # Unused rows hold nothing (add_sequence relies on it: it does not reset these).
+        unused = self.row_incarnation == 0
+        for counter in (self.row_live, self.row_tok_len, self.row_blk_len):
+            assert not counter[unused].any(), "an unused row has tokens or blocks"
         # Every row's token and block segments fit their capacity and lie inside the pools, disjoint.
         for start, length, cap, end, what in ((self.row_tok_start, self.row_tok_len, self.row_tok_cap, self.tok_end, "token"),
                                               (self.row_blk_start, self.row_blk_len, self.row_blk_cap, self.blk_end, "block")):
@@ -564,8 +635,14 @@ class TokenTable:
     def _rows(self, seq_ids) -> np.ndarray:
         """Rows of ``seq_ids`` (vectorised through the sorted id index).
 
+        A short list of plain ints is looked up in ``row_of`` directly (no array, no index
+        merge); anything else, or any bad id, takes the general path, which raises the error.
         Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
         """
+        if type(seq_ids) is list and len(seq_ids) <= _SMALL_BATCH:
+            rows = self._small_rows(seq_ids)
+            if rows is not None:
+                return rows
         ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
         if self.index_touched:
             with self.lock:
@@ -590,25 +667,56 @@ class TokenTable:
                 raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
         return rows
 
+    def _small_rows(self, seq_ids: list) -> np.ndarray | None:
+        """Rows of a short list of registered, distinct plain-int ids, or None (use the general path)."""
+        row_of = self.row_of
+        rows = []
+        for key in seq_ids:
+            row = row_of.get(key) if type(key) is int else None
+            if row is None:
+                return None
+            rows.append(row)
+        if len(rows) > 1 and len(set(rows)) != len(rows):
+            return None
+        return np.array(rows, dtype=np.int64)
+
+    def _note_index_change(self, key: int) -> None:
+        """Queue ``key`` for the next index merge (caller holds the lock).
+
+        Small batches bypass the index, so merges may not come by themselves: merge once the
+        queue outgrows the map (amortised O(1 + log k) per change).
+        """
+        self.index_touched.append(key)
+        if len(self.index_touched) > max(_SMALL_BATCH * 64, len(self.row_of)):
+            self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
+            self.index_touched.clear()
+
     def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
         """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
 
         Entries of every touched key (added or freed since the last merge, in any order, even
         freed and re-added) are dropped, then the touched keys still registered are inserted at
-        their current rows.  Runtime complexity: O(S) array moves + O(k log S) for S sequences
-        and k touched keys.
+        their current rows; when ``4 k >= S`` the index is rebuilt from the map instead.  Runtime
+        complexity: O(S) array moves + O(k log k) for S sequences and k touched keys (O(S log S)
+        for a rebuild).
         """
         keys, rows = self.seq_sorted, self.seq_sorted_rows
         if not self.index_touched:
             return keys, rows
+        if 4 * len(self.index_touched) >= len(self.row_of):  # most of the map changed: rebuild it
+            n = len(self.row_of)
+            keys = np.fromiter(self.row_of.keys(), dtype=np.int64, count=n)
+            rows = np.fromiter(self.row_of.values(), dtype=np.int64, count=n)
+            order = np.argsort(keys, kind="stable")
+            return keys[order], rows[order]
         touched = np.unique(np.array(self.index_touched, dtype=np.int64))
         at = np.searchsorted(keys, touched)
         hit = at < keys.shape[0]
         hit[hit] = keys[at[hit]] == touched[hit]
         keys, rows = np.delete(keys, at[hit]), np.delete(rows, at[hit])
-        live = np.array([k in self.row_of for k in touched.tolist()], dtype=np.bool_)
-        added = touched[live]
-        added_rows = np.array([self.row_of[k] for k in added.tolist()], dtype=np.int64)
+        current = np.array([self.row_of.get(k, -1) for k in touched.tolist()], dtype=np.int64)  # -1: freed
+        live = current >= 0
+        added, added_rows = touched[live], current[live]
         at = np.searchsorted(keys, added)
         return np.insert(keys, at, added), np.insert(rows, at, added_rows)
 
@@ -621,21 +729,30 @@ class TokenTable:
         return self.blk_pool[s:s + self.row_blk_len[row]]
 
     def _register_row(self, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
-        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row."""
-        row = self._take_row()
+        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row.
+
+        Inlined scalar writes: this is on the per-request path (``add_sequence``).
+        """
+        row = self.free_rows.pop() if self.free_rows else self._new_row()
         self.row_of[key] = row
-        self.index_touched.append(key)
+        self._note_index_change(key)
         self.row_seq[row] = key
         self.row_incarnation[row] = self.next_incarnation
         self.next_incarnation += 1
         self.row_first_position[row] = first_position
-        self.row_live[row] = 0
-        self._place_row(row, tok_cap, blk_cap)
+        # row_live, row_tok_len and row_blk_len are already 0 (free_sequence zeroes them; check())
+        if self.tok_end + tok_cap > self.tok_slot.shape[0] or self.blk_end + blk_cap > self.blk_pool.shape[0]:
+            self._ensure_pool_room(tok_cap, blk_cap)
+        self.row_tok_start[row] = self.tok_end
+        self.row_tok_cap[row] = tok_cap
+        self.tok_end += tok_cap
+        self.row_blk_start[row] = self.blk_end
+        self.row_blk_cap[row] = blk_cap
+        self.blk_end += blk_cap
         return row
 
-    def _take_row(self) -> int:
-        if self.free_rows:
-            return self.free_rows.pop()
+    def _new_row(self) -> int:
+        """A never-used row (the row arrays double when full)."""
         if self.num_rows == self.row_seq.shape[0]:
             for name in _ROW_ARRAYS:
                 old = getattr(self, name)
@@ -644,16 +761,6 @@ class TokenTable:
                 setattr(self, name, new)
         self.num_rows += 1
         return self.num_rows - 1
-
-    def _place_row(self, row: int, tok_cap: int, blk_cap: int) -> None:
-        """Give a fresh row empty segments of the given capacities at the pools' ends."""
-        self.row_tok_len[row] = 0
-        self.row_blk_len[row] = 0
-        self._ensure_pool_room(tok_cap, blk_cap)
-        self.row_tok_start[row], self.row_tok_cap[row] = self.tok_end, tok_cap
-        self.tok_end += tok_cap
-        self.row_blk_start[row], self.row_blk_cap[row] = self.blk_end, blk_cap
-        self.blk_end += blk_cap
 
     def _reserve(self, rows: np.ndarray, counts: np.ndarray, need: np.ndarray) -> None:
         """Grow the segments of rows that lack room (doubling; moved to the pools' ends)."""
@@ -740,6 +847,9 @@ class CommitResult:
         return int(self.freed_blocks.shape[0])
 
 
+#: Batches up to this size given as lists of plain ints skip numpy validation (dict lookups).
+_SMALL_BATCH = 64
+
 _ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
                "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
 _ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
@@ -750,16 +860,41 @@ def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.nd
     """A new pool (about twice what is needed) holding ``rows``' segments back to back; updates ``start``."""
     needed = int(cap[rows].sum()) + extra
     new = np.full(max(2 * needed, 16), fill_value, dtype=pool.dtype)
-    end = 0
-    for row in rows.tolist():
-        s, n = start[row], length[row]
-        new[end:end + n] = pool[s:s + n]
-        start[row] = end
-        end += cap[row]
-    return new, end
+    end = kernels.compact_segments(pool, start, length, cap, rows, new)  # a kernel: O(rows) Python loops hurt churn
+    return new, int(end)
+
+
+def _small_int_array(values) -> np.ndarray | None:
+    """``values`` as a new int64 array if it is a short list of plain ints that fit, else None.
+
+    The general validator (``as_index_array``) then handles everything else, errors included.
+    """
+    if type(values) is not list or len(values) > _SMALL_BATCH:
+        return None
+    for v in values:
+        if type(v) is not int:
+            return None
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+
+
+def _small_counts(counts, n: int, limit: int) -> int | None:
+    """Sum of ``counts`` if it is a list of ``n`` plain ints in ``[0, limit]``, else None."""
+    if type(counts) is not list or len(counts) != n or n > _SMALL_BATCH:
+        return None
+    total = 0
+    for c in counts:
+        if type(c) is not int or c < 0 or c > limit:
+            return None
+        total += c
+    return total
 
 
 def _seq_key(seq_id) -> int:
+    if type(seq_id) is int and -(2**63) <= seq_id < 2**63:  # the common case, checked cheaply
+        return seq_id
     if isinstance(seq_id, (bool, np.bool_)) or not isinstance(seq_id, (int, np.integer)):
         raise DTypeError(f"seq_id must be an integer, got {seq_id!r} ({type(seq_id).__name__})")
     key = int(seq_id)
