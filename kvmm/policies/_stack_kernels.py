@@ -113,7 +113,7 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
         if state[ST_CLOCK] + chunk > time_size:
             if (state[ST_LIVE] + chunk) * 2 > time_size:
                 return i, GROW_TIME
-            compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner)
+            compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner, time_bits, block_tree)
         # pass 0: hashes (a tight loop the compiler vectorises)
         for j in range(chunk):
             hash_buf[j] = mix64(keys[i + j])
@@ -243,7 +243,8 @@ def access_fixed_size(keys, start, max_keys, slots, id_keys, id_last, id_hash, t
                 if (live + chunk) * 2 > time_size:
                     status = GROW_TIME
                     break
-                clock = compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner)
+                clock = compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner, time_bits,
+                                     block_tree)
             chunk_end = i + chunk
         key = keys[i]
         h = mix64(key)
@@ -307,22 +308,32 @@ def access_fixed_size(keys, start, max_keys, slots, id_keys, id_last, id_hash, t
 
 # --------------------------------------------------------------------------- maintenance kernels
 @njit(cache=True, nogil=True)
-def compact_time(time_owner, id_last, time_bits, block_tree, state, new_time_owner):
+def compact_time(time_owner, id_last, time_bits, block_tree, state, new_time_owner, new_time_bits, new_block_tree):
     """Renumber live marks to ``0 .. live-1`` (time order kept) into ``new_time_owner`` (may be
-    ``time_owner`` itself: positions only move down); ``time_bits``/``block_tree`` must be sized
-    for ``new_time_owner`` and are rebuilt.  Returns the new clock.  O(T)."""
+    ``time_owner`` itself: positions only move down); ``new_time_bits``/``new_block_tree`` (may be
+    ``time_bits``/``block_tree``) must be sized for ``new_time_owner`` and are rebuilt.  Returns
+    the new clock.  O(T/64 + live).
+
+    Scans the set bits of ``time_bits`` (the live marks, in time order) instead of every position:
+    dead positions (most of them) cost nothing but their share of a word, and no ``id_last`` entry
+    is read, only the live ones rewritten.
+    """
     clock = state[ST_CLOCK]
     j = 0
-    for p in range(clock):
-        owner = time_owner[p]
-        if owner >= 0 and id_last[owner] == p:
+    for w in range((clock + 63) >> 6):
+        word = time_bits[w]
+        base = w << 6
+        while word != 0:
+            owner = time_owner[base + trailing_zeros(word)]
             new_time_owner[j] = owner
             id_last[owner] = j
             j += 1
-    for p in range(j, new_time_owner.shape[0]):
+            word &= word - np.uint64(1)
+    # positions at or above the old clock already hold -1 (never written since the last fill)
+    for p in range(j, min(clock, new_time_owner.shape[0])):
         new_time_owner[p] = -1
     state[ST_CLOCK] = j
-    fill_marks(time_bits, block_tree, j)
+    fill_marks(new_time_bits, new_block_tree, j)
     return j
 
 
@@ -442,6 +453,20 @@ def popcount(typingctx, word):
         i64 = ir.IntType(64)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
         return builder.call(fn, [args[0]])
+
+    return sig, codegen
+
+
+@intrinsic
+def trailing_zeros(typingctx, word):
+    """Index of the lowest set bit of a non-zero uint64 (``llvm.cttz.i64``, one instruction)."""
+    sig = types.int64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
+                                            "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])  # 1: zero input never happens
 
     return sig, codegen
 

@@ -311,10 +311,11 @@ class StackDistanceTracker:
         elif status == K.GROW_TIME:
             size = _time_size(4 * (int(self._state[K.ST_LIVE]) + chunk))
             new_owner = np.full(size, -1, dtype=np.int32)
-            self._time_bits = np.zeros(size // 64, dtype=np.uint64)
-            self._block_tree = np.zeros(size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
-            K.compact_time(self._time_owner, self._id_last, self._time_bits, self._block_tree, self._state, new_owner)
-            self._time_owner = new_owner
+            new_bits = np.zeros(size // 64, dtype=np.uint64)
+            new_tree = np.zeros(size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
+            K.compact_time(self._time_owner, self._id_last, self._time_bits, self._block_tree, self._state, new_owner,
+                           new_bits, new_tree)
+            self._time_owner, self._time_bits, self._block_tree = new_owner, new_bits, new_tree
         else:  # pragma: no cover - kernels return only the statuses above
             raise AssertionError(f"unknown kernel status {status}")
 
