@@ -123,7 +123,7 @@ class StackDistanceTracker:
     grows with the number of distinct keys (about 100 bytes each, arrays grown by doubling), not
     with the trace length.  Keys are mapped to dense ids by an open-addressing hash table inside
     the kernel; distances count marks at last-access times (a bit per time position, a Fenwick
-    tree over blocks of 512 positions; compacted when the time arrays fill).  See
+    tree over blocks of 64 positions; compacted when the time arrays fill).  See
     :mod:`kvmm.policies._stack_kernels` for the array layouts.
 
     ``groups=`` tags each reference (an agent, a request): :meth:`group_histogram` then gives the
@@ -412,7 +412,7 @@ _CAPACITY_CLAMP = 1 << 62
 
 
 def _time_size(n: int) -> int:
-    """Time arrays hold whole blocks of marks (512 positions)."""
+    """Time arrays hold whole blocks of marks (``K.BLOCK_POSITIONS`` positions)."""
     block = K.BLOCK_POSITIONS
     return max(block, (int(n) + block - 1) // block * block)
 
