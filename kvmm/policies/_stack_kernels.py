@@ -152,6 +152,13 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
         # after the clock's block, so it never needs them.  Saves one tree walk per reference.
         pending_block = clock >> BLOCK_BITS
         pending = 0
+        # Agents re-read a context in the order they first read it, so consecutive references
+        # often have consecutive previous positions.  ``last_pos``/``last_marks`` remember the
+        # previous count (marks through ``last_pos``, after its mark was cleared; later marks go
+        # to ``clock``, above it, so it stays exact): a count just above it adds the marks of at
+        # most two words instead of walking the tree.
+        last_pos = -(1 << 40)  # far below every position: the shortcut never fires first
+        last_marks = 0
         for q in range(m):
             if q + PREFETCH_AHEAD < m:
                 prefetch(id_last, id_buf[q + PREFETCH_AHEAD])
@@ -166,7 +173,13 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
                 cold += 1
                 d = -1
             else:
-                d = live - marks_through(time_bits, block_tree, prev)
+                if np.uint64(prev - last_pos - 1) < np.uint64(64):  # last_pos < prev <= last_pos + 64
+                    marks = last_marks + marks_between(time_bits, last_pos, prev)
+                else:
+                    marks = marks_through(time_bits, block_tree, prev)
+                d = live - marks
+                last_pos = prev
+                last_marks = marks - 1
                 time_bits[prev >> 6] &= ~(np.uint64(1) << np.uint64(prev & 63))
                 if (prev >> BLOCK_BITS) == pending_block:
                     pending -= 1
@@ -508,6 +521,16 @@ def marks_through(time_bits, block_tree, pos):
         total += block_tree[i]
         i &= i - 1
     return total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def marks_between(time_bits, lo, hi):
+    """Marks at positions ``lo+1 .. hi`` (``lo < hi <= lo + 64``: at most one word boundary)."""
+    above_lo = ~((np.uint64(2) << np.uint64(lo & 63)) - np.uint64(1))  # bits lo+1..63 (none for 63)
+    through_hi = (np.uint64(2) << np.uint64(hi & 63)) - np.uint64(1)  # bits 0..hi
+    if (lo >> 6) == (hi >> 6):
+        return popcount(time_bits[hi >> 6] & above_lo & through_hi)
+    return popcount(time_bits[lo >> 6] & above_lo) + popcount(time_bits[hi >> 6] & through_hi)
 
 
 @njit(cache=True, nogil=True, inline="always")
