@@ -165,3 +165,40 @@ def test_property_mrc_equals_lru_replay(keys, cuts):
     for c in range(0, 28):
         assert tracker.mrc([c])[0] == pytest.approx(lru_miss_ratio(keys, c), abs=1e-12)
     tracker.check()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_in_order_rereads_match_mattson_stack(seed):
+    """Contexts re-read in the order first read (the agent pattern the kernel's count shortcut
+    serves: previous positions one apart, gaps within a word and across a word boundary), mixed
+    with new blocks, interleaved re-reads and repeats of the same key."""
+    rng = np.random.default_rng(seed)
+    parts, next_key = [], 0
+    contexts = []
+    for _ in range(40):
+        kind = rng.integers(0, 4)
+        if kind == 0 or not contexts:  # a new context
+            size = int(rng.integers(1, 150))
+            contexts.append(np.arange(next_key, next_key + size))
+            next_key += size
+            parts.append(contexts[-1])
+        elif kind == 1:  # re-read a context in order, sometimes skipping blocks (gaps of 1..70)
+            ctx = contexts[rng.integers(len(contexts))]
+            keep = rng.random(ctx.size) < rng.choice([1.0, 0.9, 0.05])
+            parts.append(ctx[keep])
+        elif kind == 2:  # re-read with a new tail
+            ctx = contexts[rng.integers(len(contexts))]
+            tail = np.arange(next_key, next_key + int(rng.integers(1, 40)))
+            next_key += tail.size
+            contexts.append(np.concatenate((ctx, tail)))
+            parts.append(contexts[-1])
+        else:  # scattered references and immediate repeats
+            keys = rng.integers(0, max(next_key, 1), size=int(rng.integers(1, 30)))
+            parts.append(np.repeat(keys, rng.integers(1, 3, size=keys.size)))
+    keys = np.concatenate(parts).astype(np.int64)
+    expect = mattson_distances(keys)
+    for initial_keys in (2, 4096):  # with and without growth and compaction in the middle
+        tracker = StackDistanceTracker(initial_keys=initial_keys)
+        got = np.concatenate([tracker.access(part, return_distances=True) for part in np.array_split(keys, 3)])
+        assert got.tolist() == expect
+        tracker.check()

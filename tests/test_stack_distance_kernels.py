@@ -8,6 +8,7 @@ from kvmm.policies import _stack_kernels as K
 from kvmm.policies._reproduce_working_set import GPUS, MODELS, replay_two_tier
 from kvmm.tiers.spec import preset
 from kvmm.traces import agent_trace
+from kvmm.policies.stack_distance import _fenwick_of
 from tests.naive.stack_distance import mix64, two_tier_classes
 
 
@@ -86,3 +87,45 @@ def test_two_tier_replay_matches_python_model(gpu_blocks, host_blocks, make):
     assert result.gpu_hit_tokens == tokens[flat == 0].sum()
     assert result.written_blocks == written
     assert result.recomputed_tokens + result.loaded_tokens + result.gpu_hit_tokens == trace.input_length.sum()
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_compaction_keeps_live_marks_in_time_order(in_place):
+    """compact_time against plain Python: the live marks (set bits) move to 0..live-1 in time
+    order, their owners' id_last follow, dead positions and dropped ids (id_last -1, mark cleared,
+    as fixed-size SHARDS leaves them) vanish, and the bits and tree are rebuilt."""
+    rng = np.random.default_rng(3)
+    size, n_ids, clock = 4 * K.BLOCK_POSITIONS, 120, 3 * K.BLOCK_POSITIONS + 17
+    time_owner = np.full(size, -1, dtype=np.int32)
+    time_owner[:clock] = rng.integers(0, n_ids, size=clock)
+    id_last = np.full(n_ids, -1, dtype=np.int64)
+    for p in range(clock):  # the latest reference of each id is its live mark
+        id_last[time_owner[p]] = p
+    id_last[rng.choice(np.flatnonzero(id_last >= 0), size=10, replace=False)] = -1  # dropped
+    live_positions = np.sort(id_last[id_last >= 0])
+    time_bits = np.zeros(size // 64, dtype=np.uint64)
+    for p in live_positions:
+        time_bits[p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    block_tree = np.zeros(size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
+    state = np.zeros(K.ST_LEN, dtype=np.int64)
+    state[K.ST_CLOCK], state[K.ST_LIVE] = clock, live_positions.size
+    expected_owner = [int(time_owner[p]) for p in live_positions]
+    expected_last = id_last.copy()
+    for j, owner in enumerate(expected_owner):
+        expected_last[owner] = j
+    if in_place:
+        new_owner, new_bits, new_tree = time_owner, time_bits, block_tree
+    else:
+        new_owner = np.full(2 * size, -1, dtype=np.int32)
+        new_bits = np.zeros(2 * size // 64, dtype=np.uint64)
+        new_tree = np.zeros(2 * size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
+    new_clock = K.compact_time(time_owner, id_last, time_bits, block_tree, state, new_owner, new_bits, new_tree)
+    live = live_positions.size
+    assert new_clock == live == state[K.ST_CLOCK]
+    assert new_owner[:live].tolist() == expected_owner
+    assert np.all(new_owner[live:] == -1)
+    assert id_last.tolist() == expected_last.tolist()
+    marks = np.unpackbits(new_bits.view(np.uint8), bitorder="little")
+    assert np.flatnonzero(marks).tolist() == list(range(live))
+    per_block = marks.reshape(-1, K.BLOCK_POSITIONS).sum(axis=1)
+    assert new_tree.tolist() == _fenwick_of(per_block).tolist()

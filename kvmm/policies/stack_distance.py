@@ -123,7 +123,7 @@ class StackDistanceTracker:
     grows with the number of distinct keys (about 100 bytes each, arrays grown by doubling), not
     with the trace length.  Keys are mapped to dense ids by an open-addressing hash table inside
     the kernel; distances count marks at last-access times (a bit per time position, a Fenwick
-    tree over blocks of 512 positions; compacted when the time arrays fill).  See
+    tree over blocks of 64 positions; compacted when the time arrays fill).  See
     :mod:`kvmm.policies._stack_kernels` for the array layouts.
 
     ``groups=`` tags each reference (an agent, a request): :meth:`group_histogram` then gives the
@@ -311,10 +311,11 @@ class StackDistanceTracker:
         elif status == K.GROW_TIME:
             size = _time_size(4 * (int(self._state[K.ST_LIVE]) + chunk))
             new_owner = np.full(size, -1, dtype=np.int32)
-            self._time_bits = np.zeros(size // 64, dtype=np.uint64)
-            self._block_tree = np.zeros(size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
-            K.compact_time(self._time_owner, self._id_last, self._time_bits, self._block_tree, self._state, new_owner)
-            self._time_owner = new_owner
+            new_bits = np.zeros(size // 64, dtype=np.uint64)
+            new_tree = np.zeros(size // K.BLOCK_POSITIONS + 1, dtype=np.int32)
+            K.compact_time(self._time_owner, self._id_last, self._time_bits, self._block_tree, self._state, new_owner,
+                           new_bits, new_tree)
+            self._time_owner, self._time_bits, self._block_tree = new_owner, new_bits, new_tree
         else:  # pragma: no cover - kernels return only the statuses above
             raise AssertionError(f"unknown kernel status {status}")
 
@@ -411,7 +412,7 @@ _CAPACITY_CLAMP = 1 << 62
 
 
 def _time_size(n: int) -> int:
-    """Time arrays hold whole blocks of marks (512 positions)."""
+    """Time arrays hold whole blocks of marks (``K.BLOCK_POSITIONS`` positions)."""
     block = K.BLOCK_POSITIONS
     return max(block, (int(n) + block - 1) // block * block)
 
