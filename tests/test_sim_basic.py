@@ -9,7 +9,7 @@ from kvmm.errors import BadInputError
 from kvmm.sim.simulator import GiB, SimConfig, simulate
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import preset
-from tests.sim_helpers import QUEUED_HIT, TOY_FAST, TOY_MODEL, toy_config, trace
+from tests.sim_helpers import TOY_FAST, TOY_MODEL, toy_config, trace
 
 STAGE_S = 0.01 + 1_024_000 / 1e6  # latency + bytes / bandwidth of r2's hit
 LOAD_S = 1_024_000 / 1e7  # fast tier -> GPU

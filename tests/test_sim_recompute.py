@@ -10,7 +10,7 @@ import pytest
 
 from kvmm.policies.ledger import STAGING, CommitmentLedger
 from kvmm.sim.simulator import _Engine, _resolve_trace
-from tests.sim_helpers import QUEUED_HIT, TOY_FAST, TOY_MODEL, toy_config, trace
+from tests.sim_helpers import TOY_FAST, TOY_MODEL, toy_config, trace
 
 STAGE_S = 0.01 + 1_024_000 / 1e6
 LOAD_S = 1_024_000 / 1e7

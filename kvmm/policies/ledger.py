@@ -51,7 +51,7 @@ moves on at release) and reported as a double release.  Worked example, capacity
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit
