@@ -75,20 +75,16 @@ def reproduce(report) -> None:
                     for p in POLICIES:
                         res1[(ld, m, r, p)] = simulate(SimConfig(workload=wl, model=m, policy=p, label=f"{m}/{r}/{p}"))
                         bar.update(1)
-        res2: dict[tuple, SimResult] = {}
+        # experiments 2 and 3: the same capacity sweep, without and with priority classes
         wl = _long_context_workload(n_sweep)
-        for c in capacities:
-            for p in POLICIES:
-                res2[(c, p)] = simulate(SimConfig(workload=wl, model=SWEEP_MODEL, policy=p,
-                                                  fast_tier=preset("cxl", c * GiB)))
-                bar.update(1)
+        res2: dict[tuple, SimResult] = {}
         res3: dict[tuple, SimResult] = {}
-        for c in capacities:
-            for p in POLICIES:
-                res3[(c, p)] = simulate(SimConfig(workload=wl, model=SWEEP_MODEL, policy=p,
-                                                  fast_tier=preset("cxl", c * GiB),
-                                                  high_priority_share=HIGH_PRIORITY_SHARE))
-                bar.update(1)
+        for share, res in ((0.0, res2), (HIGH_PRIORITY_SHARE, res3)):
+            for c in capacities:
+                for p in POLICIES:
+                    res[(c, p)] = simulate(SimConfig(workload=wl, model=SWEEP_MODEL, policy=p,
+                                                     fast_tier=preset("cxl", c * GiB), high_priority_share=share))
+                    bar.update(1)
 
     for ld in loads:
         _report_part1(report, {k[1:]: v for k, v in res1.items() if k[0] == ld}, n_requests, ld)
@@ -228,11 +224,7 @@ def _report_part2(report, res, capacities, n) -> None:
                     f"p95 TTFT {a.ttft_p95:.3f} -> {b.ttft_p95:.3f} s ({_change(a.ttft_p95, b.ttft_p95)}).")
 
     def draw(ax):
-        for p, style in zip(POLICIES, ("s--", "o-", "^-")):
-            ax.plot(capacities, [res[(c, p)].ttft_p95 for c in capacities], style, label=f"{p}: p95 TTFT")
-        ax.set_xlabel("protected fast-tier capacity (GiB)")
-        ax.set_ylabel("p95 TTFT (s)")
-        ax.invert_xaxis()
+        _plot_ttft_p95(ax, res, capacities)
         ax2 = ax.twinx()
         ax2.plot(capacities, [res[(c, "timely")].output_tokens_per_s for c in capacities], "k:", label="timely: output tok/s")
         ax2.set_ylabel("output tokens/s")
@@ -276,15 +268,20 @@ def _report_part3(report, res, capacities, n) -> None:
                     f"{a.claims_recomputed} -> {b.claims_recomputed}.")
 
     def draw(ax):
-        for p, style in zip(POLICIES, ("s--", "o-", "^-")):
-            ax.plot(capacities, [res[(c, p)].ttft_p95 for c in capacities], style, label=f"{p}: p95 TTFT")
-        ax.set_xlabel("protected fast-tier capacity (GiB)")
-        ax.set_ylabel("p95 TTFT (s)")
-        ax.invert_xaxis()
+        _plot_ttft_p95(ax, res, capacities)
         ax.set_title(f"TempoKV: capacity sweep, {HIGH_PRIORITY_SHARE:.0%} high-priority requests")
         ax.legend(loc="upper left", fontsize=8)
 
     report.figure("tempokv_capacity_priority", draw)
+
+
+def _plot_ttft_p95(ax, res, capacities) -> None:
+    """One p95-TTFT line per policy against the protected capacity (shrinking to the right)."""
+    for p, style in zip(POLICIES, ("s--", "o-", "^-")):
+        ax.plot(capacities, [res[(c, p)].ttft_p95 for c in capacities], style, label=f"{p}: p95 TTFT")
+    ax.set_xlabel("protected fast-tier capacity (GiB)")
+    ax.set_ylabel("p95 TTFT (s)")
+    ax.invert_xaxis()
 
 
 def _change(a: float, b: float) -> str:
