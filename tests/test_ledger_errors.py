@@ -49,6 +49,9 @@ def raises_unchanged(led, exc, fn, *args, match=None, **kw):
     (dict(initial_rate=0.0), BadInputError),
     (dict(initial_rate=float("nan")), BadInputError),
     (dict(rate_alpha=1.5), BadInputError),
+    (dict(rate_alpha=0.0), BadInputError),
+    (dict(ratio_alpha=float("nan")), BadInputError),
+    (dict(ratio_alpha="x"), DTypeError),
     (dict(sources=[]), BadInputError),
     (dict(sources=["nvme"]), BadInputError),
 ])

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from kvmm._validate import as_count, as_index_array, as_key_array, as_positive_float
+from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
 from kvmm.errors import (
     BadInputError,
     CapacityExceededError,
@@ -122,8 +122,8 @@ class CommitmentLedger:
         capacity_bytes = as_count(capacity_bytes, "capacity_bytes")
         margin_s = as_positive_float(margin_s, "margin_s", allow_zero=True)
         initial_rate = as_positive_float(initial_rate, "initial_rate")
-        rate_alpha = _as_weight(rate_alpha, "rate_alpha")
-        ratio_alpha = _as_weight(ratio_alpha, "ratio_alpha")
+        rate_alpha = as_fraction(rate_alpha, "rate_alpha")
+        ratio_alpha = as_fraction(ratio_alpha, "ratio_alpha")
         initial_slots = as_count(initial_slots, "initial_slots", minimum=1)
         src_list = list(sources) if isinstance(sources, (list, tuple)) else [sources]
         if not src_list:
@@ -704,13 +704,6 @@ def _spec_of(source: Any, i: int):
     as_positive_float(spec.read_bandwidth, f"sources[{i}].read_bandwidth")
     as_positive_float(spec.latency_s, f"sources[{i}].latency_s", allow_zero=True)
     return spec
-
-
-def _as_weight(x: Any, name: str) -> float:
-    v = as_positive_float(x, name)
-    if v > 1.0:
-        raise BadInputError(f"{name} must be in (0, 1], got {x!r}")
-    return v
 
 
 def _as_float_array(x: Any, name: str, k: int, *, allow_inf: bool = False) -> np.ndarray:
