@@ -144,7 +144,8 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     """Run one simulation; ``progress(n)`` is called with the number of newly finished requests.
 
     ``ledger_factory(capacity_bytes, sources, **kw)`` replaces :class:`CommitmentLedger`
-    (e.g. the plain-Python reference, for benchmarks).
+    (e.g. the plain-Python reference, for benchmarks); its ledger must speak the same API,
+    ``stats["ready_in_time"]`` and ``stats["ready_late"]`` included.
     Runtime complexity: O(steps x (queue + open claims) + blocks).
     """
     if not isinstance(config, SimConfig):
@@ -170,6 +171,7 @@ class _Engine:
         self.prefill_tokens = np.zeros(n, dtype=np.int64)
         self.staged_bytes = np.zeros(n, dtype=np.int64)
         self.claim_id = np.full(n, -1, dtype=np.int64)
+        self.claim_owner: dict[int, int] = {}  # claim id -> request (inverse of claim_id)
         self.hit_blocks = np.zeros(n, dtype=np.int64)  # blocks of the prefix hit found at arrival
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
@@ -350,6 +352,7 @@ class _Engine:
                 delay = max(self.step_end - t, 0.0)  # the rest of the step in flight comes first
                 cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay)
                 self.claim_id[r] = cid
+                self.claim_owner[cid] = r
                 self.claims_made += 1
                 if self.ungranted == 0 or self.next_poll < t:
                     self.next_poll = t + self.cfg.poll_interval_s
@@ -396,7 +399,7 @@ class _Engine:
 
     def _start_transfers(self, granted, now: float) -> None:
         for cid in np.asarray(granted, dtype=np.int64).tolist():
-            r = int(_claim_request(self.ledger, cid))
+            r = self.claim_owner[cid]
             start = max(now, self.channel_free_at)
             done_at = start + self.cfg.slow_tier.latency_s + self.staged_bytes[r] / self.stage_bw
             self.channel_free_at = done_at
@@ -495,10 +498,11 @@ class _Engine:
         if missing > 0:
             ids = np.asarray(led.open_ids(), dtype=np.int64)
             states = np.asarray(led.state_of(ids))
-            holders = ids[(states == STAGING) | (states == READY) | (states == CONSUMED)]
+            holding = (states == STAGING) | (states == READY) | (states == CONSUMED)
+            holders = ids[holding]
             frees_at = np.maximum(np.asarray(led.predicted_use_time(holders), dtype=np.float64), now)
-            frees_at[np.asarray(led.state_of(holders)) == CONSUMED] = now
-            held = np.array([self.staged_bytes[_claim_request(led, int(h))] for h in holders.tolist()], dtype=np.int64)
+            frees_at[states[holding] == CONSUMED] = now
+            held = self.staged_bytes[[self.claim_owner[h] for h in holders.tolist()]]
             order = np.argsort(frees_at, kind="stable")
             enough = np.flatnonzero(np.cumsum(held[order]) >= missing)
             wait = float(frees_at[order[enough[0]]]) - now if enough.size else np.inf
@@ -545,7 +549,7 @@ class _Engine:
         high = self.priority_class == 0
         led = self.ledger
         bs = float(led.released_byte_seconds)
-        stats = led.stats if hasattr(led, "stats") else {}
+        stats = led.stats
         prompt = float(self.input_len.sum())
         span = end - float(self.arrival[0]) if self.n else 0.0
         return SimResult(
@@ -566,21 +570,14 @@ class _Engine:
             peak_protected_bytes=int(led.peak_protected_bytes),
             fast_tier_bytes=int(self.cfg.fast_tier.capacity_bytes),
             claims=self.claims_made,
-            ready_in_time=int(stats.get("ready_in_time", getattr(led, "in_time", 0))),
-            ready_late=int(stats.get("ready_late", getattr(led, "late", 0))),
+            ready_in_time=int(stats["ready_in_time"]),
+            ready_late=int(stats["ready_late"]),
             claims_cancelled=self.claims_cancelled,
             claims_recomputed=self.claims_recomputed,
             slow_hit_token_share=self.slow_hit_tokens / prompt,
             gpu_hit_token_share=self.gpu_hit_tokens / prompt,
             steps=steps,
         )
-
-
-def _claim_request(ledger: Any, cid: int) -> int:
-    """The request a claim belongs to (works for the ledger and its plain-Python reference)."""
-    if hasattr(ledger, "claims"):  # plain-Python reference: dict of claims
-        return ledger.claims[cid & 0xFFFFFFFF]["request"]
-    return int(ledger.claim_request[cid & 0xFFFFFFFF])
 
 
 def _resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:

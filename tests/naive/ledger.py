@@ -251,6 +251,11 @@ class NaiveLedger:
     def open_claims(self):
         return len(self.claims)
 
+    @property
+    def stats(self):
+        # the counters the simulator reads (CommitmentLedger.stats has more)
+        return {"ready_in_time": self.in_time, "ready_late": self.late}
+
     def check(self):
         assert self.protected_bytes == sum(c["nbytes"] for c in self.claims.values() if c["state"] in HOLDING)
         assert 0 <= self.protected_bytes <= self.capacity_bytes
