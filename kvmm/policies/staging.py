@@ -24,8 +24,9 @@ The loop a caller runs (one scheduler step)::
         start_transfer(granted)       # ... later: ledger.mark_ready([granted], now=done)
     # at use: ledger.need(ids, now=t) -> ready mask; consume; release
 
-A new policy is a small dataclass with ``name``, ``on_claim`` and ``due``; add it to
-:data:`STAGING_POLICIES` and the contract suite (tests/test_staging_contract.py) covers it.
+A new policy is a small dataclass (on ``_LedgerDriven``: the ``ledger`` field and its check)
+with ``name``, ``on_claim`` and ``due``; add it to :data:`STAGING_POLICIES` and the contract
+suite (tests/test_staging_contract.py) covers it.
 """
 
 from __future__ import annotations
@@ -44,14 +45,23 @@ __all__ = ["StagingPolicy", "OnDemandStaging", "ImmediateStaging", "TimelyStagin
 
 
 @dataclass
-class OnDemandStaging:
-    """Stage at first use only: ``due`` grants just the requests ``ledger.need`` escalated."""
+class _LedgerDriven:
+    """What every staging policy here holds: the ledger it drives (checked on construction)."""
 
     ledger: CommitmentLedger
-    name: str = "on-demand"
 
     def __post_init__(self) -> None:
-        _check_ledger(self.ledger)
+        for attr in ("poll", "request", "need"):
+            if not callable(getattr(self.ledger, attr, None)):
+                raise BadInputError(f"a staging policy needs a CommitmentLedger (with .{attr}), "
+                                    f"got {type(self.ledger).__name__}")
+
+
+@dataclass
+class OnDemandStaging(_LedgerDriven):
+    """Stage at first use only: ``due`` grants just the requests ``ledger.need`` escalated."""
+
+    name: str = "on-demand"
 
     def on_claim(self, claim_id: int, now: float) -> None:
         """Nothing to do: knowing about the hit costs nothing until it is needed."""
@@ -62,14 +72,10 @@ class OnDemandStaging:
 
 
 @dataclass
-class ImmediateStaging:
+class ImmediateStaging(_LedgerDriven):
     """Ask for a commitment at claim time; grant in claim order (FIFO) within capacity."""
 
-    ledger: CommitmentLedger
     name: str = "immediate"
-
-    def __post_init__(self) -> None:
-        _check_ledger(self.ledger)
 
     def on_claim(self, claim_id: int, now: float) -> None:
         """Request the commitment now.  Runtime complexity: O(1)."""
@@ -82,14 +88,10 @@ class ImmediateStaging:
 
 
 @dataclass
-class TimelyStaging:
+class TimelyStaging(_LedgerDriven):
     """TempoKV: the ledger requests a commitment when time-until-use falls to time-to-ready."""
 
-    ledger: CommitmentLedger
     name: str = "timely"
-
-    def __post_init__(self) -> None:
-        _check_ledger(self.ledger)
 
     def on_claim(self, claim_id: int, now: float) -> None:
         """Nothing yet: the claim is metadata-only until the ledger's trigger fires."""
@@ -112,9 +114,3 @@ def make_staging_policy(name: str, ledger: CommitmentLedger) -> Any:
     if name not in STAGING_POLICIES:
         raise BadInputError(f"unknown staging policy {name!r}; expected one of {sorted(STAGING_POLICIES)}")
     return STAGING_POLICIES[name](ledger)
-
-
-def _check_ledger(ledger: Any) -> None:
-    for attr in ("poll", "request", "need"):
-        if not callable(getattr(ledger, attr, None)):
-            raise BadInputError(f"a staging policy needs a CommitmentLedger (with .{attr}), got {type(ledger).__name__}")
