@@ -41,8 +41,7 @@ class _Stepper:
         led, c = self.led, self.conv
         self.now += 0.01
         new = led.claim_many(c(np.arange(NEW)), c(np.full(NEW, 1 << 20)), now=self.now, work_ahead=c(np.zeros(NEW)))
-        pick = self.ids[self.rng.integers(0, OPEN, UPDATES)]
-        pick = np.unique(pick)
+        pick = self.ids[self.rng.choice(OPEN, UPDATES, replace=False)]  # distinct: exactly UPDATES updates
         led.update(c(pick), c(np.full(pick.shape[0], 1e12)), now=self.now)
         granted = led.poll(self.now)
         led.mark_ready(granted, now=self.now)
