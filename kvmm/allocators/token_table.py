@@ -335,12 +335,7 @@ class TokenTable:
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
-        if budget is None:
-            limit = -1
-        else:
-            limit = int(budget) if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) else None
-            if limit is None or limit < 0:
-                raise BadInputError(f"budget must be None or an integer >= 0, got {budget!r}")
+        limit = -1 if budget is None else as_count(budget, "budget")
         bs = self.block_size
         with self.lock:
             # Only rows with sparse blocks need the planner; the others' plans (nothing to move,
