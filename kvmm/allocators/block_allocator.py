@@ -995,11 +995,10 @@ def _as_count(x, name: str) -> int:
 
 
 def _as_salt(salt) -> int:
-    if isinstance(salt, (bool, np.bool_)) or not isinstance(salt, (int, np.integer)):
-        raise DTypeError(f"salt must be an integer in [0, 2**64), got {salt!r}")
-    if not 0 <= int(salt) < 2**64:
+    value = as_count(salt, "salt")
+    if value >= 2**64:
         raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
-    return int(salt)
+    return value
 
 
 def _python_keys(x, name: str) -> np.ndarray:
