@@ -63,6 +63,8 @@ CASES = [
     ("admit_many extra length", lambda a: a.admit_many([0, 3], K, num_extra=[1, 2]), ShapeError, "one count"),
     ("admit_many negative extra", lambda a: a.admit_many([0, 3], K, num_extra=[-1]), BadInputError, ">= 0"),
     ("hash float tokens", lambda a: a.hash_blocks(np.ones(8)), DTypeError, "integer"),
+    ("hash_many float tokens", lambda a: a.hash_blocks_many([0, 8], np.ones(8)), DTypeError, "integer"),
+    ("hash parent of three words", lambda a: a.hash_blocks(np.arange(8), parent=[1, 2, 3]), ShapeError, "one key"),
     ("hash negative salt", lambda a: a.hash_blocks(np.arange(8), salt=-1), BadInputError, "salt"),
     ("block_key out of range", lambda a: a.block_key(8), InvalidIdError, "[0, 8)"),
 ]

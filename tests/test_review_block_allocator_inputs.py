@@ -15,7 +15,7 @@ def prepared() -> tuple[BlockAllocator, np.ndarray]:
 
 
 def _same(before, after) -> bool:
-    return all(np.array_equal(before[k], after[k]) for k in before)
+    return before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64, ">i4"])

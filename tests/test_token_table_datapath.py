@@ -4,6 +4,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from kvmm.allocators import BlockAllocator, TokenTable
+from kvmm.errors import OutOfBlocksError
 from kvmm.tiers.arena import ArenaTier
 
 ITEM = (2, 3)  # (K/V, head dim) per slot, enough to tell tokens apart
@@ -36,10 +37,13 @@ def test_every_live_token_reads_its_own_bytes(ops, block_size, budget):
             chosen = sorted(set(rng.choice(seqs, size=min(len(seqs), 1 + arg % 3), replace=False).tolist()))
             counts = rng.integers(0, 9, size=len(chosen))
             lengths = [table.num_tokens(s) for s in chosen]
+            before = table.snapshot()
             try:
                 slots = table.append(chosen, counts)
-            except Exception as exc:  # the pool is full: nothing may have changed
-                assert type(exc).__name__ == "OutOfBlocksError"
+            except OutOfBlocksError:  # the pool is full: nothing may have changed
+                after = table.snapshot()
+                assert before.keys() == after.keys()
+                assert all(np.array_equal(before[key], after[key]) for key in before)
                 continue
             values = np.stack([token_bytes(s, n0 + i) for s, c, n0 in zip(chosen, counts, lengths) for i in range(c)]
                               or [np.zeros(ITEM, np.float32)])[:slots.size]

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.allocators.token_table import TokenTable
-from kvmm._validate import as_positive_float
+from kvmm._validate import as_count, as_positive_float
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BadInputError
 from kvmm.tiers.spec import PRESETS, preset
@@ -231,9 +231,7 @@ class DecodeCostModel:
 
     def __post_init__(self) -> None:
         as_positive_float(self.weight_bytes, "weight_bytes", allow_zero=True)
-        if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, (int, np.integer)) \
-                or self.kv_bytes_per_token <= 0:
-            raise BadInputError(f"kv_bytes_per_token must be an integer > 0, got {self.kv_bytes_per_token!r}")
+        as_count(self.kv_bytes_per_token, "kv_bytes_per_token", minimum=1)
         as_positive_float(self.launch_s, "launch_s", allow_zero=True)
         as_positive_float(self.per_seq_s, "per_seq_s", allow_zero=True)
         if self.tier not in PRESETS:

@@ -275,13 +275,7 @@ class BlockAllocator:
         ``(n_full, m)`` or ``(m,)`` (same words for every block) integers.  A trailing partial
         block is ignored.  Runtime complexity: O(len(tokens) + n_full * m).
         """
-        toks = np.asarray(tokens)
-        if toks.dtype.kind not in "iu":
-            if toks.size == 0:
-                toks = toks.astype(np.int64)
-            else:
-                raise DTypeError(f"tokens must be an integer array of token ids, got dtype {toks.dtype}")
-        toks = as_index_array(toks, "tokens", dtype=np.int64)
+        toks = as_index_array(tokens, "tokens", dtype=np.int64)  # an empty list is fine, floats are not
         n_full = toks.shape[0] // self.block_size
         if parent is None:
             has_parent, p0, p1 = False, 0, 0
@@ -290,8 +284,6 @@ class BlockAllocator:
             if pk.size != 2:
                 raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
             pk = as_key_array(pk.reshape(1, 2), "parent")
-            if pk.shape != (1, 2):
-                raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
             has_parent, p0, p1 = True, int(pk[0, 0]), int(pk[0, 1])
         if extra is None:
             ext = np.zeros((n_full, 0), dtype=np.uint64)
@@ -318,10 +310,7 @@ class BlockAllocator:
         ``(key_offsets int64 [R+1], keys (K, 2) uint64)``; sequence ``r``'s keys equal
         ``hash_blocks(tokens[offsets[r]:offsets[r+1]])``.  Runtime complexity: O(len(tokens)).
         """
-        toks = np.asarray(tokens)
-        if toks.dtype.kind not in "iu" and toks.size:
-            raise DTypeError(f"tokens must be an integer array of token ids, got dtype {toks.dtype}")
-        toks = as_index_array(toks.astype(np.int64) if toks.size == 0 else toks, "tokens", dtype=np.int64)
+        toks = as_index_array(tokens, "tokens", dtype=np.int64)
         offsets = self._offsets(offsets, toks.shape[0], "offsets")
         key_offsets = np.zeros(offsets.shape[0], dtype=np.int64)
         np.cumsum(np.diff(offsets) // self.block_size, out=key_offsets[1:])
@@ -1006,11 +995,10 @@ def _as_count(x, name: str) -> int:
 
 
 def _as_salt(salt) -> int:
-    if isinstance(salt, (bool, np.bool_)) or not isinstance(salt, (int, np.integer)):
-        raise DTypeError(f"salt must be an integer in [0, 2**64), got {salt!r}")
-    if not 0 <= int(salt) < 2**64:
+    value = as_count(salt, "salt")
+    if value >= 2**64:
         raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
-    return int(salt)
+    return value
 
 
 def _python_keys(x, name: str) -> np.ndarray:

@@ -232,11 +232,7 @@ class TokenTable:
         if total is not None:  # a short list of valid plain ints: already checked, no numpy reductions
             counts = np.array(counts, dtype=np.int64)
         else:
-            counts = as_index_array(counts, "counts", dtype=np.int64)
-            if counts.shape != rows.shape:
-                raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
-            if counts.size and int(counts.min()) < 0:
-                raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+            counts = _per_sequence_counts(counts, rows.shape[0])
             if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
                 raise OutOfBlocksError(
                     f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
@@ -296,11 +292,7 @@ class TokenTable:
     def evict_many(self, seq_ids, counts, logical_positions) -> None:
         """Batched :meth:`evict`: ``counts[i]`` positions of ``logical_positions`` per sequence."""
         rows = self._rows(seq_ids)
-        counts = as_index_array(counts, "counts", dtype=np.int64)
-        if counts.shape != rows.shape:
-            raise ShapeError(f"counts must have one entry per sequence ({rows.shape[0]}), got shape {counts.shape}")
-        if counts.size and int(counts.min()) < 0:
-            raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+        counts = _per_sequence_counts(counts, rows.shape[0])
         positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
         offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -335,12 +327,7 @@ class TokenTable:
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
-        if budget is None:
-            limit = -1
-        else:
-            limit = int(budget) if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) else None
-            if limit is None or limit < 0:
-                raise BadInputError(f"budget must be None or an integer >= 0, got {budget!r}")
+        limit = -1 if budget is None else as_count(budget, "budget")
         bs = self.block_size
         with self.lock:
             # Only rows with sparse blocks need the planner; the others' plans (nothing to move,
@@ -890,6 +877,16 @@ def _small_counts(counts, n: int, limit: int) -> int | None:
             return None
         total += c
     return total
+
+
+def _per_sequence_counts(counts, n: int) -> np.ndarray:
+    """``counts`` as a new int64 array of ``n`` entries ``>= 0`` (one per sequence of a batch)."""
+    counts = as_index_array(counts, "counts", dtype=np.int64)
+    if counts.shape != (n,):
+        raise ShapeError(f"counts must have one entry per sequence ({n}), got shape {counts.shape}")
+    if counts.size and int(counts.min()) < 0:
+        raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
+    return counts
 
 
 def _seq_key(seq_id) -> int:
