@@ -1,6 +1,5 @@
 """``kvmm mrc`` and the "working-set" report section (quick mode)."""
 
-import numpy as np
 import pytest
 
 from kvmm.cli import main
