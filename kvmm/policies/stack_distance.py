@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count, as_fraction
+from kvmm._validate import as_count, as_fraction, as_index_array
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 
@@ -353,16 +353,10 @@ def _as_key_words(keys: Any) -> np.ndarray:
 
 
 def _as_groups(groups: Any, n: int) -> np.ndarray:
-    arr = np.asarray(groups)
-    if arr.size == 0 and arr.dtype.kind not in "iu":
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise DTypeError(f"groups must be an integer array, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.shape[0] != n:
+    arr = as_index_array(groups, "groups")
+    if arr.shape[0] != n:
         raise ShapeError(f"groups must be 1-dimensional with one entry per key ({n}), got shape {arr.shape}")
-    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise BadInputError("groups must fit int64")
-    return arr.astype(np.int64)
+    return arr
 
 
 def _as_capacity(x: Any) -> int:
