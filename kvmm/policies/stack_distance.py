@@ -280,14 +280,18 @@ class StackDistanceTracker:
         # distances are < distinct keys, so the histogram (sized with the id arrays) fits
         assert self._hist.shape[0] >= int(st[K.ST_IDS])
 
-    def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool) -> None:
+    def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool,
+             threshold: np.uint64 = np.uint64(0), sample: bool = False) -> None:
+        """Feed the whole batch to the kernel, growing arrays whenever it stops for room.
+
+        ``sample``: track only keys whose hash is below ``threshold`` (fixed-rate SHARDS).
+        """
         pos = 0
         n = key_words.shape[0]
         while True:
-            pos, status = K.access_batch(key_words, pos, np.uint64(0), False, self._slots, self._id_keys,
+            pos, status = K.access_batch(key_words, pos, threshold, sample, self._slots, self._id_keys,
                                          self._id_last, self._time_owner, self._time_bits, self._block_tree,
-                                         self._hist,
-                                         self._state, distances, want, self._id_buf, self._pos_buf,
+                                         self._hist, self._state, distances, want, self._id_buf, self._pos_buf,
                                          self._hash_buf)
             if status == K.DONE:
                 break
