@@ -23,6 +23,20 @@ def test_store_threshold_counts_offers_including_repeats_in_one_request():
     assert p.admit(req([2], [True])).tolist() == [False]  # cached: never rewritten
 
 
+
+def test_store_threshold_keeps_counts_while_its_key_table_grows():
+    """Thousands of distinct keys (the counter starts with room for 1024) in uneven batches:
+    every decision matches a dict of offer counts."""
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 6000, 30_000) * 2654435761
+    p, seen = StoreThreshold(k=3), {}
+    for part in np.split(keys, np.sort(rng.integers(0, keys.size, 40))):
+        expect = []
+        for key in part.tolist():
+            seen[key] = seen.get(key, 0) + 1
+            expect.append(seen[key] >= 3)
+        assert p.admit(req(part)).tolist() == expect
+
 def test_selective_write_through_on_second_hit():
     p = SelectiveWriteThrough(hits=2)
     assert p.admit(req([1, 2], gpu_hit=[True, False])).tolist() == [False, False]

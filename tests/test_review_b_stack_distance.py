@@ -8,7 +8,6 @@ import pytest
 from kvmm.errors import KvmmError
 from kvmm.policies import (AdmissionRequest, RefillFilter, SelectiveWriteThrough, ShardsTracker,
                            StackDistanceTracker, StoreThreshold, WriteAll)
-from tests.naive.stack_distance import lru_miss_ratio
 
 
 def fenwick_distances(keys):

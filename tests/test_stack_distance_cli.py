@@ -1,6 +1,5 @@
 """``kvmm mrc`` and the "working-set" report section (quick mode)."""
 
-import numpy as np
 import pytest
 
 from kvmm.cli import main
@@ -36,6 +35,7 @@ def test_mrc_errors_are_clear(tmp_path, capsys):
     assert main(["mrc", "synthetic", "--sample-rate", "0"]) == 2
     assert "rate must be in (0, 1]" in capsys.readouterr().err
     assert main(["mrc", str(tmp_path / "missing.jsonl")]) == 2
+    assert "neither a file nor a bundled trace name" in capsys.readouterr().err
     assert main(["mrc", "synthetic", "--fraction", "nan"]) == 2
 
 

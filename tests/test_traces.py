@@ -42,3 +42,10 @@ def test_malformed_line_names_file_and_line(tmp_path):
 def test_unknown_bundled_name():
     with pytest.raises(BadInputError, match="expected one of"):
         bundled_trace_path("agent")
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    with pytest.raises(BadInputError, match="neither a file nor a bundled trace name"):
+        load_mooncake(tmp_path / "missing.jsonl")
+    with pytest.raises(BadInputError, match="neither a file"):
+        load_mooncake("agent")  # not a bundled name, not a file

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from kvmm._validate import as_count, as_fraction
     from kvmm.policies import ShardsTracker, StackDistanceTracker
     from kvmm.report import _format_plain
-    from kvmm.errors import BadInputError
-    from kvmm.traces import BUNDLED_TRACES, load_mooncake
+    from kvmm.traces import load_mooncake
 
     fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
     points = as_count(args.points, "--points", minimum=2)
@@ -45,8 +43,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         tracker = StackDistanceTracker()
         mode = "exact"
-    if args.trace not in BUNDLED_TRACES and not Path(args.trace).is_file():
-        raise BadInputError(f"trace {args.trace!r} is neither a file nor a bundled trace name {sorted(BUNDLED_TRACES)}")
     trace = load_mooncake(args.trace, skip_bad=args.skip_bad)
     tracker.access(trace.block_ids)
     hist = tracker.histogram()

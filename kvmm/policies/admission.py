@@ -27,7 +27,7 @@ import numpy as np
 from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words
+from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words, _grown, _next_pow2
 
 __all__ = ["AdmissionRequest", "WriteAll", "StoreThreshold", "SelectiveWriteThrough", "RefillFilter"]
 
@@ -167,7 +167,7 @@ class _KeyCounter:
     """Per-key int64 counters: keys mapped to dense ids by the numba hash table (no dict)."""
 
     def __init__(self, initial_keys: int = 1024) -> None:
-        cap = 1 << max(int(initial_keys) - 1, 1).bit_length()
+        cap = _next_pow2(initial_keys)
         self.slots = np.zeros(4 * cap, dtype=np.uint64)
         self.id_keys = np.zeros(cap, dtype=np.uint64)
         self.counts = np.zeros(cap, dtype=np.int64)
@@ -178,17 +178,13 @@ class _KeyCounter:
         return every key's count after its own increment."""
         need = int(self.state[0]) + keys.shape[0]
         if 2 * need > self.slots.shape[0] // 2:
-            size = 1 << (2 * need - 1).bit_length()
-            new = np.zeros(2 * size, dtype=np.uint64)
+            new = np.zeros(2 * _next_pow2(2 * need), dtype=np.uint64)
             K.rehash(self.slots, new)
             self.slots = new
         if need > self.id_keys.shape[0]:
-            cap = 1 << (need - 1).bit_length()
-            for name in ("id_keys", "counts"):
-                old = getattr(self, name)
-                grown = np.zeros(cap, dtype=old.dtype)
-                grown[: old.shape[0]] = old
-                setattr(self, name, grown)
+            cap = _next_pow2(need)
+            self.id_keys = _grown(self.id_keys, cap, 0)
+            self.counts = _grown(self.counts, cap, 0)
         ids = np.empty(keys.shape[0], dtype=np.int64)
         K.get_or_insert_ids(keys, self.slots, self.id_keys, self.state, ids)
         out = np.empty(keys.shape[0], dtype=np.int64)

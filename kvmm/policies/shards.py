@@ -36,7 +36,7 @@ import numpy as np
 from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words
+from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words, _grown
 
 __all__ = ["ShardsTracker"]
 
@@ -141,17 +141,8 @@ class ShardsTracker(StackDistanceTracker):
 
     def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool) -> None:
         if self.rate is not None:
-            if self.rate >= 1.0:
-                return super()._run(key_words, distances, want)
-            pos, n = 0, key_words.shape[0]
-            while True:
-                pos, status = K.access_batch(key_words, pos, self._threshold, True, self._slots, self._id_keys,
-                                             self._id_last, self._time_owner, self._time_bits, self._block_tree,
-                                             self._hist, self._state, distances, want, self._id_buf, self._pos_buf,
-                                         self._hash_buf)
-                if status == K.DONE:
-                    return
-                self._grow(status, min(K.CHUNK, n - pos))
+            # rate 1 samples everything: skip the hash filter (no threshold admits the top hash)
+            return super()._run(key_words, distances, want, self._threshold, self.rate < 1.0)
         pos, n = 0, key_words.shape[0]
         while True:
             pos, status = K.access_fixed_size(key_words, pos, self.fixed_size, self._slots, self._id_keys,
@@ -161,14 +152,10 @@ class ShardsTracker(StackDistanceTracker):
             if status == K.DONE:
                 return
             if status == K.GROW_HIST:
-                grown = np.zeros(self._whist.shape[0] * 2, dtype=np.float64)
-                grown[: self._whist.shape[0]] = self._whist
-                self._whist = grown
+                self._whist = _grown(self._whist, 2 * self._whist.shape[0], 0.0)
             else:
                 self._grow(status, min(K.CHUNK, n - pos))
 
     def _grow_extra_ids(self, cap: int) -> None:
         if self.fixed_size is not None:
-            grown = np.zeros(cap, dtype=np.uint64)
-            grown[: self._id_hash.shape[0]] = self._id_hash
-            self._id_hash = grown
+            self._id_hash = _grown(self._id_hash, cap, 0)

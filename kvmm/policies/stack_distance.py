@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count, as_fraction
+from kvmm._validate import as_count, as_fraction, as_index_array
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 
@@ -280,14 +280,18 @@ class StackDistanceTracker:
         # distances are < distinct keys, so the histogram (sized with the id arrays) fits
         assert self._hist.shape[0] >= int(st[K.ST_IDS])
 
-    def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool) -> None:
+    def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool,
+             threshold: np.uint64 = np.uint64(0), sample: bool = False) -> None:
+        """Feed the whole batch to the kernel, growing arrays whenever it stops for room.
+
+        ``sample``: track only keys whose hash is below ``threshold`` (fixed-rate SHARDS).
+        """
         pos = 0
         n = key_words.shape[0]
         while True:
-            pos, status = K.access_batch(key_words, pos, np.uint64(0), False, self._slots, self._id_keys,
+            pos, status = K.access_batch(key_words, pos, threshold, sample, self._slots, self._id_keys,
                                          self._id_last, self._time_owner, self._time_bits, self._block_tree,
-                                         self._hist,
-                                         self._state, distances, want, self._id_buf, self._pos_buf,
+                                         self._hist, self._state, distances, want, self._id_buf, self._pos_buf,
                                          self._hash_buf)
             if status == K.DONE:
                 break
@@ -353,16 +357,10 @@ def _as_key_words(keys: Any) -> np.ndarray:
 
 
 def _as_groups(groups: Any, n: int) -> np.ndarray:
-    arr = np.asarray(groups)
-    if arr.size == 0 and arr.dtype.kind not in "iu":
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise DTypeError(f"groups must be an integer array, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.shape[0] != n:
+    arr = as_index_array(groups, "groups")
+    if arr.shape[0] != n:
         raise ShapeError(f"groups must be 1-dimensional with one entry per key ({n}), got shape {arr.shape}")
-    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise BadInputError("groups must fit int64")
-    return arr.astype(np.int64)
+    return arr
 
 
 def _as_capacity(x: Any) -> int:

@@ -116,13 +116,19 @@ def iter_mooncake(path: str | Path, *, skip_bad: bool = False, stats: dict | Non
 
 
 def load_mooncake(path_or_name: str | Path, *, skip_bad: bool = False) -> MooncakeTrace:
-    """Load a whole trace into arrays.  ``path_or_name`` may be a bundled name."""
+    """Load a whole trace into arrays.  ``path_or_name`` may be a bundled name.
+
+    Neither an existing file nor a bundled name: :class:`BadInputError`.
+    """
     if isinstance(path_or_name, str) and path_or_name in BUNDLED_TRACES:
         path = bundled_trace_path(path_or_name)
         name = path_or_name
     else:
         path = Path(path_or_name)
         name = path.stem
+        if not path.is_file():
+            raise BadInputError(f"trace {str(path_or_name)!r} is neither a file nor a bundled trace name "
+                                f"{sorted(BUNDLED_TRACES)}")
     stats: dict = {}
     ts, il, ol, offsets, ids = [], [], [], [0], []
     for rec in iter_mooncake(path, skip_bad=skip_bad, stats=stats):
