@@ -245,3 +245,11 @@ def test_on_demand_never_stages_a_claim_cancelled_at_scheduling():
     assert res.protected_byte_seconds == pytest.approx(1_024_000 * (STAGE_S + LOAD_S))
     assert (res.claims, res.claims_cancelled, res.ready_in_time, res.ready_late) == (2, 1, 0, 1)
     assert ttft[4] == pytest.approx(R1_END + STAGE_S + R2_COMPUTE + 0.512 - 5.002)
+
+
+def test_unknown_workload_path_is_a_clear_error(tmp_path):
+    from kvmm.errors import BadInputError
+    from kvmm.sim import SimConfig, simulate
+
+    with pytest.raises(BadInputError, match="neither a file nor a bundled trace name"):
+        simulate(SimConfig(workload=str(tmp_path / "missing.jsonl")))

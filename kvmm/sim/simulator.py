@@ -585,13 +585,7 @@ def _resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
         trace = workload.trace()
     elif isinstance(workload, MooncakeTrace):
         trace = workload
-    else:
-        from pathlib import Path
-
-        from kvmm.traces.mooncake import BUNDLED_TRACES
-
-        if not (isinstance(workload, str) and workload in BUNDLED_TRACES) and not Path(workload).is_file():
-            raise BadInputError(f"workload {str(workload)!r} is neither a bundled trace {sorted(BUNDLED_TRACES)} nor a file")
+    else:  # a bundled name or a file; load_mooncake says clearly when it is neither
         trace = load_mooncake(workload)
     if trace.num_requests == 0:
         raise BadInputError("the workload has no requests; expected at least one")
