@@ -99,8 +99,10 @@ class TriAttentionScorer:
         # The norm term: the part of E|q_f| that the center does not explain.
         extra = self.calibration.q_abs_mean[self.layer] - q_center_abs
         self._norm_weight = np.ascontiguousarray(self._scale * extra if self.norm_term else np.zeros_like(extra))
-        # mean_o exp(i omega_f o): all offsets folded into one complex weight per frequency.
-        self._offset_weight = np.exp(1j * np.outer(self.offsets, self._omega)).mean(axis=0)
+        # exp(i omega_f o) per offset (offsets, F), used by "max"; its mean over the offsets folds
+        # them all into one complex weight per frequency, used by "mean".
+        self._offset_phase = np.exp(1j * np.outer(self.offsets, self._omega))
+        self._offset_weight = self._offset_phase.mean(axis=0)
         # exp(i omega_f r) for r = 0..255: the low half of the phase tables, fixed per scorer.
         low = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
         self._low_table = (np.ascontiguousarray(low.real), np.ascontiguousarray(low.imag))
@@ -167,7 +169,7 @@ class TriAttentionScorer:
         base = self._scale * self._q_center * np.exp(1j * self._omega * now)  # (H, F)
         if self.aggregation == "mean":
             return (base * self._offset_weight)[:, None, :]
-        return base[:, None, :] * np.exp(1j * np.outer(self.offsets, self._omega))[None, :, :]
+        return base[:, None, :] * self._offset_phase[None, :, :]
 
     def _prepare(self, keys: Any, positions: Any, post_rope: bool):
         rope = self.calibration.rope
