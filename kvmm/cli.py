@@ -37,12 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     handlers = {}
     for name, (module_path, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_path)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_path:
-                raise
-            continue  # component not built yet
+        module = importlib.import_module(module_path)
         p = sub.add_parser(name, help=help_text)
         module.add_arguments(p)
         handlers[name] = module.run

@@ -8,7 +8,7 @@ transformers = pytest.importorskip("transformers")
 
 from kvmm.compress import RopeConfig, TriAttentionScorer, calibrate, convert_layout, series_logits  # noqa: E402
 from kvmm.compress.hf import attention_logits, capture_qk, model_shape, rope_from_config  # noqa: E402
-from kvmm.errors import BadInputError, ShapeError  # noqa: E402
+from kvmm.errors import BadInputError, DTypeError, ShapeError  # noqa: E402
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16, "rope_theta": 10000.0}
@@ -79,6 +79,12 @@ def test_bad_inputs():
     model = tiny_model("qwen2-default")
     with pytest.raises(ShapeError):
         capture_qk(model, np.zeros((2, 5), dtype=np.int64))
+    with pytest.raises(ShapeError):
+        capture_qk(model, [])
+    with pytest.raises(DTypeError, match="input_ids must hold integers"):  # was silently truncated to tokens 0, 3
+        capture_qk(model, [0.7, 3.9])
+    with pytest.raises(DTypeError):
+        attention_logits(model, np.array([[1.5, 2.0]]))
     with pytest.raises(BadInputError):
         capture_qk(torch.nn.Linear(2, 2), [1, 2])
     config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvmm.compress import RopeConfig, RopeScaling, convert_layout
-from kvmm.errors import BadInputError, KvmmError, ShapeError
+from kvmm.errors import BadInputError, DTypeError, KvmmError, ShapeError
 from tests.naive import rope as naive
 
 LLAMA3 = RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
@@ -147,6 +147,14 @@ def test_rotated_dot_product_depends_only_on_distance(seed, scaling_idx, layout,
     (dict(head_dim=8, scaling=dict(kind="dynamic")), BadInputError),
     (dict(head_dim=8, scaling=dict(kind="linear", factor=0.0)), BadInputError),
     (dict(head_dim=8, scaling=dict(kind="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=1.0)), BadInputError),
+    # non-numbers in the scaling fields used to escape as a bare ValueError / TypeError
+    (dict(head_dim=8, theta="fast"), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="linear", factor="abc")), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="linear", factor=None)), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="yarn", factor=4.0, beta_fast=[32])), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="yarn", factor=4.0, attention_factor="x")), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="yarn", factor=4.0, original_max_position_embeddings="long")), DTypeError),
+    (dict(head_dim=8, scaling=dict(kind="yarn", factor=4.0, original_max_position_embeddings=0)), BadInputError),
 ])
 def test_bad_config_raises_clear_error(kwargs, error):
     with pytest.raises(error) as info:

@@ -47,8 +47,12 @@ def test_bad_evidence():
 def test_select_victims_edge_cases():
     assert select_victims(np.array([3.0, 1.0]), 5).size == 0
     assert select_victims(np.array([1.0, 1.0, 1.0]), 1).tolist() == [0, 1]  # ties: older go first
-    with pytest.raises(BadInputError):
+    with pytest.raises(BadInputError, match="budget must be >= 0"):
         select_victims(np.zeros(3), -1)
+    for not_a_count in (1.0, True, "2"):  # a float or bool budget is a caller bug, not a count
+        with pytest.raises(DTypeError, match="budget must be an integer"):
+            select_victims(np.zeros(3), not_a_count)
+    assert select_victims(np.array([2.0, 1.0, 3.0]), np.int32(2)).tolist() == [1]  # numpy ints are counts
 
 
 def test_evict_to_budget_protects_shared_prefix_tokens():

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kvmm._validate import as_index_array
 from kvmm.compress.rope import RopeConfig, RopeScaling
 from kvmm.errors import BackendUnavailableError, BadInputError, ShapeError
 
@@ -186,9 +187,8 @@ def _attention_modules(model: Any) -> list[Any]:
 
 
 def _as_ids(input_ids: Any) -> "torch.Tensor":
-    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long)
-    if ids.ndim == 1:
-        ids = ids[None]
-    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
-        raise ShapeError(f"input_ids must be one sequence (T,) or (1, T), got shape {tuple(ids.shape)}")
-    return ids
+    """One sequence of token ids as a ``(1, T)`` long tensor; float ids raise (not truncated to a token)."""
+    arr = np.asarray(input_ids)
+    if not (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[0] == 1)) or arr.size == 0:
+        raise ShapeError(f"input_ids must be one sequence (T,) or (1, T), got shape {arr.shape}")
+    return torch.from_numpy(as_index_array(arr.reshape(-1), "input_ids"))[None]

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError, ShapeError
 
 __all__ = ["RopeConfig", "RopeScaling", "LAYOUTS", "SCALING_KINDS", "convert_layout", "pair_indices"]
@@ -70,17 +71,13 @@ class RopeScaling:
         if self.kind not in SCALING_KINDS:
             raise BadInputError(f"RoPE scaling kind is unknown: got {self.kind!r}, expected one of {SCALING_KINDS}")
         for name in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
-            v = float(getattr(self, name))
-            if not math.isfinite(v) or v <= 0:
-                raise BadInputError(f"RoPE scaling {name} must be a finite number > 0, got {getattr(self, name)!r}")
+            as_positive_float(getattr(self, name), f"RoPE scaling {name}")
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
             raise BadInputError(
                 f"llama3 scaling needs high_freq_factor > low_freq_factor, got {self.high_freq_factor} <= {self.low_freq_factor}")
-        if int(self.original_max_position_embeddings) <= 0:
-            raise BadInputError(
-                f"original_max_position_embeddings must be > 0, got {self.original_max_position_embeddings!r}")
-        if self.attention_factor is not None and not (math.isfinite(self.attention_factor) and self.attention_factor > 0):
-            raise BadInputError(f"attention_factor must be a finite number > 0, got {self.attention_factor!r}")
+        as_positive_float(self.original_max_position_embeddings, "original_max_position_embeddings")
+        if self.attention_factor is not None:
+            as_positive_float(self.attention_factor, "attention_factor")
 
     @classmethod
     def from_hf(cls, params: Mapping[str, Any] | None, max_position_embeddings: int | None = None) -> "RopeScaling":
@@ -135,18 +132,11 @@ class RopeConfig:
     scaling: RopeScaling = field(default_factory=RopeScaling)
 
     def __post_init__(self) -> None:
-        if isinstance(self.head_dim, (bool, np.bool_)) or not isinstance(self.head_dim, (int, np.integer)):
-            raise BadInputError(f"head_dim must be an integer, got {self.head_dim!r}")
-        if self.head_dim <= 0 or self.head_dim % 2:
-            raise BadInputError(f"head_dim must be a positive even number (RoPE rotates pairs), got {self.head_dim}")
-        object.__setattr__(self, "head_dim", int(self.head_dim))
-        try:
-            theta = float(self.theta)
-        except (TypeError, ValueError):
-            raise BadInputError(f"theta must be a number > 0, got {self.theta!r}") from None
-        if not math.isfinite(theta) or theta <= 0:
-            raise BadInputError(f"theta must be a finite number > 0, got {self.theta!r}")
-        object.__setattr__(self, "theta", theta)
+        head_dim = as_count(self.head_dim, "head_dim", minimum=1)
+        if head_dim % 2:
+            raise BadInputError(f"head_dim must be a positive even number (RoPE rotates pairs), got {head_dim}")
+        object.__setattr__(self, "head_dim", head_dim)
+        object.__setattr__(self, "theta", as_positive_float(self.theta, "theta"))
         if self.layout not in LAYOUTS:
             raise BadInputError(f"RoPE layout is unknown: got {self.layout!r}, expected one of {LAYOUTS}")
         if self.scaling is None:

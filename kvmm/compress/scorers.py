@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvmm._validate import as_count
 from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownSequenceError
 
@@ -160,8 +161,7 @@ def select_victims(scores: np.ndarray, budget: int) -> np.ndarray:
 
     Runtime complexity: O(n log n).
     """
-    if isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, np.integer)) or budget < 0:
-        raise BadInputError(f"budget must be an integer >= 0, got {budget!r}")
+    budget = as_count(budget, "budget")
     scores = np.asarray(scores)
     if scores.dtype.kind not in "biuf" or scores.ndim != 1:
         raise ShapeError(f"scores must be a 1-D numeric array (one per live token), got {scores.dtype} {scores.shape}")
@@ -169,7 +169,7 @@ def select_victims(scores: np.ndarray, budget: int) -> np.ndarray:
     if np.isnan(scores).any():  # argsort would rank NaN above everything, silently keeping it
         raise BadInputError(f"scores contain NaN (first at index {int(np.flatnonzero(np.isnan(scores))[0])}); "
                             f"expected numbers (+inf protects a token)")
-    drop = scores.shape[0] - int(budget)
+    drop = scores.shape[0] - budget
     if drop <= 0:
         return np.zeros(0, dtype=np.int64)
     order = np.argsort(scores, kind="stable")
@@ -194,7 +194,7 @@ class H2OScorer(TokenScorerBase):
     requires: ClassVar[tuple[str, ...]] = ("attention",)
 
     def __post_init__(self) -> None:
-        self.recent_window = _count(self.recent_window, "recent_window")
+        self.recent_window = as_count(self.recent_window, "recent_window")
 
     def new_tokens(self):
         return {"acc": np.zeros(0)}
@@ -223,8 +223,8 @@ class ScissorhandsScorer(TokenScorerBase):
     requires: ClassVar[tuple[str, ...]] = ("attention",)
 
     def __post_init__(self) -> None:
-        self.history_window = _count(self.history_window, "history_window", minimum=1)
-        self.recent_window = _count(self.recent_window, "recent_window")
+        self.history_window = as_count(self.history_window, "history_window", minimum=1)
+        self.recent_window = as_count(self.recent_window, "recent_window")
         if not (isinstance(self.threshold, (int, float)) and math.isfinite(self.threshold) and self.threshold >= 0):
             raise BadInputError(f"threshold must be a finite number >= 0, got {self.threshold!r}")
 
@@ -258,8 +258,8 @@ class SnapKVScorer(TokenScorerBase):
     requires: ClassVar[tuple[str, ...]] = ("attention",)
 
     def __post_init__(self) -> None:
-        self.window_size = _count(self.window_size, "window_size", minimum=1)
-        self.kernel_size = _count(self.kernel_size, "kernel_size", minimum=1)
+        self.window_size = as_count(self.window_size, "window_size", minimum=1)
+        self.kernel_size = as_count(self.kernel_size, "kernel_size", minimum=1)
         if self.kernel_size % 2 == 0:
             raise BadInputError(f"kernel_size must be odd (centred pooling), got {self.kernel_size}")
         if self.pooling not in ("max", "avg"):
@@ -288,7 +288,7 @@ class StreamingLLMScorer(TokenScorerBase):
     sink_tokens: int = 4
 
     def __post_init__(self) -> None:
-        self.sink_tokens = _count(self.sink_tokens, "sink_tokens")
+        self.sink_tokens = as_count(self.sink_tokens, "sink_tokens")
 
     def new_tokens(self):
         return {"pos": np.zeros(0)}
@@ -336,8 +336,8 @@ class RandomScorer(TokenScorerBase):
     recent_window: int = 0
 
     def __post_init__(self) -> None:
-        self.seed = _count(self.seed, "seed")
-        self.recent_window = _count(self.recent_window, "recent_window")
+        self.seed = as_count(self.seed, "seed")
+        self.recent_window = as_count(self.recent_window, "recent_window")
 
     def new_tokens(self):
         return {"priority": np.zeros(0)}
@@ -353,14 +353,6 @@ class RandomScorer(TokenScorerBase):
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _count(x: Any, name: str, *, minimum: int = 0) -> int:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise DTypeError(f"{name} must be an integer, got {x!r}")
-    if int(x) < minimum:
-        raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
-    return int(x)
-
-
 def _as_indices(x: Any, name: str) -> np.ndarray:
     """Integer indices as int64 (raveled); floats and booleans (a mask is not a list of indices) raise."""
     idx = np.asarray(x)

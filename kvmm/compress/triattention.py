@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from kvmm._validate import as_count
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.rope import as_vectors
 from kvmm.errors import BadInputError, CalibrationError, ShapeError, UnknownSequenceError
@@ -82,8 +83,8 @@ class TriAttentionScorer:
     def __post_init__(self) -> None:
         if not isinstance(self.calibration, Calibration):
             raise BadInputError(f"calibration must be a Calibration, got {type(self.calibration).__name__}")
-        if isinstance(self.layer, bool) or not isinstance(self.layer, (int, np.integer)) \
-                or not 0 <= self.layer < self.calibration.num_layers:
+        self.layer = as_count(self.layer, "layer")
+        if self.layer >= self.calibration.num_layers:
             raise BadInputError(f"layer must be an int in [0, {self.calibration.num_layers}), got {self.layer!r}")
         if self.aggregation not in ("mean", "max"):
             raise BadInputError(f"aggregation must be 'mean' or 'max', got {self.aggregation!r}")
@@ -99,8 +100,10 @@ class TriAttentionScorer:
         # The norm term: the part of E|q_f| that the center does not explain.
         extra = self.calibration.q_abs_mean[self.layer] - q_center_abs
         self._norm_weight = np.ascontiguousarray(self._scale * extra if self.norm_term else np.zeros_like(extra))
-        # mean_o exp(i omega_f o): all offsets folded into one complex weight per frequency.
-        self._offset_weight = np.exp(1j * np.outer(self.offsets, self._omega)).mean(axis=0)
+        # exp(i omega_f o) per offset (offsets, F), used by "max"; its mean over the offsets folds
+        # them all into one complex weight per frequency, used by "mean".
+        self._offset_phase = np.exp(1j * np.outer(self.offsets, self._omega))
+        self._offset_weight = self._offset_phase.mean(axis=0)
         # exp(i omega_f r) for r = 0..255: the low half of the phase tables, fixed per scorer.
         low = np.exp(1j * np.outer(np.arange(_TABLE_LOW, dtype=np.float64), self._omega))
         self._low_table = (np.ascontiguousarray(low.real), np.ascontiguousarray(low.imag))
@@ -167,7 +170,7 @@ class TriAttentionScorer:
         base = self._scale * self._q_center * np.exp(1j * self._omega * now)  # (H, F)
         if self.aggregation == "mean":
             return (base * self._offset_weight)[:, None, :]
-        return base[:, None, :] * np.exp(1j * np.outer(self.offsets, self._omega))[None, :, :]
+        return base[:, None, :] * self._offset_phase[None, :, :]
 
     def _prepare(self, keys: Any, positions: Any, post_rope: bool):
         rope = self.calibration.rope
@@ -390,10 +393,8 @@ class TriAttentionPolicy:
     def __post_init__(self) -> None:
         if not isinstance(self.scorer, TriAttentionScorer):
             raise BadInputError(f"scorer must be a TriAttentionScorer, got {type(self.scorer).__name__}")
-        for name in ("budget", "interval"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise BadInputError(f"{name} must be an integer >= 1, got {v!r}")
+        self.budget = as_count(self.budget, "budget", minimum=1)
+        self.interval = as_count(self.interval, "interval", minimum=1)
         if self.table is not None and not callable(getattr(self.table, "evict", None)):
             raise BadInputError("table must have an evict(seq_id, logical_positions) method")
 
@@ -500,9 +501,7 @@ class TriAttentionPolicy:
         than the number of live tokens.
         """
         state = self._state(seq_id)
-        b = self.budget if budget is None else budget
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
-            raise BadInputError(f"budget must be an integer >= 1, got {b!r}")
+        b = self.budget if budget is None else as_count(budget, "budget", minimum=1)
         n = state.keys.shape[0]
         if b > n:
             raise BadInputError(f"budget {b} is larger than the {n} live tokens of sequence {seq_id}")
