@@ -31,6 +31,11 @@ def size(full: int, smoke: int) -> int:
     return smoke if SCALE == "smoke" else full
 
 
+def info(benchmark, role: str, label: str, items, unit: str) -> None:
+    """Record the convention's fields: ``role`` ("kvmm" or "baseline"), ``label``, ``items`` per call, ``unit``."""
+    benchmark.extra_info.update(role=role, label=label, items=items, unit=unit)
+
+
 def warm(fn, *args, **kwargs):
     """Call ``fn`` once (compiles numba kernels) and return its result."""
     return fn(*args, **kwargs)

@@ -12,16 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.conftest import size, warm
+from bench.conftest import info, size, warm
 from kvmm.allocators import BlockAllocator
 from tests.naive.allocator import NaiveBlockAllocator
 
 POOL = 8192
 SECRET = bytes(range(16))
-
-
-def info(benchmark, role, label, items, unit):
-    benchmark.extra_info.update(role=role, label=label, items=items, unit=unit)
 
 
 def pair():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.conftest import size, warm
+from bench.conftest import info, size, warm
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.compress import H2OScorer, ScissorhandsScorer, SnapKVScorer, select_victims
 from tests.naive import scorers as naive_scorers
@@ -20,10 +20,6 @@ from tests.naive.allocator import NaiveBlockAllocator
 from tests.naive.token_table import NaiveTokenTable
 
 BS = 16
-
-
-def info(benchmark, role, label, items, unit):
-    benchmark.extra_info.update(role=role, label=label, items=items, unit=unit)
 
 
 # ------------------------------------------------------------------ evict + plan + commit
