@@ -24,11 +24,11 @@ __all__ = ["Report", "SECTIONS", "run_sections", "format_table"]
 
 #: (section name, module path).  The module defines ``reproduce(report)``.
 SECTIONS: list[tuple[str, str]] = [
-    ("allocator", "kvmm.allocators._reproduce"),
-    ("vtoken", "kvmm.allocators._reproduce_vtoken"),
-    ("working-set", "kvmm.policies._reproduce_working_set"),
-    ("tempokv", "kvmm.sim._reproduce"),
-    ("triattention", "kvmm.compress._reproduce"),
+    ("allocator", "kvmm.reproduce.prefix_cache"),
+    ("vtoken", "kvmm.reproduce.vtoken"),
+    ("working-set", "kvmm.reproduce.efficientagent"),
+    ("tempokv", "kvmm.reproduce.tempokv"),
+    ("triattention", "kvmm.reproduce.triattention"),
 ]
 
 

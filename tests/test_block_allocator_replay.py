@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvmm.allocators._reproduce import replay
+from kvmm.reproduce.prefix_cache import replay
 from kvmm.traces import load_mooncake
 from tests.naive.allocator import NaiveBlockAllocator
 

@@ -39,7 +39,7 @@ def test_simulate_bad_input(capsys):
 
 
 def test_reproduce_quick(tmp_path):
-    from kvmm.sim._reproduce import reproduce
+    from kvmm.reproduce.tempokv import reproduce
 
     rep = Report(out=tmp_path, quick=True, progress_enabled=False, stream=io.StringIO())
     reproduce(rep)

@@ -5,7 +5,7 @@ import pytest
 
 from kvmm.policies import AdmissionRequest, RefillFilter, StoreThreshold, WriteAll
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies._reproduce_working_set import GPUS, MODELS, replay_two_tier
+from kvmm.reproduce.efficientagent import GPUS, MODELS, replay_two_tier
 from kvmm.tiers.spec import preset
 from kvmm.traces import agent_trace
 from kvmm.policies.stack_distance import _fenwick_of

@@ -4,7 +4,7 @@ import io
 
 import numpy as np
 
-from kvmm.allocators import _reproduce_vtoken as rv
+from kvmm.reproduce import vtoken as rv
 from kvmm.report import Report
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kvmm.allocators._reproduce_vtoken import DecodeCostModel, sla_comparison, sla_throughput
+from kvmm.reproduce.vtoken import DecodeCostModel, sla_comparison, sla_throughput
 from kvmm.errors import BadInputError, DTypeError
 
 

@@ -15,7 +15,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 from pathlib import Path
 from kvmm.report import Report
-from kvmm.compress import _reproduce
+from kvmm.reproduce import triattention as _reproduce
 buf = io.StringIO()
 report = Report(out=Path(sys.argv[1]), quick=True, progress_enabled=False, stream=buf)
 _reproduce.reproduce(report)

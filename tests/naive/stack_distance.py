@@ -133,7 +133,7 @@ def shards_fixed_size(keys, max_keys: int):
 
 
 def two_tier_classes(requests, gpu_blocks: int, host_blocks: int, admit):
-    """Plain-Python GPU + host LRU replay (the model of ``_reproduce_working_set``).
+    """Plain-Python GPU + host LRU replay (the model of ``kvmm.reproduce.efficientagent``).
 
     ``requests``: list of key lists in prefix order; ``admit(keys, in_host, gpu_hit) -> mask``.
     Returns per-request block classes (0 GPU hit, 1 host load, 2 recompute) and blocks written.
