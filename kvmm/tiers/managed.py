@@ -138,6 +138,44 @@ class ManagedTier:
                 self.policy.on_access(k)
         return out
 
+    def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
+        """Which of ``keys`` this object manages (a bool mask); no policy event.
+
+        Runtime complexity: O(len(keys)).
+        """
+        sizes = self._sizes
+        return np.fromiter((normalize_key(k) in sizes for k in keys), dtype=bool)
+
+    def access_or_put_size_many(self, keys: Iterable[Hashable], nbytes: int, write: Any) -> np.ndarray:
+        """Offer a request's blocks in order: a managed key is accessed (``on_access``), a missing
+        key whose ``write`` flag is set is stored with :meth:`put_size` (evicting as needed; an
+        earlier key of the same call may be evicted by a later one, exactly as with separate
+        calls).  Returns the mask of keys found (the hits).  Needs a backend with ``put_size``.
+
+        Runtime complexity: O(len(keys)) policy events plus the victims examined.
+        """
+        if not hasattr(self.backend, "put_size"):
+            raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
+        nbytes = as_count(nbytes, "nbytes")
+        ks = [normalize_key(k) for k in keys]
+        flags = np.asarray(write, dtype=bool)
+        if flags.shape != (len(ks),):
+            raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
+        if nbytes > self.backend.capacity_bytes and flags.any():
+            raise CapacityExceededError(
+                f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {self.backend.capacity_bytes} bytes")
+        sizes = self._sizes
+        on_access = self.policy.on_access
+        put_size = self.backend.put_size
+        hit = np.zeros(len(ks), dtype=bool)
+        for i, (k, w) in enumerate(zip(ks, flags.tolist())):
+            if k in sizes:
+                hit[i] = True
+                on_access(k)
+            elif w:
+                self._put(k, nbytes, lambda kk: put_size(kk, nbytes), ())
+        return hit
+
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
         self.backend.delete(k)
