@@ -55,7 +55,7 @@ def run_engine(cfg: SimConfig):
     return res, engines[0]
 
 
-def make_engine(cfg: SimConfig):
+def make_engine(cfg: SimConfig, **kw):
     """An engine built but not run (tests drive its pieces)."""
     from kvmm.policies.ledger import CommitmentLedger
     from kvmm.sim.engine import Engine
@@ -65,7 +65,7 @@ def make_engine(cfg: SimConfig):
 
     t = resolve_trace(cfg.workload, cfg.max_requests)
     m = model(cfg.model)
-    return Engine(cfg, m, t, arrival_times(t, m, cfg), CommitmentLedger, None)
+    return Engine(cfg, m, t, arrival_times(t, m, cfg), CommitmentLedger, None, **kw)
 
 
 def finish(eng):
