@@ -1,4 +1,4 @@
-"""kvmm.sim: a serving simulator composed from kvmm's own structures (TempoKV staging, PD).
+"""kvmm.sim: a serving simulator composed from kvmm's own structures (TempoKV staging).
 
 ``simulate(SimConfig(...)) -> SimResult``; ``sweep(configs, executor=None)`` runs many on any
 ``concurrent.futures.Executor``.  The hierarchy is a ``BlockAllocator`` GPU pool plus
@@ -13,7 +13,6 @@ import importlib
 _LAZY = {
     "SimConfig": "kvmm.sim.config",
     "TierLevel": "kvmm.sim.config",
-    "PDConfig": "kvmm.sim.config",
     "GiB": "kvmm.sim.config",
     "SimResult": "kvmm.sim.simulator",
     "simulate": "kvmm.sim.simulator",

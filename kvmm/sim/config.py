@@ -1,4 +1,4 @@
-"""Configuration of the composed serving simulator: :class:`SimConfig`, :class:`TierLevel`, :class:`PDConfig`.
+"""Configuration of the composed serving simulator: :class:`SimConfig`, :class:`TierLevel`.
 
 Everything here is plain, frozen, picklable data (so :func:`kvmm.sim.sweep` can ship configs to
 other processes).  Policies are given by registered name or as any object that satisfies the
@@ -26,7 +26,7 @@ from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import TierSpec, preset
 from kvmm.traces.mooncake import MooncakeTrace
 
-__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
+__all__ = ["SimConfig", "TierLevel", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
 
 GiB = 1 << 30
 
@@ -68,34 +68,6 @@ class TierLevel:
         return self.spec.name
 
 
-@dataclass(frozen=True)
-class PDConfig:
-    """Prefill/decode disaggregation: ``prefill_instances`` compute prompts and hand each
-    request's KV to one of ``decode_instances`` over ``link`` (a TierSpec: bandwidth, latency;
-    see :func:`kvmm.tiers.spec.link_preset`).  ``layerwise_overlap``: the transfer of layer
-    ``i`` overlaps the prefill of the later layers (only the last layer's share follows the
-    prefill), as Mooncake / NIXL layer-wise transfer does."""
-
-    prefill_instances: int = 1
-    decode_instances: int = 1
-    link: Any = "rdma400"
-    layerwise_overlap: bool = True
-
-    def __post_init__(self) -> None:
-        as_count(self.prefill_instances, "prefill_instances", minimum=1)
-        as_count(self.decode_instances, "decode_instances", minimum=1)
-        link = self.link
-        if isinstance(link, str):
-            from kvmm.tiers.spec import link_preset
-
-            link = link_preset(link)
-        if not isinstance(link, TierSpec):
-            raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
-        object.__setattr__(self, "link", link)
-        if not isinstance(self.layerwise_overlap, bool):
-            raise BadInputError(f"layerwise_overlap must be a bool, got {self.layerwise_overlap!r}")
-
-
 def _default_tiers() -> tuple:
     return (TierLevel(preset("nvme"), eviction="lru", admission="write-all"),)
 
@@ -129,7 +101,6 @@ class SimConfig:
     recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
     high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
     priority_seed: int = 0  # seeds the draw of each request's class
-    pd: Any = None  # a PDConfig: prefill/decode disaggregation
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -166,8 +137,6 @@ class SimConfig:
         as_count(self.priority_seed, "priority_seed")
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
-        if self.pd is not None and not isinstance(self.pd, PDConfig):
-            raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
             raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
 
