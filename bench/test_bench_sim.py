@@ -1,6 +1,7 @@
 """Simulator requests per second on the bundled conversation trace.
 
-Baseline: the same simulation (same event loop, same policy, same results) with the
+Default composed hierarchy (BlockAllocator GPU pool, one NVMe ManagedTier with LRU + write-all,
+CXL staging through the CommitmentLedger), load 0.7.  Baseline: the same simulation (same event loop, same policy, same results) with the
 plain-Python reference ledger (tests/naive/ledger.py) in place of the numba CommitmentLedger.
 The event loop itself is Python in both, so the ratio shows what the ledger costs inside a
 whole simulation, not the ledger alone (bench/test_bench_ledger.py measures that).
@@ -15,7 +16,7 @@ from kvmm.sim.simulator import SimConfig, simulate
 from tests.naive.ledger import NaiveLedger
 
 REQUESTS = size(2_000, 60)
-CONFIG = SimConfig(workload="conversation", max_requests=REQUESTS, time_scale=2.0, policy="timely", gpu_cache_bytes=0)
+CONFIG = SimConfig(workload="conversation", max_requests=REQUESTS, policy="timely")  # default hierarchy, load 0.7
 
 
 def _bench(benchmark, factory, role, label):
