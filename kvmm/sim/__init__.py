@@ -13,6 +13,7 @@ import importlib
 _LAZY = {
     "SimConfig": "kvmm.sim.config",
     "TierLevel": "kvmm.sim.config",
+    "PDConfig": "kvmm.sim.config",
     "GiB": "kvmm.sim.config",
     "SimResult": "kvmm.sim.simulator",
     "simulate": "kvmm.sim.simulator",

@@ -4,9 +4,11 @@ Spelling (each flag's bad part is named in a one-line error)::
 
     kvmm simulate --trace conversation --load 0.8 \\
         --tier dram:64GiB:arc:write-all --tier nvme:2TiB:lru:refill-filter \\
-        --staging all
+        --staging all --pd 5x1:rdma400
 
-``--tier PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` (repeatable, fastest first): a tier preset
+``--pd PxD:LINK[:serial]``: P prefill and D decode instances joined by a link preset
+(``kvmm.tiers.spec.LINK_PRESETS``); ``:serial`` sends the KV after the prefill instead of layer by
+layer.  ``--tier PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` (repeatable, fastest first): a tier preset
 (``kvmm.tiers.PRESETS``), a size (``B``, ``KiB``..``TiB``, ``KB``..``TB``; ``-`` keeps the
 preset's), an eviction policy name (``lru``, ``fifo``, ``lfu``, ``arc``) and an admission policy
 name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``--staging``:
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-kv", default="96GiB", metavar="SIZE", help="GPU memory for the KV pool (default 96GiB)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
     parser.add_argument("--instances", type=int, default=1, help="colocated instances, requests dealt round-robin (default 1)")
+    parser.add_argument("--pd", default=None, metavar="PxD:LINK[:serial]",
+                        help="prefill/decode disaggregation, e.g. 2x4:rdma400 (links: nvlink, supernode, rdma200, "
+                             "rdma400, cross-dc; ':serial' turns layer-wise overlap off)")
     parser.add_argument("--high-priority-share", type=float, default=0.0, metavar="F",
                         help="share of requests in a high-priority class that jumps the queue (default 0)")
     parser.add_argument("--recompute", action="store_true",
@@ -86,6 +91,19 @@ def parse_tier(text: str):
     return TierLevel(parts[0], eviction=eviction, admission=admission, capacity_bytes=size)
 
 
+def parse_pd(text: str):
+    """``PxD:LINK[:serial]`` -> PDConfig."""
+    from kvmm.sim.config import PDConfig
+    from kvmm.tiers.spec import LINK_PRESETS
+
+    m = re.fullmatch(r"(\d+)x(\d+):([\w.-]+)(:serial)?", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise BadInputError(f"--pd {text!r}: expected PxD:LINK[:serial] with P, D >= 1, e.g. 2x4:rdma400")
+    if m.group(3) not in LINK_PRESETS:
+        raise BadInputError(f"--pd {text!r}: unknown link {m.group(3)!r}; expected one of {sorted(LINK_PRESETS)}")
+    return PDConfig(int(m.group(1)), int(m.group(2)), m.group(3), layerwise_overlap=m.group(4) is None)
+
+
 def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
     from kvmm.sim.config import SimConfig
@@ -108,6 +126,9 @@ def build_configs(args: argparse.Namespace) -> list:
         raise BadInputError(f"--fast-tier {args.fast_tier!r}: expected PRESET[:SIZE] with a preset in {sorted(PRESETS)}")
     fast_spec = preset(fast[0], parse_size(fast[1], f"--fast-tier {args.fast_tier!r}") if len(fast) > 1 else None)
     tiers = tuple(parse_tier(t) for t in (args.tier or ["nvme"]))
+    pd = parse_pd(args.pd) if args.pd else None
+    if pd is not None:
+        staging = ("timely",)  # PD runs model no lower tier and no staging: one run
     workload = args.trace
     if args.workload_ratio is not None:
         workload = Workload(num_requests=args.requests, prefix_ratio=args.workload_ratio, seed=args.seed)
@@ -115,7 +136,7 @@ def build_configs(args: argparse.Namespace) -> list:
                       time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=args.instances,
                       gpu_kv_bytes=parse_size(args.gpu_kv, "--gpu-kv"), gpu_prefix_cache=not args.no_gpu_prefix_cache,
                       tiers=tiers, fast_tier=fast_spec, policy=p, high_priority_share=args.high_priority_share,
-                      recompute_fallback=args.recompute)
+                      recompute_fallback=args.recompute, pd=pd)
             for p in staging]
 
 
@@ -138,6 +159,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for r in results:
             print(json.dumps(r.as_dict()))
+        return 0
+    if any(r.policy == "pd" for r in results):
+        print(format_table(["serving", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "TPOT p95 ms", "KV over links GiB",
+                            "busiest link busy"],
+                           [(r.label, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(1000 * r.tpot_p50, 1),
+                             round(1000 * r.tpot_p95, 1), round(r.kv_bytes_transferred / GiB, 1),
+                             f"{100 * r.link_busy_share:.1f} %") for r in results]))
         return 0
     rows = [(r.policy, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(r.tpot_p50 * 1000, 1),
              round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),

@@ -26,7 +26,7 @@ from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import TierSpec, preset
 from kvmm.traces.mooncake import MooncakeTrace
 
-__all__ = ["SimConfig", "TierLevel", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
+__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
 
 GiB = 1 << 30
 
@@ -68,6 +68,38 @@ class TierLevel:
         return self.spec.name
 
 
+@dataclass(frozen=True)
+class PDConfig:
+    """Prefill/decode disaggregation: ``prefill_instances`` compute prompts and hand each
+    request's KV to one of ``decode_instances`` over ``link`` (a TierSpec or a name in
+    :data:`kvmm.tiers.spec.LINK_PRESETS`: bandwidth per direction and latency).  Each decode
+    instance has one ingress link, a FIFO queue.  ``layerwise_overlap``: layer ``i``'s KV is sent
+    while later layers are computed (only the last layer's share follows the prefill)."""
+
+    prefill_instances: int = 1
+    decode_instances: int = 1
+    link: Any = "rdma400"
+    layerwise_overlap: bool = True
+
+    def __post_init__(self) -> None:
+        as_count(self.prefill_instances, "prefill_instances", minimum=1)
+        as_count(self.decode_instances, "decode_instances", minimum=1)
+        link = self.link
+        if isinstance(link, str):
+            from kvmm.tiers.spec import link_preset
+
+            link = link_preset(link)
+        if not isinstance(link, TierSpec):
+            raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
+        object.__setattr__(self, "link", link)
+        if not isinstance(self.layerwise_overlap, bool):
+            raise BadInputError(f"layerwise_overlap must be a bool, got {self.layerwise_overlap!r}")
+
+    @property
+    def instances(self) -> int:
+        return self.prefill_instances + self.decode_instances
+
+
 def _default_tiers() -> tuple:
     return (TierLevel(preset("nvme"), eviction="lru", admission="write-all"),)
 
@@ -101,6 +133,7 @@ class SimConfig:
     recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
     high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
     priority_seed: int = 0  # seeds the draw of each request's class
+    pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.pd)
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -137,6 +170,8 @@ class SimConfig:
         as_count(self.priority_seed, "priority_seed")
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
+        if self.pd is not None and not isinstance(self.pd, PDConfig):
+            raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
             raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
 

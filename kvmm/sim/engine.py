@@ -107,6 +107,8 @@ class Engine:
             initial_rate=cfg.initial_rate or model.prefill_tokens_per_s)
         self.policy = None if self.write_through else make_staging_policy(cfg.policy, self.ledger)
         self.grant_on_claim = cfg.policy in ("immediate", "immediate-edf")
+        self.timely = cfg.policy == "timely"
+        self.freed_since_poll = False
         self.fast_lru = None
         if self.write_through:
             self.fast_lru = ManagedTier(SimulatedTier(cfg.fast_tier.capacity_bytes, spec=cfg.fast_tier), LRUPolicy())
@@ -137,7 +139,7 @@ class Engine:
         while done < self.n:
             self._events_until(now, waiting)
             if self.ungranted:
-                self._start_transfers(self.policy.due(now), now)
+                self._poll(now)
             admitted = self._admit(waiting, len(running), now)
             if not admitted and not running:
                 nxt = self._next_event_time()
@@ -167,6 +169,7 @@ class Engine:
             if claims_done:
                 self._events_until(now + load_s, waiting)
                 ledger.release(claims_done, now=now + load_s)
+                self.freed_since_poll = True
                 for cid in claims_done:
                     self.claim_owner.pop(cid, None)
             self._events_until(now + dt, waiting)
@@ -251,7 +254,11 @@ class Engine:
                 self._arrive(na, waiting)
                 self.next_arrival = na + 1
             else:
-                self._start_transfers(self.policy.due(tp), tp)
+                # the controller's clock.  Only timely staging triggers on time alone; the others
+                # grant pending claims as capacity frees, so a tick with no release since the last
+                # poll would grant nothing (skipped: same result, less work)
+                if self.timely or self.freed_since_poll:
+                    self._poll(tp)
                 self.next_poll = tp + self.cfg.poll_interval_s
 
     def _next_event_time(self) -> float | None:
@@ -310,9 +317,13 @@ class Engine:
         self.ungranted += 1
         self.policy.on_claim(cid, t)
         if self.grant_on_claim:
-            self._start_transfers(self.policy.due(t), t)
+            self._poll(t)
         if nbytes < slow_tokens * self.kvb:
             self.prefill_tokens[r] += slow_tokens - nbytes // self.kvb
+
+    def _poll(self, now: float) -> None:
+        self.freed_since_poll = False
+        self._start_transfers(self.policy.due(now), now)
 
     def _start_transfers(self, granted, now: float) -> None:
         for cid in np.asarray(granted, dtype=np.int64).tolist():
@@ -385,7 +396,7 @@ class Engine:
                 continue
             if cid >= 0 and not bool(led.need([cid], now=now)[0]):
                 if int(led.state_of([cid])[0]) != STAGING:
-                    self._start_transfers(self.policy.due(now), now)
+                    self._poll(now)
                 if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
                     room -= 1
                     kept.append(r)  # waits for its KV: a batch slot, no prefill budget
@@ -472,6 +483,7 @@ class Engine:
         elif state == STAGING:
             self.cancelled.add(cid)  # its copy is in flight: drop it when it completes
         self.ledger.release([cid], now=now)
+        self.freed_since_poll = True
         self.claim_owner.pop(cid, None)
         self.staged_bytes[r] = 0
         self.staged_blocks[r] = 0

@@ -39,14 +39,14 @@ class Hierarchy:
     """
 
     def __init__(self, cfg: SimConfig, block_bytes: int, *, gpu_kv_bytes: int | None = None,
-                 with_tiers: bool = True, record_ops: bool = False) -> None:
+                 with_tiers: bool = True, prefix_cache: bool | None = None, record_ops: bool = False) -> None:
         kv = cfg.gpu_kv_bytes if gpu_kv_bytes is None else gpu_kv_bytes
         num_blocks = kv // block_bytes
         if num_blocks < 1:
             raise BadInputError(f"gpu_kv_bytes={kv} holds no {block_bytes}-byte block; expected at least one block")
         self.block_bytes = block_bytes
         self.pool = BlockAllocator(num_blocks, MOONCAKE_BLOCK_TOKENS, secret=bytes(16))
-        self.prefix_cache = cfg.gpu_prefix_cache
+        self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache
         levels = cfg.tiers if with_tiers else ()
         self.levels = levels
         self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))

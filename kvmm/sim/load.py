@@ -8,7 +8,7 @@ hierarchy (every block computed once, reused for free afterwards):
 * its output tokens at the per-sequence cost of a full decode batch
   (``decode_step_seconds(max_batch) / max_batch``).
 
-``load = offered_seconds / (instances x arrival span)``: the arrivals (their gaps, order kept) are
+``load = offered_seconds / (instances x arrival span)`` (with PD: prefill + decode instances): the arrivals (their gaps, order kept) are
 stretched or compressed by one factor to reach the target.  The estimate ignores reading hits
 and imperfect batching, so the engine saturates somewhat below ``load = 1``; the simulator warns
 (:class:`~kvmm.sim.engine.QueueGrowthWarning`) when the queue grows without bound.
@@ -48,4 +48,5 @@ def arrival_times(trace: MooncakeTrace, model: ModelSpec, cfg) -> np.ndarray:
     span = float(t[-1]) if t.size else 0.0
     if span <= 0.0:
         return t
-    return t * (offered_seconds(trace, model) / (cfg.load * span * cfg.instances))
+    instances = cfg.pd.instances if cfg.pd is not None else cfg.instances
+    return t * (offered_seconds(trace, model) / (cfg.load * span * instances))

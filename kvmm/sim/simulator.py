@@ -2,7 +2,8 @@
 
 The engine (:mod:`kvmm.sim.engine`) schedules requests over a :class:`~kvmm.sim.hierarchy.Hierarchy`
 (GPU ``BlockAllocator`` + ``ManagedTier`` lower tiers + admission policies) and stages lower-tier
-hits through a ``StagingPolicy`` and the ``CommitmentLedger``.  Arrivals are rescaled to the target
+hits through a ``StagingPolicy`` and the ``CommitmentLedger``; with ``pd=PDConfig(...)`` prefill
+and decode run on separate instances joined by a link (:mod:`kvmm.sim.pd`).  Arrivals are rescaled to the target
 ``load`` (:mod:`kvmm.sim.load`).  Everything is deterministic: same config -> same result.
 """
 
@@ -15,14 +16,14 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.policies.ledger import CommitmentLedger
-from kvmm.sim.config import GiB, SimConfig, TierLevel
+from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel
 from kvmm.sim.engine import Engine, QueueGrowthWarning
 from kvmm.sim.load import arrival_times
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
 from kvmm.traces.mooncake import MooncakeTrace, load_mooncake
 
-__all__ = ["SimConfig", "SimResult", "TierLevel", "simulate", "GiB", "QueueGrowthWarning"]
+__all__ = ["SimConfig", "SimResult", "TierLevel", "PDConfig", "simulate", "GiB", "QueueGrowthWarning"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class SimResult:
     tier_evictions: tuple
     steps: int
     max_waiting: int
+    kv_bytes_transferred: int = 0  # PD: prefill -> decode KV bytes over the links
+    link_busy_share: float = 0.0  # PD: busy time of the busiest link / duration
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +86,10 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     m = resolve_model(config.model)
     arrival = arrival_times(trace, m, config)
     factory = ledger_factory or CommitmentLedger
+    if config.pd is not None:
+        from kvmm.sim.pd import simulate_pd
+
+        return simulate_pd(config, m, trace, arrival, progress)
     if config.instances == 1:
         eng = Engine(config, m, trace, arrival, factory, progress)
         end = eng.run()

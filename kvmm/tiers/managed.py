@@ -167,13 +167,20 @@ class ManagedTier:
         sizes = self._sizes
         on_access = self.policy.on_access
         put_size = self.backend.put_size
+        backend = self.backend
+        capacity = backend.capacity_bytes
         hit = np.zeros(len(ks), dtype=bool)
         for i, (k, w) in enumerate(zip(ks, flags.tolist())):
             if k in sizes:
                 hit[i] = True
                 on_access(k)
             elif w:
-                self._put(k, nbytes, lambda kk: put_size(kk, nbytes), ())
+                if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
+                    put_size(k, nbytes)
+                    sizes[k] = nbytes
+                    self._policy_insert(k, nbytes)
+                else:
+                    self._put(k, nbytes, lambda kk: put_size(kk, nbytes), ())
         return hit
 
     def delete(self, key: Hashable) -> None:
