@@ -12,8 +12,8 @@ on the same arrivals, hierarchy and parameters (no slack for any policy: ``margi
 
 Experiments: the bundled Mooncake conversation trace at loads 0.6, 0.8 and 0.95 (arrivals
 rescaled, no randomness: one run each), and on a seeded shared-prefix workload (three seeds,
-mean +- std) the scenarios a slow remote tier (the ``dfs`` preset) and staging bandwidth at 50 %
-of nominal.  The goal checked per cell: >= 50 % less protected byte-time than immediate staging
+mean +- std) the scenarios bursty arrivals (a Markov-modulated Poisson process) at loads 0.6, 0.8
+and 0.95, a slow remote tier (the ``dfs`` preset) and staging bandwidth at 50 % of nominal.  The goal checked per cell: >= 50 % less protected byte-time than immediate staging
 with p95 TTFT within 5 % of the best baseline.  The recompute fallback is off everywhere.
 """
 
@@ -31,17 +31,20 @@ BASELINES = ("on-demand", "immediate", "immediate-edf", "write-through-lru")
 LOADS = (0.6, 0.8, 0.95)
 SEEDS = (0, 1, 2)
 PAPER_REDUCTION = "63-91 %"
+# scenario -> (SimConfig changes, Workload changes); loads as listed
 SCENARIOS = {
-    "nominal (NVMe tier, staged at 85 % of its bandwidth)": {},
-    "slow remote tier (dfs preset: 40 GB/s, 500 us)": {"tiers": (TierLevel("dfs"),)},
-    "staging bandwidth at 50 % of nominal": {"stage_efficiency": 0.5},
+    "nominal (NVMe tier, staged at 85 % of its bandwidth)": ({}, {}),
+    "bursty arrivals (MMPP, rates 1.8x / 0.2x, 30 s phases)": ({}, {"burstiness": 0.8}),
+    "slow remote tier (dfs preset: 40 GB/s, 500 us)": ({"tiers": (TierLevel("dfs"),)}, {}),
+    "staging bandwidth at 50 % of nominal": ({"stage_efficiency": 0.5}, {}),
 }
+BURSTY = "bursty arrivals (MMPP, rates 1.8x / 0.2x, 30 s phases)"
 
 
 def reproduce(report) -> None:
     quick = bool(getattr(report, "quick", False))
-    n_trace = 150 if quick else 1000
-    n_wl = 80 if quick else 300
+    n_trace = 150 if quick else 800
+    n_wl = 80 if quick else 240
     loads = LOADS[1:2] if quick else LOADS
     seeds = SEEDS[:1] if quick else SEEDS
     scenarios = dict(list(SCENARIOS.items())[:1]) if quick else SCENARIOS
@@ -58,7 +61,8 @@ def reproduce(report) -> None:
         "arrival span; arrivals keep the trace's order and relative gaps.  Assumptions: output blocks are "
         "reserved at scheduling; lower tiers are written through; the recompute fallback is off; no policy has "
         "a tuned slack (margin 0).")
-    n_runs = len(loads) * len(POLICIES) + len(scenarios) * len(seeds) * len(POLICIES)
+    cells = [(name, ld) for name in scenarios for ld in (loads if name == BURSTY else (0.8,))]
+    n_runs = len(loads) * len(POLICIES) + len(cells) * len(seeds) * len(POLICIES)
     with report.progress(n_runs, "tempokv simulations") as bar:
         trace_res = {}
         for ld in loads:
@@ -66,11 +70,12 @@ def reproduce(report) -> None:
                 trace_res[(ld, p)] = simulate(SimConfig(workload="conversation", max_requests=n_trace, load=ld, policy=p))
                 bar.update(1)
         wl_res = {}
-        for name, kw in scenarios.items():
+        for name, ld in cells:
+            sim_kw, wl_kw = scenarios[name]
             for s in seeds:
-                wl = Workload(num_requests=n_wl, prefix_ratio=0.75, input_tokens=16_384, num_prefixes=40, seed=s)
+                wl = Workload(num_requests=n_wl, prefix_ratio=0.75, input_tokens=16_384, num_prefixes=400, seed=s, **wl_kw)
                 for p in POLICIES:
-                    wl_res[(name, s, p)] = simulate(SimConfig(workload=wl, load=0.8, policy=p, **kw))
+                    wl_res[(name, ld, s, p)] = simulate(SimConfig(workload=wl, load=ld, policy=p, **sim_kw))
                     bar.update(1)
 
     rows = []
@@ -89,25 +94,29 @@ def reproduce(report) -> None:
              "immediate (FIFO) and its p95 TTFT vs the best baseline's; 'met' needs >= 50 % and <= +5 %.")
 
     rows = []
-    for name in scenarios:
-        agg = {p: _mean_std([wl_res[(name, s, p)] for s in seeds]) for p in POLICIES}
+    for name, ld in cells:
+        agg = {p: _mean_std([wl_res[(name, ld, s, p)] for s in seeds]) for p in POLICIES}
         for p in POLICIES:
             a = agg[p]
-            rows.append((name, p, _pm(a["ttft_p95"], 3), _pm(a["bs"], 4), _pm(a["in_time"], 2)))
+            rows.append((name, ld, p, _pm(a["ttft_p95"], 3), _pm(a["bs"], 4), _pm(a["in_time"], 2)))
         reduction = 1 - agg["timely"]["bs"][0] / agg["immediate"]["bs"][0] if agg["immediate"]["bs"][0] else float("nan")
         best = min(agg[p]["ttft_p95"][0] for p in BASELINES)
         delta = agg["timely"]["ttft_p95"][0] / best - 1 if best else float("nan")
         ok = reduction >= 0.5 and delta <= 0.05
-        rows.append((name, "goal", f"{100 * delta:+.1f} % vs best", f"{100 * reduction:.0f} % less than immediate",
+        rows.append((name, ld, "goal", f"{100 * delta:+.1f} % vs best", f"{100 * reduction:.0f} % less than immediate",
                      "met" if ok else "missed"))
     report.table(
-        f"Scenarios on a seeded shared-prefix workload (16k-token prompts, 75 % one of 40 shared contexts; {n_wl} "
-        f"requests, load 0.8; mean +- std over seeds {list(seeds)})",
-        ["scenario", "staging", "TTFT p95 s", "protected GiB*s / req", "ready-in-time share"], rows,
-        note="Bursty (modulated-Poisson) arrivals are not in this section yet.  Where the goal is missed, the table "
-             "says by how much: timely staging commits at the last moment its estimates allow, so an estimate "
-             "error (a slower channel than its model, a shorter queue than predicted) makes it late, while "
-             "immediate staging's early copies absorb it at the price of the held capacity.")
+        f"Scenarios on a seeded shared-prefix workload (16k-token prompts, 75 % one of 400 shared contexts, Zipf 0.8: "
+        f"more than the GPU pool holds; {n_wl} requests; mean +- std over seeds {list(seeds)})",
+        ["scenario", "load", "staging", "TTFT p95 s", "protected GiB*s / req", "ready-in-time share"], rows,
+        note="Why the goal is met or missed: a claim's byte-time under immediate staging is the queueing time before "
+             "its use plus the copy and read time every policy pays; timely staging can only remove the first part.  "
+             "With Poisson arrivals at load 0.8 the queue ahead of a request is short, so there is little to remove "
+             "(single-digit savings with equal TTFT: missed because of the workload, not because of late "
+             "predictions).  Bursty arrivals build queues; there the saving is large with p95 TTFT within noise.  "
+             "A slow tier or a channel at half its nominal speed lengthens the copy both policies pay, so the share "
+             "timely staging can save shrinks.  immediate and immediate-edf coincide here: with one FCFS queue and "
+             "a fast tier that never fills, claim order is use order.")
 
 
 def _goal(res) -> str:
