@@ -15,14 +15,14 @@ from bench.conftest import size
 from kvmm.sim.simulator import SimConfig, simulate
 from tests.naive.ledger import NaiveLedger
 
-REQUESTS = size(2_000, 60)
+REQUESTS = size(12_031, 60)  # the whole conversation trace
 CONFIG = SimConfig(workload="conversation", max_requests=REQUESTS, policy="timely")  # default hierarchy, load 0.7
 
 
 def _bench(benchmark, factory, role, label):
     simulate(SimConfig(workload="conversation", max_requests=20, policy="timely"), ledger_factory=factory)  # warm
     benchmark.extra_info.update(role=role, label=label, items=REQUESTS, unit="requests")
-    res = benchmark.pedantic(lambda: simulate(CONFIG, ledger_factory=factory), rounds=size(3, 1), iterations=1)
+    res = benchmark.pedantic(lambda: simulate(CONFIG, ledger_factory=factory), rounds=size(2, 1), iterations=1)
     assert res.requests == REQUESTS and res.claims > 0
 
 

@@ -19,9 +19,12 @@ with p95 TTFT within 5 % of the best baseline.  The recompute fallback is off ev
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from kvmm.sim.config import GiB, SimConfig, TierLevel
+from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import preset
@@ -43,8 +46,8 @@ BURSTY = "bursty arrivals (MMPP, rates 1.8x / 0.2x, 30 s phases)"
 
 def reproduce(report) -> None:
     quick = bool(getattr(report, "quick", False))
-    n_trace = 150 if quick else 800
-    n_wl = 80 if quick else 240
+    n_trace = 150 if quick else 600
+    n_wl = 80 if quick else 200
     loads = LOADS[1:2] if quick else LOADS
     seeds = SEEDS[:1] if quick else SEEDS
     scenarios = dict(list(SCENARIOS.items())[:1]) if quick else SCENARIOS
@@ -63,7 +66,9 @@ def reproduce(report) -> None:
         "a tuned slack (margin 0).")
     cells = [(name, ld) for name in scenarios for ld in (loads if name == BURSTY else (0.8,))]
     n_runs = len(loads) * len(POLICIES) + len(cells) * len(seeds) * len(POLICIES)
-    with report.progress(n_runs, "tempokv simulations") as bar:
+    with report.progress(n_runs, "tempokv simulations") as bar, warnings.catch_warnings():
+        # bursts at load 0.95 overload the engine for a while: the tables show the queue instead
+        warnings.simplefilter("ignore", QueueGrowthWarning)
         trace_res = {}
         for ld in loads:
             for p in POLICIES:
@@ -98,17 +103,17 @@ def reproduce(report) -> None:
         agg = {p: _mean_std([wl_res[(name, ld, s, p)] for s in seeds]) for p in POLICIES}
         for p in POLICIES:
             a = agg[p]
-            rows.append((name, ld, p, _pm(a["ttft_p95"], 3), _pm(a["bs"], 4), _pm(a["in_time"], 2)))
+            rows.append((name, ld, p, _pm(a["ttft_p95"], 3), _pm(a["bs"], 4), _pm(a["in_time"], 2), _pm(a["queue"], 0)))
         reduction = 1 - agg["timely"]["bs"][0] / agg["immediate"]["bs"][0] if agg["immediate"]["bs"][0] else float("nan")
         best = min(agg[p]["ttft_p95"][0] for p in BASELINES)
         delta = agg["timely"]["ttft_p95"][0] / best - 1 if best else float("nan")
         ok = reduction >= 0.5 and delta <= 0.05
         rows.append((name, ld, "goal", f"{100 * delta:+.1f} % vs best", f"{100 * reduction:.0f} % less than immediate",
-                     "met" if ok else "missed"))
+                     "met" if ok else "missed", ""))
     report.table(
         f"Scenarios on a seeded shared-prefix workload (16k-token prompts, 75 % one of 400 shared contexts, Zipf 0.8: "
         f"more than the GPU pool holds; {n_wl} requests; mean +- std over seeds {list(seeds)})",
-        ["scenario", "load", "staging", "TTFT p95 s", "protected GiB*s / req", "ready-in-time share"], rows,
+        ["scenario", "load", "staging", "TTFT p95 s", "protected GiB*s / req", "ready-in-time share", "max queue"], rows,
         note="Why the goal is met or missed: a claim's byte-time under immediate staging is the queueing time before "
              "its use plus the copy and read time every policy pays; timely staging can only remove the first part.  "
              "With Poisson arrivals at load 0.8 the queue ahead of a request is short, so there is little to remove "
@@ -135,7 +140,8 @@ def _mean_std(results) -> dict:
 
     return {"ttft_p95": ms([r.ttft_p95 for r in results]),
             "bs": ms([r.protected_byte_seconds_per_request / GiB for r in results]),
-            "in_time": ms([r.ready_in_time / r.claims if r.claims else 0.0 for r in results])}
+            "in_time": ms([r.ready_in_time / r.claims if r.claims else 0.0 for r in results]),
+            "queue": ms([r.max_waiting for r in results])}
 
 
 def _pm(pair, digits: int) -> str:

@@ -144,7 +144,7 @@ class ManagedTier:
         Runtime complexity: O(len(keys)).
         """
         sizes = self._sizes
-        return np.fromiter((normalize_key(k) in sizes for k in keys), dtype=bool)
+        return np.fromiter((_key(k) in sizes for k in keys), dtype=bool)
 
     def access_or_put_size_many(self, keys: Iterable[Hashable], nbytes: int, write: Any) -> np.ndarray:
         """Offer a request's blocks in order: a managed key is accessed (``on_access``), a missing
@@ -157,7 +157,7 @@ class ManagedTier:
         if not hasattr(self.backend, "put_size"):
             raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
         nbytes = as_count(nbytes, "nbytes")
-        ks = [normalize_key(k) for k in keys]
+        ks = [_key(k) for k in keys]
         flags = np.asarray(write, dtype=bool)
         if flags.shape != (len(ks),):
             raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
@@ -244,6 +244,11 @@ class ManagedTier:
                     f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
                     f"{need} more bytes are needed (protected: {len(protected)} keys)")
             n *= 2
+
+
+def _key(key: Any) -> Hashable:
+    """:func:`normalize_key`, with plain ints (the common case in batch calls) passed through."""
+    return key if type(key) is int else normalize_key(key)
 
 
 def _takes_second_argument(method: Any) -> bool:
