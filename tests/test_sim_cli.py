@@ -43,6 +43,7 @@ def test_simulate_jobs_match_sequential(capsys):
     (["--load", "heavy"], "heavy"),
     (["--fast-tier", "cxl:lots"], "lots"),
     (["--model", "nope"], "nope"),
+    (["--token-budget", "512", "--scorer", "oracle"], "oracle"),
 ])
 def test_bad_specs_give_one_line_errors_naming_the_bad_part(capsys, args, names):
     assert main(["simulate", "--requests", "5", "--no-progress"] + args) == 2
@@ -68,3 +69,10 @@ def test_simulate_priority_and_recompute_flags(capsys):
     assert main(base + ["--high-priority-share", "0.5"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["claims_recomputed"] == 0
     assert main(base + ["--high-priority-share", "2"]) == 2
+
+
+def test_simulate_with_token_compression(capsys):
+    assert main(["simulate", "--requests", "40", "--staging", "timely", "--scorer", "streamingllm", "--token-budget", "1024",
+                 "--json", "--no-progress"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert row["tokens_evicted"] > 0

@@ -4,8 +4,9 @@ Spelling (each flag's bad part is named in a one-line error)::
 
     kvmm simulate --trace conversation --load 0.8 \\
         --tier dram:64GiB:arc:write-all --tier nvme:2TiB:lru:refill-filter \\
-        --staging all --pd 5x1:rdma400
+        --staging timely --scorer h2o --token-budget 2048
 
+``--token-budget N`` compresses every request to N live tokens (``--scorer``, ``--repack-interval``).
 ``--pd PxD:LINK[:serial]``: P prefill and D decode instances joined by a link preset
 (``kvmm.tiers.spec.LINK_PRESETS``); ``:serial`` sends the KV after the prefill instead of layer by
 layer.  ``--tier PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` (repeatable, fastest first): a tier preset
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pd", default=None, metavar="PxD:LINK[:serial]",
                         help="prefill/decode disaggregation, e.g. 2x4:rdma400 (links: nvlink, supernode, rdma200, "
                              "rdma400, cross-dc; ':serial' turns layer-wise overlap off)")
+    parser.add_argument("--token-budget", type=int, default=None, metavar="N",
+                        help="decode-time token compression: live tokens kept per request (TokenTable + scorer)")
+    parser.add_argument("--scorer", default="h2o", help="token scorer with --token-budget (h2o, scissorhands, snapkv, "
+                                                        "streamingllm, random; default h2o)")
+    parser.add_argument("--repack-interval", type=int, default=64, help="decode tokens between compressions (default 64)")
     parser.add_argument("--high-priority-share", type=float, default=0.0, metavar="F",
                         help="share of requests in a high-priority class that jumps the queue (default 0)")
     parser.add_argument("--recompute", action="store_true",
@@ -136,7 +142,8 @@ def build_configs(args: argparse.Namespace) -> list:
                       time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=args.instances,
                       gpu_kv_bytes=parse_size(args.gpu_kv, "--gpu-kv"), gpu_prefix_cache=not args.no_gpu_prefix_cache,
                       tiers=tiers, fast_tier=fast_spec, policy=p, high_priority_share=args.high_priority_share,
-                      recompute_fallback=args.recompute, pd=pd)
+                      recompute_fallback=args.recompute, pd=pd, token_budget=args.token_budget, scorer=args.scorer,
+                      repack_interval=args.repack_interval)
             for p in staging]
 
 

@@ -134,6 +134,9 @@ class SimConfig:
     high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
     priority_seed: int = 0  # seeds the draw of each request's class
     pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.pd)
+    token_budget: int | None = None  # decode-time token compression: live tokens kept per request
+    scorer: Any = "h2o"  # with token_budget: a scorer name (kvmm.sim.compression.SCORER_NAMES) or TokenScorer object
+    repack_interval: int = 64  # with token_budget: decode tokens between compressions
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -170,6 +173,12 @@ class SimConfig:
         as_count(self.priority_seed, "priority_seed")
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
+        if self.token_budget is not None:
+            as_count(self.token_budget, "token_budget", minimum=1)
+        from kvmm.sim.compression import check_scorer
+
+        check_scorer(self.scorer)
+        as_count(self.repack_interval, "repack_interval", minimum=1)
         if self.pd is not None and not isinstance(self.pd, PDConfig):
             raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):

@@ -76,8 +76,17 @@ class Engine:
         kvb = model.kv_bytes_per_token
         self.kvb = kvb
         self.block_bytes = BT * kvb
-        self.hier = Hierarchy(cfg, self.block_bytes, record_ops=record_ops)
+        self.compressor = None
+        self.hier = Hierarchy(cfg, self.block_bytes, record_ops=record_ops,
+                              prefix_cache=False if cfg.token_budget is not None else None)
+        if cfg.token_budget is not None:
+            from kvmm.sim.compression import Compressor
+
+            self.compressor = Compressor(self.hier.pool, cfg.scorer, cfg.token_budget, cfg.repack_interval,
+                                         seed=cfg.priority_seed)
         biggest = int((np.diff(self.offsets) + self.extra_blocks).max()) if n else 0
+        if self.compressor is not None and n:
+            biggest = max(self.compressor.peak_blocks(int(i), int(o)) for i, o in zip(self.input_len, self.output_len))
         if biggest > self.hier.num_blocks:
             from kvmm.errors import BadInputError
 
@@ -126,6 +135,7 @@ class Engine:
         self.next_poll = 0.0
         self.steps = 0
         self.next_arrival = 0
+        self.max_running = 0
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> float:
@@ -180,6 +190,8 @@ class Engine:
             finished = 0
             if running:
                 run = np.asarray(running, dtype=np.int64)
+                if self.compressor is not None:
+                    self.compressor.grow(running, 1)
                 self.remaining[run] -= 1
                 fin = self.remaining[run] <= 0
                 if fin.any():
@@ -190,12 +202,15 @@ class Engine:
                 self.remaining[r] = self.output_len[r] - 1
                 o0, o1 = self.offsets[r], self.offsets[r + 1]
                 self.hier.offer(self.ids[o0:o1])
+                if self.compressor is not None:
+                    self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:
                     self._lru_write(self.ids[o0:o1].tolist(), now)
                 if self.remaining[r] <= 0:
                     finished += self._finish([r], now)
                 else:
                     running.append(r)
+            self.max_running = max(self.max_running, len(running))
             done += finished
             if self.progress is not None and finished:
                 self.progress(finished)
@@ -207,6 +222,8 @@ class Engine:
         run = np.asarray(running, dtype=np.int64)
         step_s = self.model.decode_step_seconds(len(running))
         k = int(self.remaining[run].min())
+        if self.compressor is not None:
+            k = min(k, self.cfg.repack_interval)
         nxt = self._next_event_time()
         if nxt is not None:
             k = max(1, min(k, int(np.ceil((nxt - now) / step_s - 1e-12))))
@@ -215,6 +232,8 @@ class Engine:
         self._events_until(now + k * step_s, waiting)
         now += k * step_s
         self.steps += k
+        if self.compressor is not None:
+            self.compressor.grow(running, k)
         self.remaining[run] -= k
         fin = self.remaining[run] <= 0
         if fin.any():
@@ -228,7 +247,10 @@ class Engine:
     def _finish(self, rs: list[int], now: float) -> int:
         for r in rs:
             self.finish[r] = now
-            self.hier.release(self.held.pop(r))
+            if self.compressor is not None:
+                self.compressor.finish(r)
+            else:
+                self.hier.release(self.held.pop(r))
         return len(rs)
 
     # ------------------------------------------------------------------ events
@@ -430,11 +452,16 @@ class Engine:
     def _take(self, r: int) -> bool:
         """Give ``r`` its GPU blocks and fix its prefill from the GPU hits found now."""
         o0, o1 = self.offsets[r], self.offsets[r + 1]
-        got = self.hier.take(self.keys[o0:o1], int(self.extra_blocks[r]))
-        if got is None:
-            return False
-        self.held[r] = got[0]
-        h = got[1]
+        if self.compressor is not None:  # the request's KV lives in the token table (no prefix cache)
+            if not self.compressor.start(r, int(self.input_len[r]), int(self.output_len[r])):
+                return False
+            h = 0
+        else:
+            got = self.hier.take(self.keys[o0:o1], int(self.extra_blocks[r]))
+            if got is None:
+                return False
+            self.held[r] = got[0]
+            h = got[1]
         g0, sb = int(self.gpu_at_arrival[r]), int(self.staged_blocks[r])
         covered = h + max(0, g0 + sb - max(h, g0)) if sb else h  # GPU blocks + staged ones beyond them
         inp = int(self.input_len[r])

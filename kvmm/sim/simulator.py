@@ -64,6 +64,8 @@ class SimResult:
     tier_evictions: tuple
     steps: int
     max_waiting: int
+    max_running: int = 0  # largest decode batch seen
+    tokens_evicted: int = 0  # token compression: tokens the scorer evicted
     kv_bytes_transferred: int = 0  # PD: prefill -> decode KV bytes over the links
     link_busy_share: float = 0.0  # PD: busy time of the busiest link / duration
 
@@ -157,7 +159,9 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         tier_block_hits=tuple(int(sum(e.hier.tier_hits[i] for e in engines)) for i in range(tiers)),
         tier_blocks_offered=tuple(int(sum(e.hier.tier_offered[i] for e in engines)) for i in range(tiers)),
         tier_evictions=tuple(int(sum(e.hier.tiers[i].evictions for e in engines)) for i in range(tiers)),
-        steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines))
+        steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines),
+        max_running=max(e.max_running for e in engines),
+        tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None))
 
 
 def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
