@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.conftest import size
+from bench.conftest import SCALE, size
 from kvmm.sim.simulator import SimConfig, simulate
 from tests.naive.ledger import NaiveLedger
 
@@ -23,7 +23,8 @@ def _bench(benchmark, factory, role, label):
     simulate(SimConfig(workload="conversation", max_requests=20, policy="timely"), ledger_factory=factory)  # warm
     benchmark.extra_info.update(role=role, label=label, items=REQUESTS, unit="requests")
     res = benchmark.pedantic(lambda: simulate(CONFIG, ledger_factory=factory), rounds=size(2, 1), iterations=1)
-    assert res.requests == REQUESTS and res.claims > 0
+    assert res.requests == REQUESTS and res.steps > 0
+    assert res.claims > 0 or SCALE == "smoke"  # 60 requests find no lower-tier hit
 
 
 @pytest.mark.benchmark(group="simulate conversation trace (timely)")

@@ -114,3 +114,16 @@ def test_an_unregistered_policy_object_sees_every_event():
     builtin = simulate(lru_config(trace, 64))
     assert (builtin.tier_block_hits, builtin.tier_evictions, builtin.ttft_p95) == \
         (res.tier_block_hits, res.tier_evictions, res.ttft_p95)
+
+
+def test_admission_sees_the_gpu_hits():
+    """SGLang-style selective write-through writes a block once it was hit on the GPU: it needs the
+    pool's hits passed down (a write-all tier holds far more)."""
+    sizes = {}
+    for admission in ("write-all", "selective"):
+        engines = []
+        cfg = SimConfig(workload="conversation", max_requests=REQUESTS, load=0.8, policy="on-demand",
+                        tiers=(TierLevel("dram", admission=admission),))
+        simulate(cfg, engine_hook=engines.append)
+        sizes[admission] = len(engines[0].hier.tiers[0])
+    assert 0 < sizes["selective"] < sizes["write-all"] / 2

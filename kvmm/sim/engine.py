@@ -94,6 +94,7 @@ class Engine:
                                 f"{self.hier.num_blocks} (gpu_kv_bytes={cfg.gpu_kv_bytes}); expected a larger gpu_kv_bytes")
         self.prefill_tokens = np.zeros(n, dtype=np.int64)
         self.gpu_at_arrival = np.zeros(n, dtype=np.int64)  # GPU prefix blocks found at arrival
+        self.gpu_at_take = np.zeros(n, dtype=np.int64)  # GPU prefix blocks the request took (its GPU hits)
         self.staged_blocks = np.zeros(n, dtype=np.int64)  # lower-tier blocks claimed (after the GPU prefix)
         self.staged_bytes = np.zeros(n, dtype=np.int64)
         self.stage_seconds = np.zeros(n)  # copy time of the claim (per-tier bandwidths)
@@ -201,7 +202,7 @@ class Engine:
                 self.first_token[r] = now
                 self.remaining[r] = self.output_len[r] - 1
                 o0, o1 = self.offsets[r], self.offsets[r + 1]
-                self.hier.offer(self.ids[o0:o1])
+                self.hier.offer(self.ids[o0:o1], np.arange(o1 - o0) < self.gpu_at_take[r])
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:
@@ -462,6 +463,7 @@ class Engine:
                 return False
             self.held[r] = got[0]
             h = got[1]
+        self.gpu_at_take[r] = h
         g0, sb = int(self.gpu_at_arrival[r]), int(self.staged_blocks[r])
         covered = h + max(0, g0 + sb - max(h, g0)) if sb else h  # GPU blocks + staged ones beyond them
         inp = int(self.input_len[r])
