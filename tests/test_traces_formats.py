@@ -174,3 +174,15 @@ def test_mooncake_writer_matches_the_bundled_file_line_for_line(tmp_path):
     with open(bundled_trace_path("conversation")) as a, open(path) as b:
         for line_a, line_b in zip(a, b):
             assert json.loads(line_a) == json.loads(line_b)
+
+
+def test_docs_example_runs(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "traces.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/traces.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "3993 requests, 121877 block references" in out and "bailian 16 [1 1 1]" in out
+    assert "requests with a parent turn: 0" in out
