@@ -107,6 +107,7 @@ def test_truncated_and_undecodable_msgpack(tmp_path):
     ([1.0, [["BlockStored", [1.5], None, [], 16, None, "GPU"]]], "block hash must be an integer"),
     ([1.0, [["BlockRemoved", "nope", "GPU"]]], "block_hashes must be a list"),
     ([1.0, [[7]]], "tagged KV event"),
+    ({"ts": 1.0, "events": [{"type": {"a": 1}, "block_hashes": []}]}, "event type must be a string"),
     ({"ts": 1.0, "events": [{"type": "BlockStored", "block_hashes": ["!!"], "block_size": 16}]}, "not base64"),
 ])
 def test_malformed_batches_are_bad_records(tmp_path, bad, match):

@@ -267,11 +267,11 @@ def _event(ev: Any) -> tuple | None:
         fields = dict(zip(_POSITIONAL.get(tag, ()), ev[1:]))
     else:
         raise ValueError(f"expected a tagged KV event (map with 'type' or [tag, ...]), got {str(ev)[:60]!r}")
+    if not isinstance(tag, str):
+        raise ValueError(f"event type must be a string, got {str(tag)[:40]!r}")
     if tag == "AllBlocksCleared":
         return (tag,)
     if tag not in _POSITIONAL:
-        if not isinstance(tag, str):
-            raise ValueError(f"event type must be a string, got {str(tag)[:40]!r}")
         return None
     hashes = fields.get("block_hashes")
     if not isinstance(hashes, (list, tuple)):
