@@ -158,6 +158,12 @@ def test_detection_and_format_override(tmp_path):
 
 def test_save_trace_rejects_bad_arguments(tmp_path):
     trace = load_trace("synthetic")
+    with pytest.raises(BadInputError, match="the mooncake writer takes no option 'medium'"):
+        save_trace(trace, tmp_path / "x.jsonl", "mooncake", medium="GPU")
+    with pytest.raises(BadInputError, match="the mooncake reader takes no option 'medium'; its options are skip_bad"):
+        load_trace("synthetic", medium="GPU")
+    with pytest.raises(BadInputError, match="the bailian reader takes no option 'x'"):
+        next(iter_trace_chunks("synthetic", "bailian", x=1))
     with pytest.raises(BadInputError, match="must be a KVTrace"):
         save_trace("synthetic", tmp_path / "x.jsonl", "mooncake")
     with pytest.raises(BadInputError, match="file path"):

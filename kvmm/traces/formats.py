@@ -22,6 +22,7 @@ else a file whose size is a multiple of 24 is oracle.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -77,6 +78,7 @@ def load_trace(path_or_name: Any, format: str | None = None, *, skip_bad: bool =
     records: :class:`~kvmm.errors.TraceFormatError` unless ``skip_bad``.
     """
     path, fmt = _resolve(path_or_name, format)
+    _check_options(_LOADERS[fmt], options, fmt, "reader")
     if fmt == "mooncake":  # keeps the bundled name as the trace name
         return load_mooncake(path_or_name if isinstance(path_or_name, str) and path_or_name in BUNDLED_TRACES else path,
                              skip_bad=skip_bad, **options)
@@ -90,7 +92,9 @@ def save_trace(trace: KVTrace, path: Any, format: str, **options: Any) -> Path:
         raise BadInputError(f"trace must be a KVTrace, got {type(trace).__name__}")
     if not isinstance(path, (str, Path)) or Path(path).is_dir():
         raise BadInputError(f"path must be a file path (str or Path), got {path!r}")
-    return _WRITERS[format_name(format)](trace, path, **options)
+    fmt = format_name(format)
+    _check_options(_WRITERS[fmt], options, fmt, "writer")
+    return _WRITERS[fmt](trace, path, **options)
 
 
 def detect_format(path_or_name: Any) -> str:
@@ -121,15 +125,29 @@ def iter_trace_chunks(path_or_name: Any, format: str | None = None, *, chunk_ref
     chunk_refs = as_count(chunk_refs, "chunk_refs", minimum=1)
     path, fmt = _resolve(path_or_name, format)
     if fmt == "oracle":
+        if options:
+            raise BadInputError(f"the oracle reader takes no option {', '.join(map(repr, sorted(options)))}")
         return iter_oracle_general_chunks(path, chunk_refs, skip_bad=skip_bad, stats=stats)
     if fmt == "vllm":
+        _check_options(iter_vllm_requests, {**options, "skip_bad": skip_bad}, fmt, "reader")
         records = ((ids,) for _, _, ids, _, _ in iter_vllm_requests(path, skip_bad=skip_bad, stats=stats, **options))
         return block_chunks(records, chunk_refs)
+    if options:
+        raise BadInputError(f"the {fmt} reader takes no option {', '.join(map(repr, sorted(options)))}")
     streams = {"mooncake": iter_mooncake, "bailian": iter_bailian, "lmcache": iter_lmcache}
     records = streams[fmt](path, skip_bad=skip_bad, stats=stats)
     if fmt == "mooncake":
         records = ((rec.hash_ids,) for rec in records)
     return block_chunks(records, chunk_refs)
+
+
+def _check_options(func: Callable, options: dict, fmt: str, what: str) -> None:
+    """Unknown keyword options are bad input, not a ``TypeError`` from deep inside."""
+    accepted = [n for n, p in inspect.signature(func).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise BadInputError(f"the {fmt} {what} takes no option {', '.join(map(repr, unknown))}; "
+                            f"its options are {', '.join(accepted) or 'none'}")
 
 
 def _resolve(path_or_name: Any, format: str | None) -> tuple[Path, str]:

@@ -1,5 +1,9 @@
 """LMCache lookup-hash logs (JSONL): the chunk hashes LMCache looked up for each request.
 
+No published schema was found for these logs; the reader takes the field list kvmm was asked
+to support (``timestamp``, ``request_id``, ``chunk_size``, ``seq_len``, ``chunk_hashes``), one
+JSON object per line, as below.
+
 One JSON object per lookup::
 
     {"timestamp": 1733145600.25, "request_id": "cmpl-7f3a", "chunk_size": 256, "seq_len": 1000,
