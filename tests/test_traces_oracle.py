@@ -49,6 +49,10 @@ def test_torn_and_malformed_records(tmp_path):
     assert stats["bad_lines"] == 1
     with pytest.raises(BadInputError, match="chunk_refs"):
         next(iter_oracle_general_chunks(path, 0))
+    zst = tmp_path / "t.oracleGeneral.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(44))
+    with pytest.raises(BadInputError, match="zstd-compressed; decompress it first"):
+        load_trace(zst)
 
 
 def test_writer_rejects_what_the_format_cannot_hold(tmp_path):

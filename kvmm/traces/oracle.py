@@ -41,6 +41,7 @@ ORACLE_GENERAL_DTYPE = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("size", "<
 assert ORACLE_GENERAL_DTYPE.itemsize == 24
 
 _U32_MAX = 2**32 - 1
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def load_oracle_general(path: Any, *, skip_bad: bool = False) -> KVTrace:
@@ -130,6 +131,10 @@ def next_access_vtime(ids: np.ndarray) -> np.ndarray:
 
 def _read_checked(path: Path, start: int, count: int | None, skip_bad: bool, last: bool = True) -> tuple[np.ndarray, int]:
     """Records ``[start, start + count)`` (``None``: to the end) and the number of bad ones dropped."""
+    if start == 0:
+        with open(path, "rb") as fh:
+            if fh.read(4) == _ZSTD_MAGIC:
+                raise BadInputError(f"{path} is zstd-compressed; decompress it first (zstd -d {path.name})")
     size = path.stat().st_size
     total = size // ORACLE_GENERAL_DTYPE.itemsize
     if count is None:
