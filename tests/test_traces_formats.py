@@ -55,6 +55,17 @@ def test_bailian_fixture_keeps_conversation_structure(tmp_path):
         conversation_turns(load_trace("synthetic"))
 
 
+def test_head_keeps_columns_and_layout(tmp_path):
+    trace = load_bailian(_jsonl(tmp_path / "b.jsonl", BAILIAN_LINES))
+    first = trace.head(2)
+    first.check()
+    assert first.name == "b[:2]" and first.block_offsets.tolist() == [0, 3, 8]
+    assert first.block_ids.tolist() == [0, 1, 2, 0, 1, 2, 3, 4] and first.columns["chat_id"].tolist() == [10, 11]
+    assert trace.head(10) is trace and trace.head(0).num_requests == 0
+    with pytest.raises(BadInputError, match="non-negative integer"):
+        trace.head(-1)
+
+
 def test_lmcache_fixture_keeps_64_bit_patterns(tmp_path):
     trace = load_lmcache(_jsonl(tmp_path / "lookups.jsonl", LMCACHE_LINES))
     trace.check()

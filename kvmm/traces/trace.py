@@ -84,6 +84,21 @@ class KVTrace:
     def blocks_of(self, request: int) -> np.ndarray:
         return self.block_ids[self.block_offsets[request] : self.block_offsets[request + 1]]
 
+    def head(self, n: int) -> "KVTrace":
+        """The first ``n`` requests (all of them when ``n >= num_requests``), columns included.
+
+        Arrays are views of this trace's.  Runtime complexity: O(number of columns).
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise BadInputError(f"n must be a non-negative integer, got {n!r}")
+        k = min(int(n), self.num_requests)
+        if k == self.num_requests:
+            return self
+        end = int(self.block_offsets[k])
+        return KVTrace(f"{self.name}[:{k}]", self.timestamp_ms[:k], self.input_length[:k], self.output_length[:k],
+                       self.block_offsets[: k + 1], self.block_ids[:end], self.bad_lines, self.block_tokens,
+                       {name: col[:k] for name, col in self.columns.items()}, self.source_format)
+
     def records(self) -> Iterator[MooncakeRecord]:
         for r in range(self.num_requests):
             yield MooncakeRecord(
