@@ -152,3 +152,94 @@ def test_bad_arguments(tmp_path, events_file):
         load_vllm_kv_events(tmp_path)
     with pytest.raises(BadInputError, match="must be a str or os.PathLike"):
         load_vllm_kv_events(None)
+
+
+def _vllm_structs(array_like):
+    """vLLM's event structs as declared in vllm/distributed/kv_events.py (array_like=True before
+    vLLM PR #42892, map encoding after), for msgspec to encode exactly as vLLM's publisher does."""
+    from typing import Any
+
+    import msgspec
+
+    class EventBatch(msgspec.Struct, array_like=array_like, omit_defaults=True, gc=False):
+        ts: float
+        events: list[Any]
+        data_parallel_rank: int | None = None
+
+    class KVCacheEvent(msgspec.Struct, array_like=array_like, omit_defaults=True, gc=False, tag=True):
+        pass
+
+    class BlockStored(KVCacheEvent):
+        block_hashes: list[bytes | int]
+        parent_block_hash: bytes | int | None
+        token_ids: list[int]
+        block_size: int
+        lora_id: int | None
+        medium: str | None
+        lora_name: str | None
+        extra_keys: list[tuple[Any, ...] | None] | None = None
+        group_idx: int | None = None
+        kv_cache_spec_kind: str | None = None
+        kv_cache_spec_sliding_window: int | None = None
+
+    class BlockRemoved(KVCacheEvent):
+        block_hashes: list[bytes | int]
+        medium: str | None
+        group_idx: int | None = None
+
+    class AllBlocksCleared(KVCacheEvent):
+        pass
+
+    class KVEventBatch(EventBatch):
+        events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+    return KVEventBatch, BlockStored, BlockRemoved, AllBlocksCleared
+
+
+@pytest.mark.parametrize("array_like", [True, False], ids=["positional", "map"])
+def test_msgspec_encoded_batches_in_both_shapes_and_encodings(tmp_path, array_like):
+    import msgspec
+
+    Batch, Stored, Removed, Cleared = _vllm_structs(array_like)
+    batches = [
+        Batch(ts=1.5, data_parallel_rank=0, events=[
+            Stored(block_hashes=[2**64 - 1, 5], parent_block_hash=None, token_ids=list(range(32)), block_size=16,
+                   lora_id=None, medium="GPU", lora_name=None, extra_keys=[None, None], group_idx=0,
+                   kv_cache_spec_kind="full_attention")]),
+        Batch(ts=2.0, events=[
+            Stored(block_hashes=[b"\x01" * 32], parent_block_hash=5, token_ids=[], block_size=16, lora_id=None,
+                   medium="GPU", lora_name=None),
+            Removed(block_hashes=[2**64 - 1], medium="GPU"), Cleared()]),
+    ]
+    encoder = msgspec.msgpack.Encoder()
+    packed = tmp_path / "ev.msgpack"
+    packed.write_bytes(b"".join(encoder.encode(b) for b in batches))
+    lines = tmp_path / "ev.jsonl"
+    lines.write_bytes(b"".join(msgspec.json.encode(b) + b"\n" for b in batches))
+    for path in (packed, lines):
+        stats = {}
+        trace = load_vllm_kv_events(path, stats=stats)
+        assert [trace.blocks_of(r).view(np.uint64).tolist() for r in range(2)] == [
+            [2**64 - 1, 5], [2**64 - 1, 5, int.from_bytes(b"\x01" * 8, "big")]]
+        assert trace.columns["data_parallel_rank"].tolist() == [0, -1]
+        assert (stats["removed_blocks"], stats["cleared"], stats["bad_lines"]) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("encoding", ["msgpack", "jsonl"])
+def test_kvmm_written_events_decode_with_vllm_structs(tmp_path, encoding):
+    import msgspec
+
+    Batch, *_ = _vllm_structs(False)
+    path = save_trace(load_trace("synthetic"), tmp_path / f"ev.{encoding}", "vllm", encoding=encoding)
+    if encoding == "jsonl":
+        decoded = [msgspec.json.decode(line, type=Batch) for line in path.read_bytes().splitlines()]
+    else:
+        data, decoded, start = path.read_bytes(), [], 0
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(data)
+        for _ in unpacker:  # cut the stream into the payloads as written, then decode each
+            decoded.append(msgspec.msgpack.decode(data[start:unpacker.tell()], type=Batch))
+            start = unpacker.tell()
+    back = load_vllm_kv_events(path)
+    assert len(decoded) == back.num_requests
+    assert [len(b.events[0].block_hashes) for b in decoded] == back.columns["new_blocks"].tolist()
