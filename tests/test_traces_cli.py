@@ -49,7 +49,7 @@ def test_mrc_on_dask_local(capsys, synthetic):
     assert main(["mrc", "synthetic", "--dask", "local", "--parts", "4", "--chunk-refs", "20000",
                  "--fraction", "0.9", "--points", "4"]) == 0
     out = capsys.readouterr().out
-    assert "121877 block references, 43924 distinct blocks (exact over 4 key partitions on Dask)" in out
+    assert "121877 block references, 43924 distinct blocks (exact per part, 4 key partitions on Dask)" in out
     assert "hit ratio of an unlimited LRU cache: 0.6396" in out
     ws = int(out.split("working set (90 % of unlimited-cache hits): ")[1].split()[0])
     assert abs(ws - hist.working_set(0.9)) <= 0.02 * hist.working_set(0.9)

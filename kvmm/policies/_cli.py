@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fixed-size", type=int, default=None, metavar="N",
                        help="fixed-size SHARDS keeping at most N sampled blocks")
     group.add_argument("--dask", default=None, metavar="SCHEDULER",
-                       help="exact MRC over key partitions on Dask: a scheduler address, or 'local' for a local cluster")
+                       help="MRC from exact trackers over --parts key partitions on Dask: a scheduler address, or 'local'")
     parser.add_argument("--parts", type=int, default=8, metavar="P", help="key partitions for --dask (default 8)")
     parser.add_argument("--chunk-refs", type=int, default=1 << 18, metavar="N",
                         help="references read per chunk with --dask (default 262144)")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     points = as_count(args.points, "--points", minimum=2)
     if args.dask is not None:
         hist, name, summary = _dask_histogram(args)
-        mode = f"exact over {args.parts} key partitions on Dask"
+        mode = f"exact per part, {args.parts} key partitions on Dask"
         print(f"trace {name}: {summary} ({mode})")
         return _report(args, hist, fractions, points, name, mode)
     if args.sample_rate is not None:
