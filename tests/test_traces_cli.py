@@ -55,6 +55,8 @@ def test_mrc_on_dask_local(capsys, synthetic):
     assert abs(ws - hist.working_set(0.9)) <= 0.02 * hist.working_set(0.9)
     assert main(["mrc", "synthetic", "--dask", "local", "--parts", "0"]) == 2
     assert "--parts" in capsys.readouterr().err
+    assert main(["mrc", "synthetic", "--dask", "no port here"]) == 2
+    assert "cannot reach the Dask scheduler 'no port here'" in capsys.readouterr().err
 
 
 def test_mrc_dask_counts_skipped_lines(tmp_path, capsys):
