@@ -203,3 +203,20 @@ def test_docs_example_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "3993 requests, 121877 block references" in out and "bailian 16 [1 1 1]" in out
     assert "requests with a parent turn: 0" in out
+
+
+def test_writers_replace_files_atomically(tmp_path):
+    from kvmm.traces.trace import atomic_file
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("old\n")
+    with pytest.raises(RuntimeError, match="disk gone"):
+        with atomic_file(path) as fh:
+            fh.write(b"half a line")
+            raise RuntimeError("disk gone")
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+    head = load_trace("synthetic").head(5)  # five requests that each store new blocks
+    for fmt in FORMATS:
+        save_trace(head, path, fmt)
+        np.testing.assert_array_equal(load_trace(path, fmt).block_ids, head.block_ids)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]

@@ -24,7 +24,6 @@ with ``next_access_vtime < -1`` is malformed; both raise :class:`TraceFormatErro
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError, TraceFormatError
-from kvmm.traces.trace import KVTrace, as_trace_file, trace_name
+from kvmm.traces.trace import KVTrace, as_trace_file, atomic_file, trace_name
 
 __all__ = ["ORACLE_GENERAL_DTYPE", "load_oracle_general", "iter_oracle_general_chunks", "write_oracle_general"]
 
@@ -106,14 +105,9 @@ def write_oracle_general(trace: KVTrace, path: Any, *, obj_size: int = 1) -> Pat
     records["obj_id"] = trace.block_ids.view(np.uint64)
     records["size"] = obj_size
     records["next_access_vtime"] = next_access_vtime(trace.block_ids)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_file(path) as fh:
         records.tofile(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return Path(path)
 
 
 def next_access_vtime(ids: np.ndarray) -> np.ndarray:

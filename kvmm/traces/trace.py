@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -35,7 +36,7 @@ import numpy as np
 from kvmm.errors import BadInputError, TraceFormatError
 
 __all__ = ["KVTrace", "MooncakeTrace", "MooncakeRecord", "MOONCAKE_BLOCK_TOKENS", "TraceBuilder",
-           "as_trace_file", "iter_json_lines", "block_chunks", "trace_name", "write_json_lines"]
+           "as_trace_file", "iter_json_lines", "block_chunks", "trace_name", "write_json_lines", "atomic_file"]
 
 #: Tokens per block in the Mooncake traces.
 MOONCAKE_BLOCK_TOKENS = 512
@@ -196,12 +197,29 @@ def trace_name(path: Path) -> str:
 
 
 def write_json_lines(path: Any, rows: Iterable[dict]) -> Path:
-    """Write one JSON object per line (the JSONL writers of every format)."""
-    path = Path(path)
-    with open(path, "w", encoding="utf-8") as fh:
+    """Write one JSON object per line (the JSONL writers of every format), atomically."""
+    with atomic_file(path) as fh:
         for row in rows:
-            fh.write(json.dumps(row, separators=(", ", ": ")) + "\n")
-    return path
+            fh.write((json.dumps(row, separators=(", ", ": ")) + "\n").encode("utf-8"))
+    return Path(path)
+
+
+@contextmanager
+def atomic_file(path: Any) -> Iterator[Any]:
+    """A binary file handle whose content replaces ``path`` only when the block completes:
+    written to ``<path>.tmp``, synced, renamed over ``path``; on an error the temporary file
+    is removed and ``path`` is untouched.  Every trace writer uses it, so no trace is left torn."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def iter_json_lines(path: Path, parse: Callable[[Any], Any], *, skip_bad: bool = False,

@@ -53,7 +53,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from kvmm.errors import BadInputError, TraceFormatError
-from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, hash_word, iter_json_lines, trace_name)
+from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
+                               write_json_lines)
 
 __all__ = ["load_vllm_kv_events", "iter_vllm_kv_events", "iter_vllm_requests", "write_vllm_kv_events", "vllm_events_encoding"]
 
@@ -143,15 +144,13 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
                  "parent_block_hash": ids[cached - 1] if cached else None, "token_ids": [],
                  "block_size": int(block_size), "lora_id": None, "medium": medium, "lora_name": None}
         batches.append({"ts": int(trace.timestamp_ms[r]) / 1000.0, "events": [event], "data_parallel_rank": 0})
-    path = Path(path)
     if encoding == "jsonl":
-        import json
-
-        path.write_text("".join(json.dumps(b) + "\n" for b in batches), encoding="utf-8")
-    else:
-        msgpack = _msgpack()
-        path.write_bytes(b"".join(msgpack.packb(b, use_bin_type=True) for b in batches))
-    return path
+        return write_json_lines(path, batches)
+    msgpack = _msgpack()
+    with atomic_file(path) as fh:
+        for batch in batches:
+            fh.write(msgpack.packb(batch, use_bin_type=True))
+    return Path(path)
 
 
 def iter_vllm_requests(path: Any, *, encoding: str | None = None, ancestors: bool = True, medium: str | None = None,
