@@ -148,6 +148,11 @@ def test_bad_arguments(tmp_path, events_file):
         load_vllm_kv_events(events_file, encoding="xml")
     with pytest.raises(BadInputError, match="encoding must be"):
         save_trace(load_trace("synthetic"), tmp_path / "x", "vllm", encoding="xml")
+    with pytest.raises(BadInputError, match="block_size"):
+        save_trace(load_trace("synthetic"), tmp_path / "x", "vllm", block_size=0)
+    with pytest.raises(BadInputError, match="medium"):
+        save_trace(load_trace("synthetic"), tmp_path / "x", "vllm", medium=None)
+    assert not (tmp_path / "x").exists()
     with pytest.raises(BadInputError, match="is a directory"):
         load_vllm_kv_events(tmp_path)
     with pytest.raises(BadInputError, match="must be a str or os.PathLike"):

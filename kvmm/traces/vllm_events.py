@@ -52,6 +52,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from kvmm._validate import as_count
 from kvmm.errors import BadInputError, TraceFormatError
 from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
                                write_json_lines)
@@ -117,7 +118,8 @@ def vllm_events_encoding(path: Path) -> str:
 
 def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack", block_size: int | None = None,
                          medium: str = "GPU") -> Path:
-    """Write ``trace`` as the KV events a prefix-caching vLLM would publish for it: per request,
+    """Write ``trace`` as the KV events a prefix-caching vLLM whose cache never evicts would
+    publish for it: per request,
     one batch (``ts`` = arrival in seconds, ``data_parallel_rank`` 0) holding one
     ``BlockStored`` event for the blocks after its longest already-stored prefix, with
     ``parent_block_hash`` the last block of that prefix (no event when every block is stored).
@@ -129,7 +131,9 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
     """
     if encoding not in ("msgpack", "jsonl"):
         raise BadInputError(f"encoding must be 'msgpack' or 'jsonl', got {encoding!r}")
-    block_size = trace.block_tokens if block_size is None else block_size
+    block_size = as_count(trace.block_tokens if block_size is None else block_size, "block_size", minimum=1)
+    if not isinstance(medium, str):
+        raise BadInputError(f"medium must be a string such as 'GPU', got {medium!r}")
     stored: set[int] = set()
     batches = []
     for r in range(trace.num_requests):
