@@ -181,6 +181,10 @@ def test_save_trace_rejects_bad_arguments(tmp_path):
         save_trace(trace, tmp_path, "mooncake")
     with pytest.raises(BadInputError, match="unknown trace format"):
         save_trace(trace, tmp_path / "x.jsonl", "parquet")
+    broken = trace.head(3)
+    broken.block_offsets = broken.block_offsets[::-1].copy()
+    with pytest.raises(BadInputError, match="not a consistent KVTrace"):
+        save_trace(broken, tmp_path / "x.jsonl", "mooncake")
 
 
 def test_mooncake_writer_matches_the_bundled_file_line_for_line(tmp_path):

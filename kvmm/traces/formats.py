@@ -92,6 +92,11 @@ def save_trace(trace: KVTrace, path: Any, format: str, **options: Any) -> Path:
         raise BadInputError(f"trace must be a KVTrace, got {type(trace).__name__}")
     if not isinstance(path, (str, Path)) or Path(path).is_dir():
         raise BadInputError(f"path must be a file path (str or Path), got {path!r}")
+    try:
+        trace.check()
+    except (AssertionError, AttributeError, TypeError, IndexError) as exc:
+        raise BadInputError(f"trace {getattr(trace, 'name', '?')!r} is not a consistent KVTrace "
+                            f"({type(exc).__name__} {exc}); see KVTrace.check()") from None
     fmt = format_name(format)
     _check_options(_WRITERS[fmt], options, fmt, "writer")
     return _WRITERS[fmt](trace, path, **options)
