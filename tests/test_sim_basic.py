@@ -251,3 +251,16 @@ def test_unknown_workload_path_is_a_clear_error(tmp_path):
 
     with pytest.raises(BadInputError, match="neither a file nor a bundled trace name"):
         simulate(SimConfig(workload=str(tmp_path / "missing.jsonl")))
+
+
+def test_the_trace_block_size_sets_the_pool_block_size():
+    """A format with 16-token blocks (Qwen-Bailian, vLLM) replays with 16-token GPU blocks."""
+    import dataclasses
+
+    from tests.sim_helpers import run_engine
+
+    t = dataclasses.replace(trace([(0, 32, 1, [0, 1]), (5000, 48, 1, [0, 1, 2])]), block_tokens=16)
+    res, eng = run_engine(toy_config("on-demand", workload=t, gpu_prefix_cache=True))
+    assert eng.hier.pool.block_size == 16 and eng.block_bytes == 16 * 1000
+    assert res.gpu_hit_token_share == pytest.approx(32 / 80)
+    assert (eng.first_token - eng.arrival)[1] == pytest.approx(16 / 1000)  # only the third block is computed

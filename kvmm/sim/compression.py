@@ -30,11 +30,9 @@ import numpy as np
 from kvmm.allocators.token_table import TokenTable
 from kvmm.compress.eviction import evict_to_budget
 from kvmm.errors import BadInputError, OutOfBlocksError
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS
 
 __all__ = ["Compressor", "SCORER_NAMES", "make_scorer", "check_scorer"]
 
-BT = MOONCAKE_BLOCK_TOKENS
 SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
 
 
@@ -67,6 +65,7 @@ class Compressor:
     def __init__(self, pool, scorer: Any, budget: int, interval: int, seed: int = 0) -> None:
         self.table = TokenTable(pool)
         self.pool = pool
+        self.bt = pool.block_size
         self.scorer = make_scorer(scorer)
         self.budget = budget
         self.interval = interval
@@ -80,8 +79,9 @@ class Compressor:
     def peak_blocks(self, input_len: int, output_len: int) -> int:
         """Most blocks a request can hold: its prompt before compression, or budget + interval tokens
         (plus one partial block), never more than its whole context."""
-        whole = -(-(input_len + output_len - 1) // BT) + 1
-        return min(whole, max(-(-input_len // BT), -(-(self.budget + self.interval) // BT) + 1))
+        bt = self.bt
+        whole = -(-(input_len + output_len - 1) // bt) + 1
+        return min(whole, max(-(-input_len // bt), -(-(self.budget + self.interval) // bt) + 1))
 
     def start(self, r: int, input_len: int, output_len: int) -> bool:
         """Give ``r`` its prompt tokens if the pool can hold its peak beyond every running peak."""
@@ -102,7 +102,7 @@ class Compressor:
     def after_prefill(self, r: int) -> None:
         """Prefill-time compression to the budget; from now on ``r`` needs at most its decode peak."""
         self.compress([r])
-        decode_peak = min(self.peak[r], -(-(self.budget + self.interval) // BT) + 1)
+        decode_peak = min(self.peak[r], -(-(self.budget + self.interval) // self.bt) + 1)
         self.reserved -= self.peak[r] - decode_peak
         self.peak[r] = decode_peak
 

@@ -45,11 +45,10 @@ from kvmm.sim.hierarchy import Hierarchy
 from kvmm.sim.models import ModelSpec
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.mooncake import MooncakeTrace
 
 __all__ = ["Engine", "QueueGrowthWarning"]
 
-BT = MOONCAKE_BLOCK_TOKENS
 
 
 class QueueGrowthWarning(UserWarning):
@@ -71,13 +70,14 @@ class Engine:
         self.ids = trace.block_ids.astype(np.int64)
         self.keys = np.ones((self.ids.shape[0], 2), dtype=np.uint64)  # pool keys: (id, 1), never (0, 0)
         self.keys[:, 0] = self.ids.astype(np.uint64)
-        total_blocks = -(-(self.input_len + self.output_len - 1) // BT)  # the last token's KV is never written
+        self.bt = bt = int(getattr(trace, "block_tokens", 512))  # tokens per block of the trace's format
+        total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
         kvb = model.kv_bytes_per_token
         self.kvb = kvb
-        self.block_bytes = BT * kvb
+        self.block_bytes = bt * kvb
         self.compressor = None
-        self.hier = Hierarchy(cfg, self.block_bytes, record_ops=record_ops,
+        self.hier = Hierarchy(cfg, self.block_bytes, block_tokens=bt, record_ops=record_ops,
                               prefix_cache=False if cfg.token_budget is not None else None)
         if cfg.token_budget is not None:
             from kvmm.sim.compression import Compressor
@@ -295,8 +295,9 @@ class Engine:
         gpu, src = self.hier.lookup(self.keys[o0:o1], self.ids[o0:o1])
         self.gpu_at_arrival[r] = gpu
         inp = int(self.input_len[r])
-        gpu_tokens = min(gpu * BT, inp - 1)  # the last prompt token is always computed
-        hit_tokens = min((gpu + src.shape[0]) * BT, inp - 1)
+        bt = self.bt
+        gpu_tokens = min(gpu * bt, inp - 1)  # the last prompt token is always computed
+        hit_tokens = min((gpu + src.shape[0]) * bt, inp - 1)
         slow_tokens = hit_tokens - gpu_tokens
         self.prefill_tokens[r] = inp - hit_tokens
         pos = len(waiting)
@@ -313,7 +314,7 @@ class Engine:
             self.staged_blocks[r] = src.shape[0]  # read from the lower tiers at scheduling, no claim
             return
         nbytes = min(slow_tokens * self.kvb, self.ledger.capacity_bytes)  # a hit larger than the tier: in part
-        blocks = -(-(nbytes // self.kvb) // BT)
+        blocks = -(-(nbytes // self.kvb) // self.bt)
         if nbytes <= 0:
             self.prefill_tokens[r] += slow_tokens
             return
@@ -467,8 +468,8 @@ class Engine:
         g0, sb = int(self.gpu_at_arrival[r]), int(self.staged_blocks[r])
         covered = h + max(0, g0 + sb - max(h, g0)) if sb else h  # GPU blocks + staged ones beyond them
         inp = int(self.input_len[r])
-        gpu_tokens = min(h * BT, inp - 1)
-        hit_tokens = min(covered * BT, inp - 1)
+        gpu_tokens = min(h * self.bt, inp - 1)
+        hit_tokens = min(covered * self.bt, inp - 1)
         self.prefill_tokens[r] = inp - hit_tokens
         self.gpu_hit_tokens += gpu_tokens
         self.slow_hit_tokens += hit_tokens - gpu_tokens

@@ -1,7 +1,7 @@
 """One serving instance's KV memory, composed from kvmm's own structures.
 
-* **GPU pool**: a :class:`~kvmm.allocators.BlockAllocator` of 512-token blocks (the Mooncake
-  traces hash 512-token blocks), ``gpu_kv_bytes // (512 x KV bytes per token)`` of them.  A
+* **GPU pool**: a :class:`~kvmm.allocators.BlockAllocator` of the trace's blocks (Mooncake traces
+  hash 512-token blocks; other formats carry their own ``block_tokens``), ``gpu_kv_bytes // (512 x KV bytes per token)`` of them.  A
   scheduled request takes its blocks with ``admit`` (prefix hits touched, the rest allocated
   and keyed); a finished one frees them last-first into the prefix cache (vLLM semantics).
 * **Lower tiers**: one :class:`~kvmm.tiers.ManagedTier` per :class:`TierLevel`, a
@@ -26,7 +26,6 @@ from kvmm.policies.admission import AdmissionRequest
 from kvmm.sim.config import SimConfig, make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS
 
 __all__ = ["Hierarchy"]
 
@@ -38,14 +37,14 @@ class Hierarchy:
     policy events.
     """
 
-    def __init__(self, cfg: SimConfig, block_bytes: int, *, gpu_kv_bytes: int | None = None,
+    def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, gpu_kv_bytes: int | None = None,
                  with_tiers: bool = True, prefix_cache: bool | None = None, record_ops: bool = False) -> None:
         kv = cfg.gpu_kv_bytes if gpu_kv_bytes is None else gpu_kv_bytes
         num_blocks = kv // block_bytes
         if num_blocks < 1:
             raise BadInputError(f"gpu_kv_bytes={kv} holds no {block_bytes}-byte block; expected at least one block")
         self.block_bytes = block_bytes
-        self.pool = BlockAllocator(num_blocks, MOONCAKE_BLOCK_TOKENS, secret=bytes(16))
+        self.pool = BlockAllocator(num_blocks, block_tokens, secret=bytes(16))
         self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache
         levels = cfg.tiers if with_tiers else ()
         self.levels = levels

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.sim.models import ModelSpec
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.mooncake import MooncakeTrace
 
 __all__ = ["offered_seconds", "arrival_times"]
 
@@ -34,7 +34,7 @@ def offered_seconds(trace: MooncakeTrace, model: ModelSpec) -> float:
         new_blocks = np.bincount(owner[first], minlength=n)
     else:
         new_blocks = np.zeros(n, dtype=np.int64)
-    new_tokens = np.minimum(new_blocks * MOONCAKE_BLOCK_TOKENS, np.maximum(trace.input_length, 1))
+    new_tokens = np.minimum(new_blocks * int(getattr(trace, "block_tokens", 512)), np.maximum(trace.input_length, 1))
     decode = model.decode_step_seconds(model.max_batch) / model.max_batch
     return float(new_tokens.sum()) / model.prefill_tokens_per_s + float(np.maximum(trace.output_length, 1).sum()) * decode
 

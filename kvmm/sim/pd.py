@@ -32,11 +32,10 @@ from kvmm.errors import BadInputError
 from kvmm.sim.config import SimConfig
 from kvmm.sim.hierarchy import Hierarchy
 from kvmm.sim.models import ModelSpec
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.mooncake import MooncakeTrace
 
 __all__ = ["simulate_pd"]
 
-BT = MOONCAKE_BLOCK_TOKENS
 _ARRIVE, _PREFILL_DONE, _XFER_DONE, _DECODE_STEP = range(4)
 
 
@@ -58,12 +57,13 @@ class _PD:
         self.offsets = trace.block_offsets
         self.keys = np.ones((trace.block_ids.shape[0], 2), dtype=np.uint64)
         self.keys[:, 0] = trace.block_ids.astype(np.uint64)
-        self.block_bytes = BT * m.kv_bytes_per_token
-        self.prefill = [Hierarchy(cfg, self.block_bytes, with_tiers=False) for _ in range(pd.prefill_instances)]
-        self.decode = [Hierarchy(cfg, self.block_bytes, with_tiers=False, prefix_cache=False)
+        self.bt = bt = int(getattr(trace, "block_tokens", 512))
+        self.block_bytes = bt * m.kv_bytes_per_token
+        self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False) for _ in range(pd.prefill_instances)]
+        self.decode = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False, prefix_cache=False)
                        for _ in range(pd.decode_instances)]
         prompt_blocks = np.diff(self.offsets)
-        self.decode_blocks = -(-(self.input_len + self.output_len - 1) // BT)
+        self.decode_blocks = -(-(self.input_len + self.output_len - 1) // bt)
         if n and (int(prompt_blocks.max()) > self.prefill[0].num_blocks or int(self.decode_blocks.max()) > self.decode[0].num_blocks):
             raise BadInputError(f"a request needs more than the {self.prefill[0].num_blocks} blocks of a GPU pool "
                                 f"(gpu_kv_bytes={cfg.gpu_kv_bytes}); expected a larger gpu_kv_bytes")
@@ -144,7 +144,7 @@ class _PD:
                 break  # the pool holds KV still waiting for its link: retry when a transfer ends
             queue.pop(0)
             self.p_tokens[p] -= inp
-            hit = min(got[1] * BT, inp - 1)
+            hit = min(got[1] * self.bt, inp - 1)
             self.gpu_hit_tokens += hit
             tokens += inp - hit
             batch.append((r, got[0]))
