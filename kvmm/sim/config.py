@@ -121,7 +121,10 @@ class SimConfig:
     time_scale: float = 1.0  # multiply inter-arrival times (only with load=None)
     model: Any = "llama3-8b"  # name in MODELS or a ModelSpec
     instances: int = 1  # colocated serving instances (requests dealt round-robin)
-    gpu_kv_bytes: int = 96 * GiB  # GPU memory for the KV pool (a BlockAllocator of 512-token blocks)
+    # GPU memory for the KV pool: blocks = gpu_kv_bytes // (block tokens x model KV bytes per token).
+    # 96 GiB ~ one H200 (141 GB) at vLLM's 0.9 memory utilisation minus an 8B model's 16 GB of bf16
+    # weights and activation workspace (assumed)
+    gpu_kv_bytes: int = 96 * GiB
     gpu_prefix_cache: bool = True  # finished requests' blocks stay cached in the pool (vLLM prefix caching)
     tiers: tuple = field(default_factory=_default_tiers)  # lower tiers, fastest first
     fast_tier: TierSpec = field(default_factory=lambda: preset("cxl", 100 * GiB))  # protected staging tier
