@@ -11,7 +11,7 @@ import pytest
 
 from kvmm.errors import CapacityExceededError, UnknownKeyError
 from kvmm.tiers import ArenaTier, MmapTier, SimulatedTier
-from tests.tier_factories import snapshot
+from kvmm.testing.tiers import snapshot
 
 KINDS = {
     "arena": lambda capacity, path: ArenaTier(capacity),
