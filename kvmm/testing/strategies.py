@@ -175,7 +175,7 @@ def ledger_events(*, max_events: int = 60, max_bytes: int = 400) -> st.SearchStr
     """
     i = st.integers(0, 1000)
     event = st.one_of(
-        st.tuples(st.just("claim"), st.integers(0, max_bytes), st.floats(0, 1e4)),
+        st.tuples(st.just("claim"), st.integers(1, max_bytes), st.floats(0, 1e4)),
         st.tuples(st.just("advance"), st.floats(0, 5)),
         st.tuples(st.just("poll"), st.booleans(), st.booleans()),
         *[st.tuples(st.just(name), i) for name in ("request", "need", "ready", "consume", "release")],
