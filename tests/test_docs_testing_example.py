@@ -40,7 +40,8 @@ def test_the_page_example_runs_outside_the_package(tmp_path):
         (tmp_path / name).write_text(text, encoding="utf-8")
     argv = shlex.split(COMMAND)
     assert argv[0] == "pytest"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's kvmm, whatever is installed
+    # this checkout's kvmm first, whatever is installed (and whatever else PYTHONPATH holds)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     env.pop("KVMM_BENCH_SCALE", None)
     proc = subprocess.run([sys.executable, "-m", *argv, *plugin_args(), "-p", "no:cacheprovider", "-q"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from kvmm.errors import CapacityExceededError, UnknownKeyError
+from kvmm.errors import CapacityExceededError, KvmmError, UnknownKeyError
 from kvmm.protocols import TierBackend
 from kvmm.testing.strategies import tier_keys, tier_values
 from kvmm.testing.tiers import sample_values, check_managed, close_tier, value
@@ -43,7 +43,9 @@ class TierBackendContract:
       (the old value of an overwritten key survives); filling exactly to capacity works;
     * ``get``/``delete`` of a missing key raise ``UnknownKeyError``; ``delete`` frees the bytes;
       ``contains`` agrees;
-    * ``transfer_seconds`` is finite, non-negative and non-decreasing in the byte count;
+    * ``transfer_seconds`` is finite, non-negative and non-decreasing in the byte count; a tier
+      with a kvmm ``spec`` gives ``latency + nbytes / bandwidth`` (read, and write with
+      ``write=True``) and rejects negative sizes;
     * a Hypothesis state machine (:class:`TierMachine`, ``machine_class``) of puts, gets,
       deletes and missing-key calls against a dict model, with ``check()`` (if any) after
       every step;
@@ -140,6 +142,13 @@ class TierBackendContract:
         times = [tier.transfer_seconds(n) for n in (0, 1, 1 << 10, 1 << 20, 1 << 30)]
         assert all(np.isfinite(t) and t >= 0 for t in times)
         assert times == sorted(times)
+        spec = getattr(tier, "spec", None)
+        if spec is not None:  # a kvmm TierSpec: latency + size / bandwidth, reads and writes
+            assert tier.transfer_seconds(0) == pytest.approx(spec.latency_s)
+            assert tier.transfer_seconds(10**9) == pytest.approx(spec.latency_s + 1e9 / spec.read_bandwidth)
+            assert tier.transfer_seconds(10**9, write=True) == pytest.approx(spec.latency_s + 1e9 / spec.write_bandwidth)
+            with pytest.raises(KvmmError):
+                tier.transfer_seconds(-1)
 
     def test_matches_a_dict_model(self) -> None:
         machine = type("Machine", (self.machine_class,), {"contract": self})
