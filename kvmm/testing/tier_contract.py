@@ -35,12 +35,14 @@ class TierBackendContract:
     * it is a :class:`~kvmm.protocols.TierBackend` with a ``name``, ``capacity_bytes`` as
       built and ``used_bytes == 0`` when new;
     * values of every dtype kind, 0-d, empty, non-contiguous and big-endian round-trip with
-      dtype, shape and (``holds_bytes``) bytes; ``get`` returns a copy the caller may write;
+      dtype, shape and (``holds_bytes``) bytes; ``put`` copies (changing the source later
+      changes nothing) and ``get`` returns a copy the caller may write;
       ``used_bytes`` is the sum of the stored values' ``nbytes``;
     * an overwrite replaces the value and adjusts ``used_bytes``, and every other key keeps its
       value (a tier that loses or mixes up a key on overwrite fails here);
     * a put that would exceed the capacity raises ``CapacityExceededError`` and stores nothing
-      (the old value of an overwritten key survives); filling exactly to capacity works;
+      (the old value of an overwritten key survives); filling exactly to capacity works, and a
+      zero-byte entry still fits a full tier;
     * ``get``/``delete`` of a missing key raise ``UnknownKeyError``; ``delete`` frees the bytes;
       ``contains`` agrees;
     * ``transfer_seconds`` is finite, non-negative and non-decreasing in the byte count; a tier
@@ -90,6 +92,12 @@ class TierBackendContract:
                     got.flat[0] = 0  # the caller owns what get returned
         if self.holds_bytes:
             np.testing.assert_array_equal(tier.get("f16"), samples["f16"])
+        src = np.arange(8.0)[::2]  # non-contiguous source, changed after the put
+        tier.put("copied", src)
+        src[:] = -1
+        if self.holds_bytes:
+            np.testing.assert_array_equal(tier.get("copied"), [0.0, 2.0, 4.0, 6.0])
+        tier.delete("copied")
         assert tier.used_bytes == sum(a.nbytes for a in samples.values())
         _check(tier)
 
@@ -113,9 +121,10 @@ class TierBackendContract:
         tier.put("a", value(cap // 2, 1))
         tier.put("b", value(cap - cap // 2, 2))  # exactly full
         assert tier.used_bytes == cap
+        tier.put("zero", value(0))  # a zero-byte entry still fits a full tier
         with pytest.raises(CapacityExceededError):
             tier.put("c", value(1))
-        assert not tier.contains("c")
+        assert not tier.contains("c") and tier.contains("zero")
         with pytest.raises(CapacityExceededError):
             tier.put("a", value(cap // 2 + 1, 3))  # a bigger overwrite that does not fit
         assert tier.used_bytes == cap and tier.get("a").nbytes == cap // 2
