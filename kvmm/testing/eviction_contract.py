@@ -42,7 +42,8 @@ class EvictionPolicyContract:
       ``victims(-1)``) raises and leaves the victim order unchanged, or is ignored (the same
       keys stay ordered); with
       ``raises_kvmm_errors = True`` it must raise kvmm's errors (``UnknownKeyError``,
-      ``BadInputError``, ``DTypeError`` for ``victims(1.5)``);
+      ``BadInputError``, ``DTypeError`` for ``victims(1.5)``); likewise a bad size (negative,
+      fractional, boolean, a string) in ``on_insert``/``on_access``/``victims(incoming_size=)``;
     * a Hypothesis state machine (:class:`EvictionPolicyMachine`) of inserts, accesses, removes
       and evictions of the first victim: the victim order always lists exactly the tracked
       keys, and the policy's ``check()`` (if any) passes after every step.
@@ -141,6 +142,32 @@ class EvictionPolicyContract:
                 assert sorted(victim_order(policy, 3)) == sorted(keys)
         if hasattr(policy, "check"):
             policy.check()
+
+    def test_bad_sizes_raise_and_change_nothing(self) -> None:
+        policy = self.make_policy()
+        policy.on_insert("a", 5)
+        policy.on_insert("b")
+        before = victim_order(policy, 2)
+        sized_victims = "incoming_size" in inspect.signature(policy.victims).parameters
+        for bad, error in ((-1, BadInputError), (2.5, DTypeError), (True, DTypeError), ("3", DTypeError)):
+            calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]
+            if sized_victims:
+                calls.append(lambda: policy.victims(1, incoming="c", incoming_size=bad))
+            for call in calls:
+                if self.raises_kvmm_errors:
+                    with pytest.raises(error, match="size"):
+                        call()
+                    assert victim_order(policy, 2) == before
+                    continue
+                try:
+                    call()
+                except Exception:  # noqa: BLE001 - refusing is fine: then nothing may have changed
+                    assert victim_order(policy, 2) == before
+                else:  # accepted: undo an insert, and start the next call from the new order
+                    if "c" in victim_order(policy, 3):
+                        policy.on_remove("c")
+                    before = victim_order(policy, 2)
+                    assert sorted(before) == ["a", "b"]
 
     def test_policy_state_machine(self) -> None:
         machine = type("Machine", (EvictionPolicyMachine,), {"contract": self})
