@@ -1,6 +1,7 @@
 """kvmm.testing itself: lazy imports, the plugin's option and fixtures, the strategies, and a
 state machine extended by subclassing."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -41,8 +42,11 @@ def test_bench_scale_option_and_environment(pytester, monkeypatch, option, env, 
     monkeypatch.delenv("KVMM_BENCH_SCALE", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    pytester.makepyfile(f"def test_scale(kvmm_bench_scale):\n    assert kvmm_bench_scale == {expected!r}\n")
+    seen = expected if option or env else None  # the option also sets the variable (bench/ reads it)
+    pytester.makepyfile(f"import os\n\ndef test_scale(kvmm_bench_scale):\n    assert kvmm_bench_scale == {expected!r}\n"
+                        f"    assert os.environ.get('KVMM_BENCH_SCALE') == {seen!r}\n")
     pytester.runpytest_inprocess(*plugin_args(), *option).assert_outcomes(passed=1)
+    assert os.environ.get("KVMM_BENCH_SCALE") == env.get("KVMM_BENCH_SCALE")  # restored after the run
 
 
 def test_bad_scale_is_a_usage_error(pytester):

@@ -5,7 +5,8 @@ imports nothing heavy until a fixture is used.
 
 * ``--kvmm-bench-scale smoke|full`` (default: ``$KVMM_BENCH_SCALE``, else ``full``): ``smoke``
   replays only the first requests of a trace (use it with ``--benchmark-disable`` to keep
-  benchmarks from rotting in a normal test run, as kvmm's own ``bench/`` does).
+  benchmarks from rotting in a normal test run).  The option also sets ``KVMM_BENCH_SCALE``
+  for the run, so kvmm's own ``bench/`` (which reads the variable) follows it.
 * ``kvmm_bench_scale``: that value.  ``kvmm_trace``: a function, bundled name or path ->
   :class:`~kvmm.traces.MooncakeTrace` (cached); ``kvmm_conversation_trace`` and
   ``kvmm_synthetic_trace``: the two bundled Mooncake traces.
@@ -27,6 +28,7 @@ import pytest
 BENCH_SCALES = ("smoke", "full")  # kvmm.testing.benchmarks.BENCH_SCALES (not imported: keep loading cheap)
 _RESULTS = pytest.StashKey[list]()  # every PolicyBenchmarkResult of this run, for the summary table
 _LRU_HITS = pytest.StashKey[dict]()  # (keys, capacity) -> LRUPolicy's hits, computed once per run
+_ENV_BEFORE = pytest.StashKey[object]()  # KVMM_BENCH_SCALE before the option set it (restored at exit)
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -38,6 +40,20 @@ def pytest_addoption(parser: Any) -> None:
 
 def pytest_configure(config: Any) -> None:
     config.stash[_RESULTS] = []
+    # Code that reads the variable (kvmm's bench/ sizes its workloads at import) sees the option.
+    scale = config.getoption("--kvmm-bench-scale", default=None)
+    if scale is not None:
+        config.stash[_ENV_BEFORE] = os.environ.get("KVMM_BENCH_SCALE")
+        os.environ["KVMM_BENCH_SCALE"] = scale
+
+
+def pytest_unconfigure(config: Any) -> None:
+    if _ENV_BEFORE in config.stash:
+        before = config.stash[_ENV_BEFORE]
+        if before is None:
+            os.environ.pop("KVMM_BENCH_SCALE", None)
+        else:
+            os.environ["KVMM_BENCH_SCALE"] = before
 
 
 def bench_scale(config: Any) -> str:
