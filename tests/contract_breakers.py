@@ -71,6 +71,17 @@ FIND_ONLY = settings(max_examples=20, stateful_step_count=20, deadline=None, der
                      phases=[Phase.explicit, Phase.generate])
 
 
+class StagesBeforeItsClaim(TimelyStaging):
+    """Also stages the claim it expects next, before that claim exists (a prefetching guess)."""
+
+    def on_claim(self, claim_id, now):
+        self.last = claim_id
+
+    def due(self, now):
+        guess = [self.last + 1] if hasattr(self, "last") else []
+        return np.concatenate([super().due(now), np.array(guess, dtype=np.int64)])
+
+
 class TestBrokenPolicy(EvictionPolicyContract):
     tier_kinds = LOCAL_TIER_KINDS[:1]
     machine_settings = FIND_ONLY
@@ -92,3 +103,7 @@ class TestBrokenAdmission(AdmissionPolicyContract):
 
 class TestBrokenStaging(StagingPolicyContract):
     make_policy = StagesBeforeItsClaimIsGranted
+
+
+class TestBrokenStagingAhead(StagingPolicyContract):
+    make_policy = StagesBeforeItsClaim
