@@ -89,6 +89,7 @@ def test_request_ids_are_prefix_chained(requests):
 @FEW
 @given(kst.mooncake_traces())
 def test_mooncake_traces_are_consistent(trace):
+    trace.check()
     assert np.all(np.diff(trace.timestamp_ms) >= 0)
     for r in range(trace.num_requests):
         n = trace.blocks_of(r).size
