@@ -515,14 +515,29 @@ class BlockAllocator:
 
     # ----------------------------------------------------------------- validation helpers
     def _ids(self, x, name: str) -> np.ndarray:
-        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range).
+        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range),
+        # unless it is (a view of) the pool's own state, e.g. ref_counts: the kernels would read
+        # it while changing it.
         if type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1:
-            return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+            if not x.flags.c_contiguous:
+                return np.ascontiguousarray(x)
+            return x if x.base is None and x is not self.block_fields else self._unaliased(x)
         arr = as_index_array(x, name, dtype=np.int64)
         if arr.size and (arr.min() < 0 or arr.max() >= self.num_blocks):
             bad = int(arr[(arr < 0) | (arr >= self.num_blocks)][0])
             raise InvalidIdError(f"{name} contains block id {bad}; expected ids in [0, {self.num_blocks})")
         return arr.astype(np.int32)
+
+    def _unaliased(self, x: np.ndarray) -> np.ndarray:
+        """``x``, or a copy of it when it shares memory with the pool's state arrays.
+
+        Only arrays that do not own their memory (views) or are a state array themselves get
+        here, so the common fresh-array call pays two attribute checks, not this test.
+        """
+        for state in (self.block_fields, self.block_keys, self.table, self.meta):
+            if np.may_share_memory(x, state):
+                return x.copy()
+        return x
 
     def _one_id(self, x, name: str) -> int:
         b = as_count(x, name)
@@ -530,10 +545,9 @@ class BlockAllocator:
             raise InvalidIdError(f"{name} is {b}; expected a block id in [0, {self.num_blocks})")
         return b
 
-    @staticmethod
-    def _keys(x, name: str) -> np.ndarray:
+    def _keys(self, x, name: str) -> np.ndarray:
         if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
-            return x
+            return x if x.base is None and x is not self.block_keys else self._unaliased(x)
         arr = _python_keys(x, name)
         if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
             raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
