@@ -81,6 +81,18 @@ def compact_segments(pool, start, length, cap, rows, new):
     return end
 
 
+@njit(cache=True, nogil=True)
+def gather_segments(rows, start, out_offsets, pool, out):
+    """Copy row ``rows[i]``'s segment ``pool[start[r]:...]`` to ``out[out_offsets[i]:out_offsets[i+1]]``.
+
+    Runtime complexity: O(rows + entries).
+    """
+    for i in range(rows.shape[0]):
+        s = start[rows[i]]
+        for j in range(out_offsets[i + 1] - out_offsets[i]):
+            out[out_offsets[i] + j] = pool[s + j]
+
+
 #: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
 @njit(cache=True, nogil=True)
 def release_row_blocks(blocks, row, block_size, block_row, block_live, block_fill, block_shared, slot_logical):
