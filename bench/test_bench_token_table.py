@@ -23,8 +23,8 @@ BS = 16
 
 
 # ------------------------------------------------------------------ evict + plan + commit
-def filled(impl, seqs, tokens_per_seq):
-    blocks = seqs * (tokens_per_seq // BS + 2)
+def filled(impl, seqs, tokens_per_seq, spare_blocks=0):
+    blocks = seqs * (tokens_per_seq // BS + 2) + spare_blocks
     if impl == "kvmm":
         table = TokenTable(BlockAllocator(blocks, BS), initial_sequences=seqs, initial_tokens=seqs * tokens_per_seq)
     else:
@@ -70,14 +70,7 @@ def test_evict_plan_commit(benchmark, impl):
 def repack_ready(impl, seqs, live_per_seq, keep=0.3, seed=0, spare_blocks=0):
     """A table whose sequences keep ``keep`` of their tokens, ``live_per_seq`` live each."""
     per_seq = int(round(live_per_seq / keep))
-    blocks = seqs * (per_seq // BS + 2) + spare_blocks
-    if impl == "kvmm":
-        table = TokenTable(BlockAllocator(blocks, BS), initial_sequences=seqs, initial_tokens=seqs * per_seq)
-    else:
-        table = NaiveTokenTable(NaiveBlockAllocator(blocks, BS))
-    for s in range(seqs):
-        table.add_sequence(s)
-    table.append(list(range(seqs)), [per_seq] * seqs)
+    table = filled(impl, seqs, per_seq, spare_blocks)
     rng = np.random.default_rng(seed)
     k = per_seq - live_per_seq
     for s in range(seqs):
