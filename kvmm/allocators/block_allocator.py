@@ -55,6 +55,7 @@ META_QUERIES, META_HITS, META_EVICTIONS, META_SEED, META_TABLE_MASK = range(5, 1
 NUM_META = 10
 
 _INT32 = np.dtype(np.int32)
+_UINT64 = np.dtype(np.uint64)
 
 # Kernel status codes (0 = success; nothing was changed otherwise).
 OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE = range(7)
@@ -408,12 +409,12 @@ class BlockAllocator:
         keys = self._keys(keys, "keys")
         if type(num_extra) is not int or num_extra < 0:
             num_extra = _as_count(num_extra, "num_extra")
-        if num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
+        if num_extra and num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
             raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
                                    f"are free; expected at most num_free new blocks")
-        ids = np.empty(keys.shape[0] + num_extra, dtype=np.int32)
+        ids = np.empty(keys.shape[0] + num_extra, dtype=_INT32)
         status, hits = _admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra, ids)
-        if status != OK:
+        if status:
             need = keys.shape[0] - hits + num_extra
             raise OutOfBlocksError(
                 f"request needs {need} new blocks (+ {hits} cached hits) but only {self.num_free} are free "
@@ -559,7 +560,8 @@ class BlockAllocator:
         return b
 
     def _keys(self, x, name: str) -> np.ndarray:
-        if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
+        if (type(x) is np.ndarray and (x.dtype is _UINT64 or x.dtype == np.uint64) and x.ndim == 2
+                and x.shape[1] == 2 and x.flags.c_contiguous):
             return x if self._foreign(x) else self._unaliased(x)
         arr = _python_keys(x, name)
         if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
