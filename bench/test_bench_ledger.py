@@ -41,19 +41,25 @@ class _Stepper:
     def __init__(self, cls, as_list: bool):
         self.led, self.ids = _filled(cls)
         self.conv = (lambda a: a.tolist()) if as_list else (lambda a: a)
-        self.rng = np.random.default_rng(0)
+        rng = np.random.default_rng(0)
+        c = self.conv
+        # the claims each step updates, drawn before timing (distinct: exactly UPDATES updates)
+        self.picks = [c(self.ids[rng.choice(OPEN, UPDATES, replace=False)]) for _ in range(64)]
+        self.updates = c(np.full(UPDATES, 1e12))
+        self.new_keys, self.new_bytes, self.new_ahead = c(np.arange(NEW)), c(np.full(NEW, NBYTES)), c(np.zeros(NEW))
+        self.steps = 0
         self.now = 0.0
         self.tier_busy_until = 0.0  # the source tier copies one claim after another
         self.in_flight = []  # (completion time, claim id), in completion order
         self.events = 0
 
     def step(self):
-        led, c = self.led, self.conv
+        led, c = self.led, self.conv  # c: arrays -> what this ledger takes (lists for the reference)
         self.now += STEP_S
         now = self.now
-        new = led.claim_many(c(np.arange(NEW)), c(np.full(NEW, NBYTES)), now=now, work_ahead=c(np.zeros(NEW)))
-        pick = self.ids[self.rng.choice(OPEN, UPDATES, replace=False)]  # distinct: exactly UPDATES updates
-        led.update(c(pick), c(np.full(pick.shape[0], 1e12)), now=now)
+        new = led.claim_many(self.new_keys, self.new_bytes, now=now, work_ahead=self.new_ahead)
+        led.update(self.picks[self.steps % len(self.picks)], self.updates, now=now)
+        self.steps += 1
         granted = [int(g) for g in led.poll(now)]
         # start the granted copies: queued on the tier behind the copies still running
         start = max(now, self.tier_busy_until)
