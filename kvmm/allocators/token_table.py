@@ -396,7 +396,8 @@ class TokenTable:
         for a in arrays:
             a.setflags(write=False)
         plan = RepackPlan(self.table_id, plan_id, *arrays[:5], *arrays[5:8], *arrays[8:], int(min_moves), version)
-        self.issued_plans[plan_id] = plan
+        with self.lock:  # commit (maybe on another thread) reads and deletes entries under the lock
+            self.issued_plans[plan_id] = plan
         return plan
 
     def commit(self, plan: RepackPlan, copy_slots: Callable[[np.ndarray, np.ndarray], None] | None = None) -> CommitResult:
