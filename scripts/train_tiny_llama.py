@@ -44,12 +44,12 @@ def heldout_loss(model, ids: np.ndarray, seq_len: int, windows: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -74,7 +74,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 25 == 0 or step == args.steps - 1:
+        if step % 10 == 0 or step == args.steps - 1:
             print(f"step {step:4d}  loss {loss.item():.3f}  {time.perf_counter() - began:7.1f}s", flush=True)
     trained = heldout_loss(model, heldout, args.seq_len, 8)
     args.out.mkdir(parents=True, exist_ok=True)
