@@ -70,3 +70,9 @@ def rv_decode(w):
     rng = np.random.default_rng(w["seed"])
     rng.integers(w["prompt"][0], w["prompt"][1] + 1, size=w["requests"])
     return rng.integers(w["decode"][0], w["decode"][1] + 1, size=w["requests"]).tolist()
+
+
+def test_synthetic_attention_is_labelled_when_chosen():
+    w = dict(rv.workload(quick=True), attention="synthetic")
+    source, label = rv.attention_source(w, [10, 12], [3, 4])
+    assert isinstance(source, rv.SyntheticAttention) and label.startswith("synthetic:")
