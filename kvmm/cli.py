@@ -36,6 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add_argument("--quick", action="store_true",
                      help="smaller workloads (for smoke tests); writes report-quick*.md, not report.md")
     rep.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
+    rep.add_argument("--trace", default=None, metavar="PATH",
+                     help="replay this trace (any format kvmm reads) in the trace-replay sections instead of the bundled ones")
+    rep.add_argument("--format", default=None, metavar="FMT",
+                     help="format of --trace: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
 
     handlers = {}
     for name, (module_path, help_text) in COMMANDS.items():
@@ -60,8 +64,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     from kvmm.report import Report, run_sections
 
     flags = (["--quick"] if args.quick else []) + [f"--only {name}" for name in args.only or []] + \
+        ([f"--trace {args.trace}"] if args.trace else []) + ([f"--format {args.format}"] if args.format else []) + \
         ([f"--out {args.out}"] if args.out != Path("kvmm-report") else []) + (["--no-progress"] if args.no_progress else [])
     report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress, only=args.only, flags=flags)
+    report.trace, report.trace_format = args.trace, args.format  # read by the trace-replay sections
     ran = run_sections(report, only=args.only)
     path = report.write()
     print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")
