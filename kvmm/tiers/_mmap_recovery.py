@@ -87,7 +87,9 @@ class RecoveryMixin:
                 continue
             self._next_segment = max(self._next_segment, segment + 1)
             head = fmt.read_file(path) or b""
-            ours = fmt.parse_segment_header(head) == (segment, self._folder_id)
+            expected = fmt.pack_segment_header(segment, self._folder_id)
+            # (a crash while creating a segment can leave a prefix of its header)
+            ours = head[:len(expected)] == expected or (len(head) < len(expected) and expected.startswith(head))
             if ours and segment >= manifest["next_segment"] and len(head) > fmt.SEGMENT_HEADER_BYTES:
                 raise CorruptTierError(
                     f"tier folder {str(self.path)!r}: {path.name} holds records newer than {fmt.MANIFEST_NAME} "
@@ -124,9 +126,11 @@ class RecoveryMixin:
         empty = [s for s in sorted(self._segment_size) if s != self._active and s not in self._damaged_lengths
                  and self._segment_live[s] <= min(fmt.SEGMENT_HEADER_BYTES, self._segment_size[s])]
         self._forget_segments(empty)
-        for key in self.recovery["dropped_keys"]:
-            if key not in self._index:  # keep any older record of it dead
-                self._write_tombstone(key)
+        # A key dropped for damage in one segment but written again in a later one lost nothing.
+        self.recovery["dropped_keys"] = [k for k in self.recovery["dropped_keys"] if k not in self._index]
+        self._dropped = set(self.recovery["dropped_keys"])
+        for key in self.recovery["dropped_keys"]:  # keep any older record of it dead
+            self._write_tombstone(key)
         for segment in sorted(self._damaged_lengths):  # copy what verified, then remove the file
             self._compact_segment(segment)
 
