@@ -5,6 +5,7 @@ no``: nothing touches the disk) on a free port, waits until it answers PING, and
 the end; tests isolate themselves with a fresh pool prefix (``redis_prefix``).  ``redis_server``
 (function scope) starts a private server a test may kill, restart (``restart()``: same port,
 empty again, as after a restart without persistence) or reconfigure (``client()``, CONFIG SET);
+``pool`` is a 10,000-byte RedisTier in a fresh pool of the shared server.
 ``redis_server_factory`` starts private servers with extra arguments (``--maxmemory 2mb``).  Both skip, saying why, only when
 ``redis-server`` or the ``redis`` package is not installed (``apt-get install redis-server``,
 ``pip install 'kvmm[redis]'``).
@@ -22,7 +23,7 @@ import uuid
 
 import pytest
 
-__all__ = ["RedisServer", "redis_url", "redis_prefix", "redis_server", "redis_server_factory"]
+__all__ = ["RedisServer", "redis_url", "redis_prefix", "redis_server", "redis_server_factory", "pool"]
 
 
 class RedisServer:
@@ -83,6 +84,17 @@ def redis_url():
 @pytest.fixture
 def redis_prefix():
     return f"kvmm-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def pool(redis_url, redis_prefix):
+    """A RedisTier of 10,000 bytes in a fresh pool of the shared server (dropped at teardown)."""
+    from kvmm.tiers import RedisTier
+
+    tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
+    yield tier
+    tier.drop_pool()
+    tier.close()
 
 
 @pytest.fixture

@@ -60,22 +60,14 @@ def test_out_of_memory_server_raises_capacity_exceeded_and_changes_nothing(redis
     ("ResponseError", "OOM command not allowed when used memory > 'maxmemory'. script: 1a2b"),
     ("ResponseError", "Error running script: command not allowed when used memory > 'maxmemory'"),
 ])
-def test_every_wording_of_an_oom_reply_is_capacity_exceeded(pool_on_shared_server, exc_name, text):
-    exc_class = getattr(pool_on_shared_server._redis.exceptions, exc_name)
+def test_every_wording_of_an_oom_reply_is_capacity_exceeded(pool, exc_name, text):
+    exc_class = getattr(pool._redis.exceptions, exc_name)
 
     def fail():
         raise exc_class(text)
 
     with pytest.raises(CapacityExceededError, match="out of memory"):
-        pool_on_shared_server._call(fail)
-
-
-@pytest.fixture
-def pool_on_shared_server(redis_url, redis_prefix):
-    tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
-    yield tier
-    tier.drop_pool()
-    tier.close()
+        pool._call(fail)
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
