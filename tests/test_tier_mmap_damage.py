@@ -10,7 +10,6 @@ another restart.  Damage whose affected keys cannot be told raises CorruptTierEr
 import multiprocessing
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
