@@ -279,3 +279,35 @@ def test_crash_during_compaction_loses_nothing(tmp_path, crash_after):
         tier.check()
     with MmapTier(tmp_path, 1 << 20) as tier:
         assert snapshot(tier, True) == before
+
+
+def _close_inherited_copy(tier):
+    tier.close()  # a forked child cleaning up: must not seal or unlock the parent's tier
+    os._exit(0)
+
+
+def _owner_forks_a_closing_child_then_crashes(folder):
+    tier = MmapTier(folder, 1 << 20)
+    tier.put("a", value(100, 1))
+    child = multiprocessing.get_context("fork").Process(target=_close_inherited_copy, args=(tier,))
+    child.start()
+    child.join(30)
+    try:
+        MmapTier(folder, 1 << 20)
+        os._exit(3)  # the child's close released the owner's lock
+    except BackendUnavailableError:
+        pass
+    tier.put("b", value(100, 2))  # after the child's close, into the same segment
+    os._exit(0 if child.exitcode == 0 else 4)  # crash: no close
+
+
+def test_a_forked_child_closing_its_copy_does_not_disturb_the_owner(tmp_path):
+    owner = multiprocessing.get_context("fork").Process(target=_owner_forks_a_closing_child_then_crashes,
+                                                        args=(tmp_path,))
+    owner.start()
+    owner.join(30)
+    assert owner.exitcode == 0
+    with MmapTier(tmp_path, 1 << 20) as again:
+        assert again.recovery["damaged_segments"] == {} and again.recovery["dropped_keys"] == []
+        np.testing.assert_array_equal(again.get("a"), value(100, 1))
+        np.testing.assert_array_equal(again.get("b"), value(100, 2))

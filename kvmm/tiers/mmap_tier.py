@@ -98,6 +98,7 @@ class MmapTier(RecoveryMixin, TierBase):
         except OSError as exc:
             raise BadInputError(f"cannot create tier folder {str(self.path)!r}: {exc}") from None
         self._closed, self._opened = True, False
+        self._owner_pid = os.getpid()
         self._lock_fd = fmt.lock_folder(self.path)
         self._closed = False
         self._index: dict[Hashable, _Location] = {}
@@ -222,7 +223,8 @@ class MmapTier(RecoveryMixin, TierBase):
             return
         self._closed = True
         try:
-            if self._opened and self._active_fd >= 0:
+            # (a forked child closing its inherited copy must not seal the parent's segment)
+            if self._opened and self._active_fd >= 0 and os.getpid() == self._owner_pid:
                 if self.sync:
                     os.fsync(self._active_fd)
                 index = fmt.encode_index(self._active, self._folder_id, self._active_last)
