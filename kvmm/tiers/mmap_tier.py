@@ -70,7 +70,6 @@ MiB = 1 << 20
 KIND_PUT = fmt.KIND_PUT
 KIND_DELETE = fmt.KIND_DELETE
 HEADER_BYTES = fmt.RECORD_HEADER_BYTES
-SEGMENT_RE = fmt.SEGMENT_RE
 _Location = fmt.Location
 
 
