@@ -133,6 +133,7 @@ def test_damage_with_its_index_missing_refuses_to_open_and_changes_nothing(tmp_p
     middle, _, _ = build(tmp_path)
     os.truncate(middle, 100)
     (tmp_path / fmt.index_name(int(middle.name[4:16]))).unlink()
+    (tmp_path / "MANIFEST.tmp").write_bytes(b"left by a crash")  # removed only by an open that succeeds
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(CorruptTierError, match="index .* is missing or damaged"):
         MmapTier(tmp_path, 1 << 20)

@@ -25,6 +25,7 @@ class RecoveryMixin:
     """``_recover`` for MmapTier: runs once, from ``__init__``, on the locked folder."""
 
     def _recover(self) -> None:
+        self._stale_files: list = []  # crash leftovers, removed once the open cannot fail any more
         segments, indexes, foreign = self._scan_folder()
         manifest_path = self.path / fmt.MANIFEST_NAME
         raw = fmt.read_file(manifest_path)
@@ -57,7 +58,7 @@ class RecoveryMixin:
             elif index and regular:
                 indexes[int(index.group(1))] = path
             elif regular and fmt.TEMP_RE.match(name):
-                self._remove_file(path)
+                self._stale_files.append(path)
             else:
                 foreign.append(name)
         return segments, indexes, foreign
@@ -72,7 +73,7 @@ class RecoveryMixin:
                     f"tier folder {str(self.path)!r}: {path.name} holds records but there is no "
                     f"{fmt.MANIFEST_NAME} (deleted, or the folder was written by an older kvmm); restore it "
                     f"or move the segment files away")
-        for path in [*segments.values(), *indexes.values()]:
+        for path in [*self._stale_files, *segments.values(), *indexes.values()]:
             self._remove_file(path)
         self._folder_id = os.urandom(16)
         self._next_segment = max(segments, default=0) + 1
@@ -95,14 +96,14 @@ class RecoveryMixin:
                     f"tier folder {str(self.path)!r}: {path.name} holds records newer than {fmt.MANIFEST_NAME} "
                     f"lists (the manifest is an older copy); restore the matching manifest")
             if ours:  # compacted, or created just before a crash, and no longer listed: stale
-                self._remove_file(path)
+                self._stale_files.append(path)
             else:
                 self.recovery["foreign"].append(path.name)
                 warnings.warn(f"tier folder {str(self.path)!r}: ignoring {path.name}, a segment of another "
                               f"folder or not listed in {fmt.MANIFEST_NAME}", RuntimeWarning, stacklevel=5)
         for segment, path in indexes.items():
             if segment not in sealed:  # its segment was compacted, or sealed just before a crash
-                self._remove_file(path)
+                self._stale_files.append(path)
         for segment in sorted(sealed):
             problems, applied, _ = self._replay_segment(segment, sealed[segment])
             if problems:
@@ -120,6 +121,8 @@ class RecoveryMixin:
             raise CapacityExceededError(
                 f"folder {str(self.path)!r} holds {self._used} bytes of values; capacity_bytes "
                 f"{self.capacity_bytes} is too small to open it")
+        for path in self._stale_files:
+            self._remove_file(path)
         if tail in self._segment_size:  # the old tail is sealed as it is now, with its index
             fmt.write_atomic(self._index_path(tail), fmt.encode_index(tail, self._folder_id, tail_last), self.sync)
         self._open_new_segment()
