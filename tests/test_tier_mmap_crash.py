@@ -93,7 +93,6 @@ def same(a, b):
 def test_kill_9_in_a_loop_never_loses_a_confirmed_write_nor_serves_a_stale_one(tmp_path):
     rng = random.Random(12)
     model: dict = {}
-    started = time.monotonic()
     total_confirmed = 0
     for round_ in range(KILLS):
         # Some kills land while the writer is still opening (recovering) the folder.
@@ -110,4 +109,3 @@ def test_kill_9_in_a_loop_never_loses_a_confirmed_write_nor_serves_a_stale_one(t
         assert report["damaged_segments"] == {} and report["dropped_keys"] == [] and report["torn"] <= 1
         model = state
     assert total_confirmed > 1500  # the kills landed in a busy writer, across many segments
-    assert time.monotonic() - started < 60
