@@ -141,6 +141,29 @@ def parse_record_header(buf: Any, offset: int, size: int):
     return kind, key_bytes, meta_len, payload_len, body_crc
 
 
+def stated_record_bytes(buf: Any, offset: int, size: int) -> int | None:
+    """The record length a (possibly damaged) header at ``offset`` states, None if cut off."""
+    if offset + RECORD_HEADER_BYTES > size:
+        return None
+    _, _, _, meta_len, key_len, payload_len, _ = RECORD_HEADER.unpack(bytes(buf[offset:offset + RECORD_HEADER.size]))
+    return RECORD_HEADER_BYTES + key_len + meta_len + payload_len
+
+
+def is_record_prefix(buf: Any, offset: int, size: int) -> bool:
+    """Could ``buf[offset:size]`` be what a crash leaves of a record: a prefix of a header,
+    or a header whose key is not complete yet?  (A complete header and key that fail their
+    checksum, zeros, or garbage cannot be a torn write.)"""
+    rest = bytes(buf[offset:min(size, offset + RECORD_HEADER_BYTES)])
+    if rest[:4] != RECORD_MAGIC[:len(rest)]:
+        return False
+    if len(rest) > 4 and rest[4] not in (KIND_PUT, KIND_DELETE) or len(rest) > 5 and rest[5] != 0:
+        return False
+    if len(rest) < RECORD_HEADER_BYTES:
+        return True
+    key_len = RECORD_HEADER.unpack(rest[:RECORD_HEADER.size])[4]
+    return offset + RECORD_HEADER_BYTES + key_len > size
+
+
 def damaged_record_keys(buf: Any, offset: int, size: int, known: Any) -> list[Hashable]:
     """The keys a record header that failed its checks may have named (possibly none).
 

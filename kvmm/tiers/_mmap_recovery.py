@@ -182,21 +182,18 @@ class RecoveryMixin:
             if parsed is None:
                 nxt = fmt.find_next_record(data, offset + 1, end)
                 named = fmt.damaged_record_keys(data, offset, end, self._index)
-                for key in named:  # a torn write cannot get here (see damaged_record_keys)
+                if tail:
+                    self._check_tail_damage(name, data, offset, end, nxt, named)
+                for key in named:
                     self._drop_key(key)
                 self.recovery["corrupt"] += bool(named)
                 if nxt is None:
-                    if tail:
+                    if tail:  # a torn write, or the damaged last record (its key was dropped)
                         self._drop_tail(segment, offset)
                     else:
                         problems.append(f"no valid record from offset {offset} to {end}")
                     break
                 problems.append(f"damaged bytes at offsets {offset}..{nxt}")
-                if tail and not named:
-                    raise CorruptTierError(
-                        f"tier folder {str(self.path)!r}: the active segment {name} has damaged bytes at offsets "
-                        f"{offset}..{nxt} that name no key, so which keys they changed cannot be told; restore "
-                        f"the file or delete the folder")
                 self.recovery["skipped_bytes"] += nxt - offset
                 offset = nxt
                 continue
@@ -233,6 +230,21 @@ class RecoveryMixin:
             last[key_bytes] = (offset, kind)
             offset += record_bytes
         return problems, applied, last
+
+    def _check_tail_damage(self, name: str, data: bytes, offset: int, end: int, nxt: int | None,
+                           named: list) -> None:
+        """In the tail nothing else records which keys changed, so damaged bytes are accepted
+        only when they are exactly one record whose key is known (its stated length reaches the
+        next valid record or the end), or what a crash leaves at the end (a record prefix)."""
+        stop = end if nxt is None else nxt
+        if named and fmt.stated_record_bytes(data, offset, end) == stop - offset:
+            return
+        if nxt is None and not named and fmt.is_record_prefix(data, offset, end):
+            return
+        raise CorruptTierError(
+            f"tier folder {str(self.path)!r}: the active segment {name} has damaged bytes at offsets "
+            f"{offset}..{stop} that are no torn write and no single record with a known key, so which keys "
+            f"they changed cannot be told; restore the file or delete the folder")
 
     def _apply(self, key: Hashable, kind: int, segment: int, offset: int, record_bytes: int,
                payload_offset: int, payload_len: int, meta: bytes, body_crc: int) -> None:

@@ -19,8 +19,8 @@ in order, and reports what it found in :attr:`MmapTier.recovery`:
 * the active segment is the log's tail: a record that runs past its end is a *torn write*
   (the put or delete never happened, an older value stays) and is cut off; a complete record
   whose checksum fails drops its key (an older value is not resurrected); a damaged header is
-  skipped by resynchronising on the next valid record, and the key it names is dropped when it
-  can still be told; damage that names no key in the middle of the tail raises
+  skipped by resynchronising on the next valid record, and the key it names is dropped, when
+  the damaged bytes are exactly that one record; any other damage in the tail raises
   :class:`~kvmm.errors.CorruptTierError` (which keys it changed cannot be known);
 * a sealed segment that is missing, not a regular file, of another length than the manifest
   says, with a bad header or generation, or with any record that fails its checks is
