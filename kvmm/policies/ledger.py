@@ -25,6 +25,9 @@ The ledger separates the two:
    ``consume`` and finally ``release``, which frees the capacity and returns the claim's
    **protected byte-seconds** (bytes x seconds from commit to release).
 
+A periodic poller skips the polls that would change no claim with ``skip_idle_polls`` (it learns
+their poll gaps exactly as the polls would, and stops at the first poll that triggers or grants).
+
 Both estimators adapt: ``observe_progress(tokens, seconds)`` updates an EWMA of the progress
 rate (tokens/s), and every ``mark_ready`` updates a per-source EWMA of observed/predicted staging
 time.  Immediate and on-demand staging use the same ledger (``request`` at claim time, or at
@@ -371,6 +374,34 @@ class CommitmentLedger:
             self.commits_total += ng
         return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots
 
+    def skip_idle_polls(self, first: float, interval: float, *, before: float, until: float,
+                        timely: bool = True, fifo: bool = False) -> float:
+        """Fast-forward a periodic poller over the polls that would change no claim.
+
+        A caller that polls at ``first, first + interval, ...`` (each time the previous one plus
+        ``interval``) while no other event happens (polls strictly ``< before`` and ``<= until``)
+        calls this instead: it learns the poll gap of each poll that would neither trigger nor
+        grant a claim, exactly as :meth:`poll` would (``poll_gap``, ``last_poll``, ``clock``: the
+        same floating-point operations in the same order), and stops at the first poll that
+        would trigger or grant one, which the caller then runs with :meth:`poll`.  Between events
+        the estimates are static, so the result is the same as polling at every tick.
+        Returns the time of the first poll not skipped.  Runtime complexity: O(slots +
+        skipped polls x claimed slots) in one numba call.
+        """
+        if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
+            raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
+        first = self._check_now(first)
+        interval = as_positive_float(interval, "interval")
+        before, until = float(before), float(until)
+        t, gap, last, skipped = _idle_polls_kernel(
+            self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline, self.seq,
+            self.n_slots, first, interval, before, until, self.margin_s, self.poll_gap, self.last_poll, self.rate_alpha,
+            self.use_slack, self.rate, self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
+            self._capacity - self.protected_bytes, bool(timely), bool(fifo))
+        if skipped:
+            self.poll_gap, self.last_poll, self.clock = gap, last, last
+        return t
+
     def mark_ready(self, claim_ids: Any, *, now: float) -> None:
         """Staging finished: STAGING -> READY.  Learns observed/predicted staging time per source.
 
@@ -693,6 +724,58 @@ def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadlin
         out[ng] = s
         ng += 1
     return ng
+
+
+@njit(cache=True, nogil=True)
+def _idle_polls_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadline, seq, n_slots, first, interval,
+                       before, until, margin_s, poll_gap, last_poll, alpha, use_slack, rate, src_latency, src_bandwidth,
+                       src_ratio, queue_bytes, free_bytes, timely, fifo):
+    """Polls at ``first, first + interval, ...`` (``< before``, ``<= until``) that would change
+    nothing, as ``poll`` + ``_poll_kernel`` compute them: ``(first poll not skipped, poll_gap,
+    last_poll, polls skipped)``.  Nothing is written.
+
+    A poll grants when the first pending slot in grant order fits ``free_bytes``; with no
+    trigger the pending set and the free bytes stay as they are, so that is decided once.  A
+    poll triggers when a CLAIMED slot meets the trigger with that poll's learned gap.
+    """
+    head = -1
+    for s in range(n_slots):
+        if state[s] == 2:
+            if head < 0 or (seq[s] < seq[head] if fifo else
+                            (deadline[s] < deadline[head] or (deadline[s] == deadline[head] and seq[s] < seq[head]))):
+                head = s
+    if head >= 0 and nbytes[head] <= free_bytes:
+        return first, poll_gap, last_poll, 0
+    nclaimed = 0
+    if timely:
+        for s in range(n_slots):
+            if state[s] == 1:
+                nclaimed += 1
+    use_at = np.empty(nclaimed)
+    ready_s = np.empty(nclaimed)
+    j = 0
+    if timely:
+        for s in range(n_slots):
+            if state[s] == 1:
+                src = source[s]
+                use_at[j] = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
+                ready_s[j] = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])
+                j += 1
+    t = first
+    skipped = 0
+    while t < before and t <= until:
+        gap = poll_gap
+        if last_poll >= 0.0 and t > last_poll:
+            gap = (1.0 - alpha) * poll_gap + alpha * (t - last_poll)
+        margin = margin_s + gap
+        for i in range(nclaimed):
+            if use_at[i] - ready_s[i] - use_slack * max(use_at[i] - t, 0.0) <= t + margin:
+                return t, poll_gap, last_poll, skipped
+        poll_gap = gap
+        last_poll = t
+        skipped += 1
+        t = t + interval
+    return t, poll_gap, last_poll, skipped
 
 
 # ---------------------------------------------------------------------- helpers
