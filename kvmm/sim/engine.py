@@ -36,6 +36,7 @@ import heapq
 import warnings
 
 import numpy as np
+from numba import njit
 
 from kvmm.policies.eviction import LRUPolicy
 from kvmm.policies.ledger import CLAIMED, CONSUMED, PENDING, READY, STAGING
@@ -57,6 +58,8 @@ class QueueGrowthWarning(UserWarning):
 
 class Engine:
     """The event loop.  Per-request state is structure-of-arrays indexed by request."""
+
+    skip_idle_ticks = True  # class default; False replays every controller tick (tests compare)
 
     def __init__(self, cfg: SimConfig, model: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray,
                  ledger_factory, progress, *, record_ops: bool = False) -> None:
@@ -115,6 +118,9 @@ class Engine:
         self.ledger = ledger_factory(
             cfg.fast_tier.capacity_bytes, [lv.spec for lv in cfg.tiers] or [cfg.fast_tier], margin_s=cfg.margin_s,
             initial_rate=cfg.initial_rate or model.prefill_tokens_per_s)
+        # fast-forward controller ticks that change nothing (needs CommitmentLedger.skip_idle_polls;
+        # the plain-Python reference ledger runs every tick; tests switch it off to compare)
+        self.skip_idle_ticks = Engine.skip_idle_ticks and hasattr(self.ledger, "skip_idle_polls")
         self.policy = None if self.write_through else make_staging_policy(cfg.policy, self.ledger)
         self.grant_on_claim = cfg.policy in ("immediate", "immediate-edf")
         self.timely = cfg.policy == "timely"
@@ -277,12 +283,33 @@ class Engine:
                 self._arrive(na, waiting)
                 self.next_arrival = na + 1
             else:
-                # the controller's clock.  Only timely staging triggers on time alone; the others
-                # grant pending claims as capacity frees, so a tick with no release since the last
-                # poll would grant nothing (skipped: same result, less work)
-                if self.timely or self.freed_since_poll:
-                    self._poll(tp)
-                self.next_poll = tp + self.cfg.poll_interval_s
+                self._tick(tp, min(ta, tt), t)
+
+    def _tick(self, tp: float, before: float, until: float) -> None:
+        """The controller's clock at ``tp`` (the next other event at ``before``).
+
+        Only timely staging triggers on time alone; the others grant pending claims as capacity
+        frees, so a tick with no release since the last poll grants nothing: it and the ticks
+        after it up to the next event are skipped (same result, less work).  Timely ticks that
+        would neither trigger nor grant are fast-forwarded by the ledger
+        (``skip_idle_polls``: it learns their poll gaps as the polls would), so only the ticks
+        that change a claim run a poll.
+        """
+        interval = self.cfg.poll_interval_s
+        if self.timely:
+            if self.skip_idle_ticks:
+                nxt = self.ledger.skip_idle_polls(tp, interval, before=before, until=until)
+                if nxt != tp:
+                    self.freed_since_poll = False
+                    self.next_poll = nxt
+                    return
+            self._poll(tp)
+        elif self.freed_since_poll:
+            self._poll(tp)
+        elif self.skip_idle_ticks:
+            self.next_poll = _first_tick_not_before(tp, interval, before, until)
+            return
+        self.next_poll = tp + interval
 
     def _next_event_time(self) -> float | None:
         na = self.next_arrival
@@ -554,3 +581,12 @@ class Engine:
         if self.n >= 200 and self.max_waiting > max(50, self.n // 10):
             warnings.warn(f"kvmm.sim: the queue reached {self.max_waiting} waiting requests of {self.n}: the offered "
                           "load exceeds capacity, TTFT measures the backlog (lower load=)", QueueGrowthWarning, stacklevel=3)
+
+
+@njit(cache=True, nogil=True)
+def _first_tick_not_before(tp: float, interval: float, before: float, until: float) -> float:
+    """The first of the ticks ``tp, tp + interval, ...`` (each the previous plus ``interval``,
+    as the loop adds them) that is ``>= before`` or ``> until``."""
+    while tp < before and tp <= until:
+        tp = tp + interval
+    return tp
