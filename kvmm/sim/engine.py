@@ -212,7 +212,7 @@ class Engine:
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:
-                    self._lru_write(self.ids[o0:o1].tolist(), now)
+                    self._lru_write(self.ids[o0:o1], now)
                 if self.remaining[r] <= 0:
                     finished += self._finish([r], now)
                 else:
@@ -558,7 +558,7 @@ class Engine:
             if not sb:
                 continue
             o0 = int(self.offsets[r] + self.gpu_at_arrival[r])
-            keys = self.ids[o0:o0 + sb].tolist()
+            keys = self.ids[o0:o0 + sb]
             in_fast = int(np.count_nonzero(self.fast_lru.contains_many(keys)))
             slow_bytes = (sb - in_fast) * self.block_bytes
             secs += fast.latency_s + sb * self.block_bytes / fast.read_bandwidth
@@ -567,7 +567,7 @@ class Engine:
             self._lru_write(keys, now)
         return secs
 
-    def _lru_write(self, keys: list, now: float) -> None:
+    def _lru_write(self, keys: np.ndarray, now: float) -> None:
         self._lru_tick(now)
         self.fast_lru.access_or_put_size_many(keys, self.block_bytes, np.ones(len(keys), dtype=bool))
         self.lru_peak = max(self.lru_peak, self.fast_lru.used_bytes)

@@ -76,10 +76,9 @@ class Hierarchy:
         rest = ids[gpu:]
         if not self.tiers or rest.shape[0] == 0:
             return gpu, np.zeros(0, dtype=np.int64)
-        kl = rest.tolist()
         src = np.full(rest.shape[0], -1, dtype=np.int64)
         for i in range(len(self.tiers) - 1, -1, -1):  # fastest last: it wins
-            src[self.tiers[i].contains_many(kl)] = i
+            src[self.tiers[i].contains_many(rest)] = i
         miss = np.flatnonzero(src < 0)
         return gpu, src[: miss[0]] if miss.size else src
 
@@ -124,15 +123,14 @@ class Hierarchy:
         blocks the tier holds are accessed, admitted ones written, in prefix order."""
         if not self.tiers:
             return
-        kl = ids.tolist()
         n = ids.shape[0]
         hit_mask = np.zeros(n, dtype=bool) if gpu_hit is None else gpu_hit
         for i, tier in enumerate(self.tiers):
-            cached = tier.contains_many(kl)
+            cached = tier.contains_many(ids)
             write = _as_mask(self.admission[i].admit(AdmissionRequest(ids, cached, hit_mask)), n)
             # a block cached at admission time but evicted by an earlier write of this request is
             # written back (it was offered and the tier held it: the admission kept it)
-            hits = tier.access_or_put_size_many(kl, self.block_bytes, write | cached)
+            hits = tier.access_or_put_size_many(ids, self.block_bytes, write | cached)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
 

@@ -139,12 +139,13 @@ class ManagedTier:
         return out
 
     def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
-        """Which of ``keys`` this object manages (a bool mask); no policy event.
+        """Which of ``keys`` this object manages (a bool mask); no policy event.  An integer
+        numpy array of keys is read in one ``tolist`` (its items are already normal keys).
 
         Runtime complexity: O(len(keys)).
         """
-        sizes = self._sizes
-        return np.fromiter((_key(k) in sizes for k in keys), dtype=bool)
+        ks = _key_list(keys)
+        return np.fromiter(map(self._sizes.__contains__, ks), dtype=bool, count=len(ks))
 
     def access_or_put_size_many(self, keys: Iterable[Hashable], nbytes: int, write: Any) -> np.ndarray:
         """Offer a request's blocks in order: a managed key is accessed (``on_access``), a missing
@@ -152,23 +153,30 @@ class ManagedTier:
         earlier key of the same call may be evicted by a later one, exactly as with separate
         calls).  Returns the mask of keys found (the hits).  Needs a backend with ``put_size``.
 
+        Keys, size and flags are validated once for the batch; then a backend that offers a
+        trusted size writer (:class:`~kvmm.tiers.SimulatedTier`) and a built-in policy that
+        offers ``fast_hooks`` (LRU, FIFO) are driven without re-checking each key (this object
+        guarantees what they would check: a managed key is tracked, a new one is not).  Any
+        other policy gets its ``on_access`` / ``on_insert`` per key, as with separate calls.
+
         Runtime complexity: O(len(keys)) policy events plus the victims examined.
         """
         if not hasattr(self.backend, "put_size"):
             raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
         nbytes = as_count(nbytes, "nbytes")
-        ks = [_key(k) for k in keys]
+        ks = _key_list(keys)
         flags = np.asarray(write, dtype=bool)
         if flags.shape != (len(ks),):
             raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
-        if nbytes > self.backend.capacity_bytes and flags.any():
-            raise CapacityExceededError(
-                f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {self.backend.capacity_bytes} bytes")
-        sizes = self._sizes
-        on_access = self.policy.on_access
-        put_size = self.backend.put_size
         backend = self.backend
         capacity = backend.capacity_bytes
+        if nbytes > capacity and flags.any():
+            raise CapacityExceededError(
+                f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
+        sizes = self._sizes
+        hooks = self.policy.fast_hooks() if hasattr(self.policy, "fast_hooks") else None
+        on_access, on_insert = hooks if hooks is not None else (self.policy.on_access, self._policy_insert)
+        store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
         hit = np.zeros(len(ks), dtype=bool)
         for i, (k, w) in enumerate(zip(ks, flags.tolist())):
             if k in sizes:
@@ -176,11 +184,11 @@ class ManagedTier:
                 on_access(k)
             elif w:
                 if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
-                    put_size(k, nbytes)
+                    store(k)
                     sizes[k] = nbytes
-                    self._policy_insert(k, nbytes)
+                    on_insert(k, nbytes)
                 else:
-                    self._put(k, nbytes, lambda kk: put_size(kk, nbytes), ())
+                    self._put(k, nbytes, store, ())
         return hit
 
     def delete(self, key: Hashable) -> None:
@@ -244,6 +252,13 @@ class ManagedTier:
                     f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
                     f"{need} more bytes are needed (protected: {len(protected)} keys)")
             n *= 2
+
+
+def _key_list(keys: Any) -> list:
+    """Batch keys as a list of normal keys: an integer numpy array in one ``tolist``."""
+    if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iu":
+        return keys.tolist()
+    return [_key(k) for k in keys]
 
 
 def _key(key: Any) -> Hashable:

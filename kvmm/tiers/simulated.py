@@ -50,6 +50,30 @@ class SimulatedTier(TierBase):
         nbytes = as_count(nbytes, "nbytes")
         self._record(normalize_key(key), nbytes, np.dtype(np.uint8), (nbytes,))
 
+    def size_writer(self, nbytes: int) -> Any:
+        """``store(key)``: :meth:`put_size` of ``nbytes`` (validated here, once) for callers that
+        give normal keys and have checked the room (``ManagedTier``'s batch path), so a batch
+        does not re-check each key.  Same records and statistics as :meth:`put_size`.
+        Runtime complexity: O(1) per stored key.
+        """
+        nbytes = as_count(nbytes, "nbytes")
+        entry = (nbytes, np.dtype(np.uint8), (nbytes,))
+        seconds = self.spec.transfer_seconds(nbytes, write=True)
+        entries, stats = self._entries, self.stats
+
+        def store(k: Hashable) -> None:
+            old = entries.get(k)
+            after = self._used - (old[0] if old is not None else 0) + nbytes
+            if after > self.capacity_bytes:
+                self._record(k, nbytes, entry[1], entry[2])  # raises the capacity error, changes nothing
+            entries[k] = entry
+            self._used = after
+            stats["puts"] += 1
+            stats["bytes_written"] += nbytes
+            stats["write_seconds"] += seconds
+
+        return store
+
     def get(self, key: Hashable) -> np.ndarray:
         nbytes, dtype, shape = self._lookup(key)
         self._count_get(nbytes)
