@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit
 
 from kvmm.policies.eviction import LRUPolicy
-from kvmm.policies.ledger import CLAIMED, CONSUMED, PENDING, READY, STAGING
+from kvmm.policies.ledger import CONSUMED, READY, STAGING
 from kvmm.policies.staging import make_staging_policy
 from kvmm.sim.config import SimConfig
 from kvmm.sim.hierarchy import Hierarchy
@@ -134,6 +134,11 @@ class Engine:
         self.channel_free_at = np.zeros(max(len(cfg.tiers), 1))
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.cancelled: set[int] = set()
+        # what the engine told the ledger about each open claim (so the scheduler does not ask it
+        # every step): granted by a poll, marked ready, needed once (a repeated ``need`` changes nothing)
+        self.granted: set[int] = set()
+        self.ready: set[int] = set()
+        self.needed: set[int] = set()
         self.transfer_done: dict[int, float] = {}
         self.claims_made = self.claims_cancelled = self.claims_recomputed = self.transfer_seq = 0
         self.step_end = 0.0
@@ -189,6 +194,7 @@ class Engine:
                 self.freed_since_poll = True
                 for cid in claims_done:
                     self.claim_owner.pop(cid, None)
+                    self._forget(cid)
             self._events_until(now + dt, waiting)
             now += dt
             self.steps += 1
@@ -279,6 +285,7 @@ class Engine:
                     self.cancelled.discard(cid)
                 else:
                     self.ledger.mark_ready([cid], now=done_at)
+                    self.ready.add(cid)
             elif ta <= tp:
                 self._arrive(na, waiting)
                 self.next_arrival = na + 1
@@ -384,6 +391,7 @@ class Engine:
             self.channel_free_at[s] = done_at
             heapq.heappush(self.transfers, (done_at, self.transfer_seq, cid))
             self.transfer_done[cid] = done_at
+            self.granted.add(cid)
             self.transfer_seq += 1
             self.ungranted -= 1
 
@@ -441,12 +449,12 @@ class Engine:
                 self._drop_claim(r, cid, now)  # an earlier request put the context on the GPU meanwhile
                 self.claims_cancelled += 1
                 cid = -1
-            if cid >= 0 and not in_window and int(led.state_of([cid])[0]) != READY:
+            if cid >= 0 and not in_window and cid not in self.ready:
                 room -= 1
                 kept.append(r)
                 continue
-            if cid >= 0 and not bool(led.need([cid], now=now)[0]):
-                if int(led.state_of([cid])[0]) != STAGING:
+            if cid >= 0 and not self._need(cid, now):
+                if cid not in self.granted:  # not staging: escalated, poll now
                     self._poll(now)
                 if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
                     room -= 1
@@ -471,7 +479,7 @@ class Engine:
             # nothing runs and nothing is in flight: stay work-conserving, run the first ready one
             for i, r in enumerate(waiting):
                 cid = int(self.claim_id[r])
-                if (cid < 0 or bool(led.need([cid], now=now)[0])) and self._take(r):
+                if (cid < 0 or self._need(cid, now)) and self._take(r):
                     if cid >= 0:
                         led.consume([cid], now=now)
                     admitted.append(waiting.pop(i))
@@ -532,13 +540,27 @@ class Engine:
             wait = float(frees_at[order[enough[0]]]) - now if enough.size else np.inf
         return bool(wait + stage_s > recompute_s)
 
+    def _need(self, cid: int, now: float) -> bool:
+        """``ledger.need`` the first time (it records the moment and escalates an unstaged claim);
+        after that the claim is PENDING, STAGING or READY and a repeated ``need`` would change
+        nothing, so the engine's own record answers: is it ready?"""
+        if cid in self.needed:
+            return cid in self.ready
+        self.needed.add(cid)
+        return bool(self.ledger.need([cid], now=now)[0])
+
+    def _forget(self, cid: int) -> None:
+        self.granted.discard(cid)
+        self.ready.discard(cid)
+        self.needed.discard(cid)
+
     def _drop_claim(self, r: int, cid: int, now: float) -> None:
         """Release a claim that will not be used (its blocks are then GPU hits or recomputed)."""
-        state = int(self.ledger.state_of([cid])[0])
-        if state in (CLAIMED, PENDING):
+        if cid not in self.granted:  # CLAIMED or PENDING
             self.ungranted -= 1
-        elif state == STAGING:
+        elif cid not in self.ready:  # STAGING
             self.cancelled.add(cid)  # its copy is in flight: drop it when it completes
+        self._forget(cid)
         self.ledger.release([cid], now=now)
         self.freed_since_poll = True
         self.claim_owner.pop(cid, None)
