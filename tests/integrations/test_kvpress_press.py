@@ -116,7 +116,7 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
         for head, kept in enumerate(sets[layer]):
             assert kept == sorted(np.argsort(-scores[head], kind="stable")[:TOKENS // 2].tolist())
     with press(model):
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6,
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6, min_new_tokens=6,
                              do_sample=False, pad_token_id=0, return_dict_in_generate=True)
     assert out.sequences.shape == (1, TOKENS + 6)
     # The prefill cache was halved; decoding appended 5 tokens (the 6th is not cached yet).
