@@ -23,7 +23,8 @@ evidence (:class:`~kvmm.protocols.TokenScorer`) for each sequence of the batch:
 
 ``per_head=True`` (default) scores each KV head on its own evidence (its keys, the attention of
 its query group), like kvpress's presses; ``False`` scores every token once and gives all heads
-the same score.  A :class:`~kvmm.compress.TriAttentionScorer` is used through its per-KV-head
+the same score.  A :class:`~kvmm.compress.TriAttentionScorer` (or a ``TriAttentionPolicy``'s
+scorer) is used through its per-KV-head
 ``kv_head_scores`` on the post-RoPE keys; give one per layer (a list, or
 :meth:`KvmmPress.triattention` with a per-layer :class:`~kvmm.compress.Calibration`).
 
@@ -53,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without kvpress
 from kvmm._validate import as_count, as_fraction
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.hf import rope_from_config
-from kvmm.compress.triattention import TriAttentionScorer
+from kvmm.compress.triattention import TriAttentionPolicy, TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError
 from kvmm.protocols import TokenScorer
 
@@ -157,10 +158,13 @@ class KvmmPress(ScorerPress):
         if isinstance(self.scorer, Mapping):
             if layer not in self.scorer:
                 raise BadInputError(f"no scorer for layer {layer}; the dict has layers {sorted(self.scorer)}")
-            return self.scorer[layer]
-        if isinstance(self.scorer, Sequence):
-            return self.scorer[layer]
-        return self.scorer
+            scorer = self.scorer[layer]
+        elif isinstance(self.scorer, Sequence):
+            scorer = self.scorer[layer]
+        else:
+            scorer = self.scorer
+        # A TriAttentionPolicy scores with its TriAttentionScorer: used directly, per KV head.
+        return scorer.scorer if isinstance(scorer, TriAttentionPolicy) else scorer
 
     def _attention(self, scorer: Any, module: Any, hidden_states: Any, keys: Any, attentions: Any,
                    kwargs: dict) -> np.ndarray:

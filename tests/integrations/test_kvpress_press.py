@@ -14,7 +14,8 @@ import torch
 from kvpress import KnormPress, SnapKVPress, StreamingLLMPress
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from kvmm.compress import KeyNormScorer, SnapKVScorer, StreamingLLMScorer, TriAttentionScorer, calibrate
+from kvmm.compress import (KeyNormScorer, SnapKVScorer, StreamingLLMScorer, TriAttentionPolicy, TriAttentionScorer,
+                           calibrate)
 from kvmm.compress.hf import capture_qk, rope_from_config
 from kvmm.errors import BadInputError
 from kvmm.integrations.kvpress import KvmmPress
@@ -115,6 +116,8 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
         scores = scorer.kv_head_scores(keys, now=TOKENS, post_rope=True)
         for head, kept in enumerate(sets[layer]):
             assert kept == sorted(np.argsort(-scores[head], kind="stable")[:TOKENS // 2].tolist())
+    # A TriAttentionPolicy per layer scores with its scorer, per KV head: the same selection.
+    assert kept_sets(model, input_ids, KvmmPress([TriAttentionPolicy(s) for s in press.scorer], 0.5)) == sets
     with press(model):
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6, min_new_tokens=6,
                              do_sample=False, pad_token_id=0, return_dict_in_generate=True)
