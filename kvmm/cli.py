@@ -34,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="run only this section (repeatable); default: all")
     rep.add_argument("--quick", action="store_true", help="smaller workloads (for smoke tests)")
     rep.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
+    rep.add_argument("--trace", default=None, metavar="PATH",
+                     help="replay this trace (any format kvmm reads) in the trace-replay sections instead of the bundled ones")
+    rep.add_argument("--format", default=None, metavar="FMT",
+                     help="format of --trace: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
 
     handlers = {}
     for name, (module_path, help_text) in COMMANDS.items():
@@ -58,6 +62,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from kvmm.report import Report, run_sections
 
     report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress)
+    report.trace, report.trace_format = args.trace, args.format  # read by the trace-replay sections
     ran = run_sections(report, only=args.only)
     path = report.write()
     print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")
