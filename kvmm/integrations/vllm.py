@@ -22,6 +22,9 @@ How vLLM's events map onto a kvmm policy (one chunk = size 1; ``cache_capacity``
   (a new chunk's store is still in flight, so it cannot be evicted before), and a batch of one
   request is registered tail first (by token position when vLLM recorded positions), so heads
   are more recent than tails: vLLM evicts a prefix's tail before its head.
+* ``on_request_access`` (a running request loads chunks or offers resident ones) refreshes them
+  tail to head at once when the class sets ``refresh_stores`` (below), as vLLM's ``lru`` ranks
+  them with the running request, so the request's own stores do not evict the prefix it loaded.
 * ``on_request_finished`` applies the request's accesses tail to head: a chunk the request
   *reused* gets ``on_access`` (a hit, counted by LFU and promoting in ARC); a chunk it only
   *stored* gets ``on_access`` only when the class sets ``refresh_stores`` (LRU, whose access
@@ -143,6 +146,18 @@ class KvmmCachePolicy(CachePolicy):
         for key in reversed(list(keys)):
             chunk = self.chunks.get(key)
             if chunk is not None and (chunk.is_ready or self.refresh_stores):
+                self.policy.on_access(key)
+
+    def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        """A running request reached these chunks (loaded them, or offered them for storing):
+        with ``refresh_stores`` (recency-only policies) they are refreshed tail to head at once,
+        as vLLM's lru gives them the request's rank, so a store of the same request does not
+        evict the prefix it just loaded.  Frequency-counting policies wait for the finish."""
+        if not self.refresh_stores:
+            return
+        self._register_pending()
+        for key in reversed(order_request_keys([list(keys)], req_context)):
+            if key in self.chunks:
                 self.policy.on_access(key)
 
     def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:

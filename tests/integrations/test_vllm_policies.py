@@ -16,7 +16,7 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
 from kvmm.policies import ARCPolicy, LFUPolicy, LRUPolicy
-from kvmm.traces import load_mooncake
+from kvmm.traces import conversation_trace, load_mooncake
 from tests.integrations.vllm_replay import (
     new_context, offload_key, replay_managed_tier, replay_vllm, request_keys, run_request)
 
@@ -45,19 +45,23 @@ def test_vllm_loads_each_policy_by_module_path(name):
     assert type(manager(name, 8)._policy) is cls
 
 
-def test_lru_replay_matches_vllm_lru_and_managed_tier(trace):
+@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+def test_lru_replay_matches_vllm_lru_and_managed_tier(trace, source, capacity):
+    # The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
+    # multi-turn conversation trace (each turn reuses the session's prefix: many hits).
+    if source == "generated":
+        trace = conversation_trace(num_sessions=40, seed=3)
+    n = min(N_REQUESTS, trace.num_requests)
+    ours = manager("KvmmLRU", capacity)
+    kvmm_in_vllm = replay_vllm(ours, trace, n, check=ours._policy.check)
+    vllm_lru = replay_vllm(manager("lru", capacity), trace, n)
+    managed = replay_managed_tier(LRUPolicy(), capacity, trace, n)
     # The same stores, hits and evictions, in the same order, request by request.
-    ours = manager("KvmmLRU")
-    kvmm_in_vllm = replay_vllm(ours, trace, N_REQUESTS, check=ours._policy.check)
-    vllm_lru = replay_vllm(manager("lru"), trace, N_REQUESTS)
-    managed = replay_managed_tier(LRUPolicy(), CAPACITY, trace, N_REQUESTS)
     for i, (a, b, c) in enumerate(zip(kvmm_in_vllm, vllm_lru, managed)):
         assert a == b, f"request {i}: KvmmLRU {a[0]} hits differs from vLLM lru {b[0]} hits"
         assert a == c, f"request {i}: KvmmLRU differs from ManagedTier(LRUPolicy)"
-    hits = sum(r[0] for r in vllm_lru)
-    evicted = sum(len(r[2]) for r in vllm_lru)
     # The comparison means something: hits and evictions both happen.
-    assert hits > 1000 and evicted > 1000
+    assert sum(r[0] for r in vllm_lru) > 500 and sum(len(r[2]) for r in vllm_lru) > 500
     # The finished requests' tails went first: the first eviction of a stored prefix is its tail.
     order = {key: i for i, key in enumerate(request_keys(trace, 0))}
     first_evicted = [k for r in vllm_lru for k in r[2] if k in order]

@@ -4,9 +4,10 @@ Each request, in trace order, as vLLM's offloading scheduler does for a request 
 alone: look its blocks up (the hit prefix ends at the first miss), load the hits, offer the
 rest for storing (``prepare_store``: all-or-nothing, the offered keys protected), complete the
 store, finish the request.  The kvmm replay applies the same rules with a
-:class:`~kvmm.tiers.ManagedTier` of one byte per block: hits are counted without accessing, the
-misses are put (evicting with the offered keys protected) only if they all fit, and the finished
-request accesses its resident blocks tail to head (vLLM re-ranks them so heads are evicted last).
+:class:`~kvmm.tiers.ManagedTier` of one byte per block: the loaded hit prefix is accessed tail to
+head (vLLM ranks it with the running request), the misses are put (evicting with the offered keys
+protected) only if they all fit, and the finished request accesses its resident blocks tail to
+head (vLLM re-ranks them so heads are evicted last).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def replay_managed_tier(policy, capacity: int, trace, n_requests: int) -> list[t
         hits = 0
         while hits < len(keys) and tier.contains(keys[hits]):
             hits += 1
+        for key in reversed(keys[:hits]):  # the loaded prefix is in use by the running request
+            tier.get(key)
         offered = keys[hits:]
         new = [k for k in offered if not tier.contains(k)]
         resident_offered = len(offered) - len(new)
