@@ -209,8 +209,8 @@ class KvmmCachePolicy(CachePolicy):
         if tracked is not None:
             assert tracked.isdisjoint(self._pending_keys)
             assert tracked | self._pending_keys == set(self.chunks)
-        # The pending batches list exactly the pending keys.
-        assert sorted(k for _, ks in self._pending for k in ks if k in self._pending_keys) == sorted(self._pending_keys)
+        # Every pending key is in a pending batch (a batch may still name keys removed since).
+        assert self._pending_keys <= {k for _, ks in self._pending for k in ks}
         # In-use chunks are resident and have a non-zero ref_cnt.
         assert all(self.chunks[k].ref_cnt != 0 for k in self._in_use)
         # Every resident chunk with a non-zero ref_cnt is in use.

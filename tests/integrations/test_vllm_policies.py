@@ -169,6 +169,11 @@ def test_failed_store_is_forgotten():
     m.on_request_finished(ctx)
     assert m._policy.chunks == {} and m._policy.policy.lists()["B1"] == []
     m._policy.check()
+    retry = new_context("retry", [offload_key(1)])  # the same block stored again, successfully
+    m.complete_store(m.prepare_store([offload_key(1)], retry).keys_to_store, retry)
+    m.on_request_finished(retry)
+    m._policy.check()
+    assert m._policy.policy.lists()["T1"] == [offload_key(1)]
 
 
 def test_make_cache_policy_from_any_eviction_policy():
