@@ -15,7 +15,7 @@ import pytest
 from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
                          UnknownKeyError)
 from kvmm.tiers import MmapTier, mmap_tier
-from tests.tier_factories import snapshot, value
+from kvmm.testing.tiers import snapshot, value
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import pytest
 from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
 from kvmm.tiers import RedisTier
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
-from tests.tier_factories import value
+from kvmm.testing.tiers import value
 
 
 @pytest.fixture
