@@ -24,7 +24,7 @@ evidence (:class:`~kvmm.protocols.TokenScorer`) for each sequence of the batch:
 ``per_head=True`` (default) scores each KV head on its own evidence (its keys, the attention of
 its query group), like kvpress's presses; ``False`` scores every token once and gives all heads
 the same score.  A :class:`~kvmm.compress.TriAttentionScorer` (or a ``TriAttentionPolicy``'s
-scorer) is used through its per-KV-head
+scorer for the layer: one, or one per layer) is used through its per-KV-head
 ``kv_head_scores`` on the post-RoPE keys; give one per layer (a list, or
 :meth:`KvmmPress.triattention` with a per-layer :class:`~kvmm.compress.Calibration`).
 
@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without kvpress
 from kvmm._validate import as_count, as_fraction
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.hf import rope_from_config
-from kvmm.compress.triattention import TriAttentionPolicy, TriAttentionScorer
+from kvmm.compress import TriAttentionPolicy, TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError
 from kvmm.protocols import TokenScorer
 
@@ -163,8 +163,16 @@ class KvmmPress(ScorerPress):
             scorer = self.scorer[layer]
         else:
             scorer = self.scorer
-        # A TriAttentionPolicy scores with its TriAttentionScorer: used directly, per KV head.
-        return scorer.scorer if isinstance(scorer, TriAttentionPolicy) else scorer
+        # A TriAttentionPolicy scores with its TriAttentionScorer (one, or one per layer): used
+        # directly, per KV head.
+        if isinstance(scorer, TriAttentionPolicy):
+            inner = scorer.scorer
+            if isinstance(inner, TriAttentionScorer):
+                return inner
+            if layer >= len(inner):
+                raise BadInputError(f"the TriAttentionPolicy has {len(inner)} layer scorers; no scorer for layer {layer}")
+            return inner[layer]
+        return scorer
 
     def _attention(self, scorer: Any, module: Any, hidden_states: Any, keys: Any, attentions: Any,
                    kwargs: dict) -> np.ndarray:

@@ -116,8 +116,11 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
         scores = scorer.kv_head_scores(keys, now=TOKENS, post_rope=True)
         for head, kept in enumerate(sets[layer]):
             assert kept == sorted(np.argsort(-scores[head], kind="stable")[:TOKENS // 2].tolist())
-    # A TriAttentionPolicy per layer scores with its scorer, per KV head: the same selection.
+    # A TriAttentionPolicy per layer, or one over all layers, scores with the layer's scorer, per
+    # KV head: the same selection.
     assert kept_sets(model, input_ids, KvmmPress([TriAttentionPolicy(s) for s in press.scorer], 0.5)) == sets
+    whole = TriAttentionPolicy.from_calibration(press.scorer[0].calibration)
+    assert kept_sets(model, input_ids, KvmmPress(whole, 0.5)) == sets
     with press(model):
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6, min_new_tokens=6,
                              do_sample=False, pad_token_id=0, return_dict_in_generate=True)
