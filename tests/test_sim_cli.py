@@ -76,3 +76,28 @@ def test_simulate_with_token_compression(capsys):
                  "--json", "--no-progress"]) == 0
     row = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert row["tokens_evicted"] > 0
+
+
+@pytest.mark.parametrize("fmt, name", [("bailian", "t.jsonl"), ("lmcache", "t.log"), ("vllm", "t.msgpack")])
+def test_simulate_replays_every_trace_format(tmp_path, capsys, fmt, name):
+    """A trace saved in another format replays by path (format detected or given) exactly like
+    the same trace loaded in memory."""
+    from kvmm.sim import SimConfig, simulate
+    from kvmm.traces import load_trace, save_trace
+
+    path = save_trace(load_trace("conversation").head(40), tmp_path / name, fmt)
+    loaded = load_trace(path, fmt)
+    assert loaded.num_requests > 0
+    in_memory = simulate(SimConfig(workload=loaded, policy="timely"))
+    by_path = simulate(SimConfig(workload=str(path), policy="timely"))
+    assert by_path.ttft_p50 == in_memory.ttft_p50 and by_path.requests == in_memory.requests
+    assert main(["simulate", "--trace", str(path), "--format", fmt, "--staging", "timely", "--json",
+                 "--no-progress", "--requests", str(loaded.num_requests)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(rows) == 1 and rows[0]["requests"] == in_memory.requests
+    assert rows[0]["ttft_p50"] == pytest.approx(in_memory.ttft_p50)
+
+
+def test_simulate_rejects_an_unknown_format(capsys):
+    assert main(["simulate", "--trace", "conversation", "--format", "parquet", "--no-progress"]) == 2
+    assert "parquet" in capsys.readouterr().err

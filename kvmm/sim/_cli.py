@@ -32,7 +32,10 @@ _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default="conversation",
-                        help="bundled trace name (conversation, synthetic) or a Mooncake JSONL path (default conversation)")
+                        help="bundled trace name (conversation, synthetic) or a trace file of any format kvmm reads "
+                             "(Mooncake, Qwen-Bailian, LMCache, vLLM KV events, libCacheSim oracleGeneral; default conversation)")
+    parser.add_argument("--format", default=None, metavar="FMT",
+                        help="trace format: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
     parser.add_argument("--workload-ratio", type=float, default=None, metavar="R",
                         help="instead of a trace, a seeded shared-prefix workload with prefix-cache ratio R")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default 0)")
@@ -114,6 +117,7 @@ def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
     from kvmm.sim.config import SimConfig
     from kvmm.sim.workload import Workload
+    from kvmm.traces.formats import load_trace
     from kvmm.tiers.spec import PRESETS, preset
 
     if args.requests < 1 or args.jobs < 1 or args.instances < 1:
@@ -135,7 +139,7 @@ def build_configs(args: argparse.Namespace) -> list:
     pd = parse_pd(args.pd) if args.pd else None
     if pd is not None:
         staging = ("timely",)  # PD runs model no lower tier and no staging: one run
-    workload = args.trace
+    workload = args.trace if args.format is None else load_trace(args.trace, args.format)
     if args.workload_ratio is not None:
         workload = Workload(num_requests=args.requests, prefix_ratio=args.workload_ratio, seed=args.seed)
     return [SimConfig(workload=workload, max_requests=args.requests, load=load,

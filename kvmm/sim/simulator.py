@@ -21,7 +21,8 @@ from kvmm.sim.engine import Engine, QueueGrowthWarning
 from kvmm.sim.load import arrival_times
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
-from kvmm.traces.mooncake import MooncakeTrace, load_mooncake
+from kvmm.traces.formats import load_trace
+from kvmm.traces.mooncake import MooncakeTrace
 
 __all__ = ["SimConfig", "SimResult", "TierLevel", "PDConfig", "simulate", "GiB", "QueueGrowthWarning"]
 
@@ -170,8 +171,8 @@ def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
         trace = workload.trace()
     elif isinstance(workload, MooncakeTrace):
         trace = workload
-    else:  # a bundled name or a file; load_mooncake says clearly when it is neither
-        trace = load_mooncake(workload)
+    else:  # a bundled name or a file of any format load_trace reads; it says clearly when it is neither
+        trace = load_trace(workload)
     if trace.num_requests == 0:
         raise BadInputError("the workload has no requests; expected at least one")
     if max_requests is not None and max_requests < trace.num_requests:
