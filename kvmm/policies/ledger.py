@@ -393,6 +393,8 @@ class CommitmentLedger:
         first = self._check_now(first)
         interval = as_positive_float(interval, "interval")
         before, until = float(before), float(until)
+        if getattr(self, "ready_lease_s", None) is not None:
+            return first  # a poll that expires READY leases is never idle: skip nothing
         t, gap, last, skipped = _idle_polls_kernel(
             self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline, self.seq,
             self.n_slots, first, interval, before, until, self.margin_s, self.poll_gap, self.last_poll, self.rate_alpha,
