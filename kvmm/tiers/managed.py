@@ -177,10 +177,11 @@ class ManagedTier:
         hooks = self.policy.fast_hooks() if hasattr(self.policy, "fast_hooks") else None
         on_access, on_insert = hooks if hooks is not None else (self.policy.on_access, self._policy_insert)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
-        hit = np.zeros(len(ks), dtype=bool)
-        for i, (k, w) in enumerate(zip(ks, flags.tolist())):
-            if k in sizes:
-                hit[i] = True
+        hit: list[bool] = []
+        for k, w in zip(ks, flags.tolist()):
+            found = k in sizes
+            hit.append(found)
+            if found:
                 on_access(k)
             elif w:
                 if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
@@ -189,7 +190,7 @@ class ManagedTier:
                     on_insert(k, nbytes)
                 else:
                     self._put(k, nbytes, store, ())
-        return hit
+        return np.array(hit, dtype=bool)
 
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
