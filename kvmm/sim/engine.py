@@ -25,8 +25,9 @@ What it models (one instance, FCFS or two-class priority admission):
 
 The protected capacity of a claim is held from commit until the step that uses it has read the
 data.  ``write-through-lru`` is the no-staging-control baseline: the fast tier is an LRU cache
-(``ManagedTier`` + ``LRUPolicy``) written through with every prefilled block, lower-tier hits are
-read on the critical path and inserted there, and its protected byte-time is its occupancy x time.
+(:mod:`kvmm.sim.write_through`: ``ManagedTier`` + ``LRUPolicy``) written through with every
+prefilled block, lower-tier hits are read on the critical path and inserted there, and its
+protected byte-time is its occupancy x time.
 Everything is deterministic.
 """
 
@@ -38,14 +39,12 @@ import warnings
 import numpy as np
 from numba import njit
 
-from kvmm.policies.eviction import LRUPolicy
 from kvmm.policies.ledger import CONSUMED, READY, STAGING
 from kvmm.policies.staging import make_staging_policy
 from kvmm.sim.config import SimConfig
 from kvmm.sim.hierarchy import Hierarchy
 from kvmm.sim.models import ModelSpec
-from kvmm.tiers.managed import ManagedTier
-from kvmm.tiers.simulated import SimulatedTier
+from kvmm.sim.write_through import WriteThroughLRU
 from kvmm.traces.mooncake import MooncakeTrace
 
 __all__ = ["Engine", "QueueGrowthWarning"]
@@ -125,12 +124,7 @@ class Engine:
         self.grant_on_claim = cfg.policy in ("immediate", "immediate-edf")
         self.timely = cfg.policy == "timely"
         self.freed_since_poll = False
-        self.fast_lru = None
-        if self.write_through:
-            self.fast_lru = ManagedTier(SimulatedTier(cfg.fast_tier.capacity_bytes, spec=cfg.fast_tier), LRUPolicy())
-            self.lru_byte_seconds = 0.0
-            self.lru_clock = 0.0
-            self.lru_peak = 0
+        self.fast_lru = WriteThroughLRU(cfg, self.block_bytes) if self.write_through else None
         self.channel_free_at = np.zeros(max(len(cfg.tiers), 1))
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.cancelled: set[int] = set()
@@ -218,7 +212,7 @@ class Engine:
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:
-                    self._lru_write(self.ids[o0:o1], now)
+                    self.fast_lru.write(self.ids[o0:o1], now)
                 if self.remaining[r] <= 0:
                     finished += self._finish([r], now)
                 else:
@@ -228,7 +222,7 @@ class Engine:
             if self.progress is not None and finished:
                 self.progress(finished)
         if self.write_through:
-            self._lru_tick(now)
+            self.fast_lru.tick(now)
         return now
 
     def _decode_stretch(self, running: list[int], waiting: list[int], now: float, done: int) -> tuple[float, int]:
@@ -570,33 +564,14 @@ class Engine:
 
     # ------------------------------------------------------------------ write-through LRU baseline
     def _write_through_load(self, admitted: list[int], now: float) -> float:
-        """Seconds to bring the admitted requests' lower-tier hits to the GPU: from the fast LRU
-        tier when it holds them, else from the lower tier on the critical path (then cached)."""
-        fast = self.cfg.fast_tier
-        slow = self.cfg.tiers[-1].spec if self.cfg.tiers else fast
-        secs = 0.0
+        """Seconds to bring the admitted requests' lower-tier hits to the GPU (write-through-lru)."""
+        hits = []
         for r in admitted:
             sb = int(self.staged_blocks[r])
-            if not sb:
-                continue
-            o0 = int(self.offsets[r] + self.gpu_at_arrival[r])
-            keys = self.ids[o0:o0 + sb]
-            in_fast = int(np.count_nonzero(self.fast_lru.contains_many(keys)))
-            slow_bytes = (sb - in_fast) * self.block_bytes
-            secs += fast.latency_s + sb * self.block_bytes / fast.read_bandwidth
-            if slow_bytes:
-                secs += slow.latency_s + slow_bytes / (slow.read_bandwidth * self.cfg.stage_efficiency)
-            self._lru_write(keys, now)
-        return secs
-
-    def _lru_write(self, keys: np.ndarray, now: float) -> None:
-        self._lru_tick(now)
-        self.fast_lru.access_or_put_size_many(keys, self.block_bytes, np.ones(len(keys), dtype=bool))
-        self.lru_peak = max(self.lru_peak, self.fast_lru.used_bytes)
-
-    def _lru_tick(self, now: float) -> None:
-        self.lru_byte_seconds += self.fast_lru.used_bytes * max(now - self.lru_clock, 0.0)
-        self.lru_clock = max(now, self.lru_clock)
+            if sb:
+                o0 = int(self.offsets[r] + self.gpu_at_arrival[r])
+                hits.append(self.ids[o0:o0 + sb])
+        return self.fast_lru.load_seconds(hits, now)
 
     def warn_if_unbounded(self) -> None:
         """One line when the queue grew without bound (a tenth of the requests waiting at once)."""

@@ -128,8 +128,8 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
     span = end - float(arrival.min()) if n else 0.0
     wt = [e for e in engines if e.write_through]
     if wt:
-        bs = sum(e.lru_byte_seconds for e in wt)
-        peak = max(e.lru_peak for e in wt)
+        bs = sum(e.fast_lru.byte_seconds for e in wt)
+        peak = max(e.fast_lru.peak for e in wt)
     else:
         bs = sum(float(e.ledger.released_byte_seconds) for e in engines)
         peak = max(int(e.ledger.peak_protected_bytes) for e in engines)
