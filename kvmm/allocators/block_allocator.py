@@ -240,7 +240,7 @@ class BlockAllocator:
         is checked first; nothing changes).  Runtime complexity: O(len(ids)).
         """
         ids = self._ids(ids, "ids")
-        status, where = _free(self.block_fields, self.meta, ids, 0, ids)
+        status, where = _free(self.block_fields, self.meta, ids, 0, ids, ids)
         if status:
             self._raise_ids(status, where, ids, "ids")
 
@@ -252,7 +252,7 @@ class BlockAllocator:
         """
         ids = self._ids(ids, "ids")
         offsets = self._offsets(offsets, ids.shape[0], "offsets")
-        status, where = _free(self.block_fields, self.meta, ids, 1, offsets.astype(np.int32))
+        status, where = _free(self.block_fields, self.meta, ids, 1, offsets, np.empty(ids.shape[0], dtype=_INT32))
         if status != OK:
             self._raise_ids(status, where, _reverse_segments(ids, offsets), "ids (last-first per request)")
 
@@ -605,12 +605,17 @@ class BlockAllocator:
 
 
 # =================================================================== kernels
+# Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
+# atomic reference-count updates for the arrays passed to each helper call (its pruning pass
+# misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
+# Outputs and scratch buffers come from the caller.
+#
 # Free queue: doubly linked list through FREE_PREV / FREE_NEXT; head/tail in meta.  Kernels
 # keep head, tail and the free count in local variables and store them once at the end: stores
 # into meta inside the loop would alias the row views and cost about 20 ns per block.
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _unlink(prev, nxt, head, tail, b):
     """Remove ``b`` from the list; returns the new (head, tail)."""
     p = prev[b]
@@ -628,7 +633,7 @@ def _unlink(prev, nxt, head, tail, b):
     return head, tail
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _link_after(prev, nxt, head, tail, after, b):
     """Link ``b`` after block ``after`` (``after == -1``: at the head); returns (head, tail)."""
     if after == -1:
@@ -661,7 +666,7 @@ def _walk_free_queue(fields, meta):
 # Prefix-cache hash table: linear probing over slots; the slot's key is block_keys[first block].
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _slot_hash(k0, k1, seed):
     # splitmix64 finaliser over both words and the seed: keys from outside (trace ids 0, 1, 2, ...)
     # are far from uniform, SipHash keys already are.
@@ -674,7 +679,7 @@ def _slot_hash(k0, k1, seed):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _find_slot(block_keys, table, meta, k0, k1):
     """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted."""
     mask = meta[META_TABLE_MASK]
@@ -688,7 +693,7 @@ def _find_slot(block_keys, table, meta, k0, k1):
         s = (s + 1) & mask
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _cache_one(fields, block_keys, table, meta, b, k0, k1):
     s = _find_slot(block_keys, table, meta, k0, k1)
     block_keys[b, 0] = k0
@@ -709,7 +714,7 @@ def _cache_one(fields, block_keys, table, meta, b, k0, k1):
     meta[META_NUM_CACHED] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _uncache_one(fields, block_keys, table, meta, b):
     s = _find_slot(block_keys, table, meta, block_keys[b, 0], block_keys[b, 1])
     prev = fields[KEY_PREV, b]
@@ -734,7 +739,7 @@ def _uncache_one(fields, block_keys, table, meta, b):
     block_keys[b, 1] = 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _delete_slot(block_keys, table, meta, s):
     # Backward-shift deletion keeps linear probing free of tombstones: later members of the probe
     # run whose ideal slot is not in (s, j] move back into the hole.
@@ -760,7 +765,7 @@ def _delete_slot(block_keys, table, meta, s):
 # Operations.
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
     """Move the first ``n`` free blocks to out[out_start:] with ref 1, evicting cached ones."""
     ref = fields[REF]
@@ -787,7 +792,7 @@ def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
         meta[META_NUM_FREE] -= n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _allocate(fields, block_keys, table, meta, out):
     """Fill ``out`` from the free queue's head; False (nothing changed) if fewer blocks are free."""
     # Outputs are allocated by the caller: returning a new array from a kernel costs ~0.8 us.
@@ -797,9 +802,10 @@ def _allocate(fields, block_keys, table, meta, out):
     return True
 
 
-@njit(cache=True, nogil=True)
-def _free(fields, meta, ids, mode, offsets):
-    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1).
+@njit(cache=True, nogil=True, _nrt=False)
+def _free(fields, meta, ids, mode, offsets, order):
+    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``order`` is a
+    buffer of ``len(ids)`` for that order, mode 0 ignores it).
 
     Returns (status, position in freeing order).  The whole batch is validated first: ids in
     range, then no block freed more times than it is referenced (decrement all; on failure
@@ -810,7 +816,6 @@ def _free(fields, meta, ids, mode, offsets):
     if mode == 0:
         order = ids
     else:
-        order = np.empty(n, dtype=np.int32)
         k = 0
         for r in range(offsets.shape[0] - 1):
             for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
@@ -852,7 +857,7 @@ def _free(fields, meta, ids, mode, offsets):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _touch(fields, meta, ids):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -863,7 +868,7 @@ def _touch(fields, meta, ids):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _touch_valid(fields, meta, ids, start, stop):
     ref = fields[REF]
     prev = fields[FREE_PREV]
@@ -882,7 +887,7 @@ def _touch_valid(fields, meta, ids, start, stop):
     meta[META_NUM_FREE] -= taken
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _cache_blocks(fields, block_keys, table, meta, ids, keys):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -918,7 +923,7 @@ def _cache_blocks(fields, block_keys, table, meta, ids, keys):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
     """Write the first cached block of each leading cached key into out; return the hit count."""
     h = 0
@@ -931,7 +936,7 @@ def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _lookup(block_keys, table, meta, keys, out):
     h = _prefix_hits(block_keys, table, meta, keys, 0, keys.shape[0], out, 0)
     meta[META_QUERIES] += keys.shape[0]
@@ -939,7 +944,7 @@ def _lookup(block_keys, table, meta, keys, out):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
     r = offsets.shape[0] - 1
     hit_offsets[0] = 0
@@ -951,7 +956,7 @@ def _lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
     return hit_offsets[r]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _evict(fields, block_keys, table, meta, ids):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -968,7 +973,7 @@ def _evict(fields, block_keys, table, meta, ids):
     return OK, count
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, out, out_start):
     """Admit one request (keys[start:stop]) writing its blocks at out[out_start:]; (ok, hits)."""
     n = stop - start
@@ -997,13 +1002,13 @@ def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, o
     return True, h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit(fields, block_keys, table, meta, keys, num_extra, out):
     ok, h = _admit_into(fields, block_keys, table, meta, keys, 0, keys.shape[0], num_extra, out, 0)
     return (OK if ok else ERR_OUT_OF_BLOCKS), h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block_offsets, out, hits):
     r = offsets.shape[0] - 1
     block_offsets[0] = 0
@@ -1019,7 +1024,7 @@ def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block
     return admitted
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _csr_offsets_ok(offsets, length):
     """True if ``offsets`` starts at 0, never decreases and ends at ``length``.  O(len)."""
     n = offsets.shape[0]
