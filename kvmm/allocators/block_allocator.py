@@ -56,9 +56,11 @@ NUM_META = 10
 
 _INT32 = np.dtype(np.int32)
 _UINT64 = np.dtype(np.uint64)
+_INT64 = np.dtype(np.int64)
+_NO_EXTRA = np.zeros(0, dtype=np.int64)  # admit_many without num_extra: no extra blocks for any request
 
 # Kernel status codes (0 = success; nothing was changed otherwise).
-OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE = range(7)
+OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE, ERR_OFFSETS = range(8)
 
 
 class BlockAllocator:
@@ -251,8 +253,10 @@ class BlockAllocator:
         Runtime complexity: O(R + len(ids)).
         """
         ids = self._ids(ids, "ids")
-        offsets = self._offsets(offsets, ids.shape[0], "offsets")
+        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
         status, where = _free(self.block_fields, self.meta, ids, 1, offsets, np.empty(ids.shape[0], dtype=_INT32))
+        if status == ERR_OFFSETS:
+            self._raise_offsets(offsets, ids.shape[0], "offsets")
         if status != OK:
             self._raise_ids(status, where, _reverse_segments(ids, offsets), "ids (last-first per request)")
 
@@ -429,28 +433,34 @@ class BlockAllocator:
         num_hits int64)`` for the admitted requests.  Runtime complexity: O(R + blocks).
         """
         keys = self._keys(keys, "keys")
-        offsets = self._offsets(offsets, keys.shape[0], "offsets")
-        r = offsets.shape[0] - 1
+        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
+        r = max(offsets.shape[0] - 1, 0)
         if num_extra is None:
-            extra = np.zeros(r, dtype=np.int64)
+            extra = _NO_EXTRA
+            size = keys.shape[0]
         else:
             extra = self._counts(num_extra, "num_extra")
             if extra.shape[0] != r:
                 raise ShapeError(f"num_extra must have one count per request ({r}), got {extra.shape[0]}")
-        block_offsets = np.zeros(r + 1, dtype=np.int64)
-        # The admitted requests take at most num_free new blocks plus one hit per key, and a request
-        # that does not fit writes only its hits: size the output by that, not by sum(num_extra)
-        # (which may be huge, or wrap around int64).
-        # Counts above num_free never fit: clip them to num_free + 1 (same outcome, and the kernel's
-        # int64 arithmetic cannot overflow).
-        num_free = int(self.meta[META_NUM_FREE])
-        extra = np.minimum(extra, num_free + 1)
-        block_ids = np.empty(keys.shape[0] + min(int(extra.sum()), num_free), dtype=np.int32)
+            # The admitted requests take at most num_free new blocks plus one hit per key, and a
+            # request that does not fit writes only its hits: size the output by that, not by
+            # sum(num_extra) (which may be huge, or wrap around int64).  Counts above num_free
+            # never fit: clip them to num_free + 1 (same outcome, and the kernel's int64
+            # arithmetic cannot overflow).
+            num_free = int(self.meta[META_NUM_FREE])
+            extra = np.minimum(extra, num_free + 1)
+            size = keys.shape[0] + min(int(extra.sum()), num_free)
+        block_offsets = np.empty(r + 1, dtype=np.int64)
+        block_ids = np.empty(size, dtype=np.int32)
         hits = np.empty(r, dtype=np.int64)
-        n = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
-                        block_offsets, block_ids, hits)
+        n, used = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
+                              block_offsets, block_ids, hits)
+        if n < 0:
+            self._raise_offsets(offsets, keys.shape[0], "offsets")
+        if n == r and used == size:  # every request admitted, every slot used: the buffers as they are
+            return n, block_offsets, block_ids, hits
         # views of this call's own buffers, not copies (the unused tails are small: see above)
-        return int(n), block_offsets[:n + 1], block_ids[:block_offsets[n]], hits[:n]
+        return n, block_offsets[:n + 1], block_ids[:used], hits[:n]
 
     # ----------------------------------------------------------------- invariants
     def check(self) -> None:
@@ -576,14 +586,22 @@ class BlockAllocator:
         return arr
 
     def _offsets(self, x, length: int, name: str) -> np.ndarray:
-        if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1 and self._foreign(x):
-            arr = x  # fast path: no copy; one small kernel checks the CSR shape
-        else:
-            arr = as_index_array(x, name, dtype=np.int64)
+        arr = self._offsets_array(x, name)
         if not _csr_offsets_ok(arr, length):
-            raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
-                                f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
+            self._raise_offsets(arr, length, name)
         return arr
+
+    def _offsets_array(self, x, name: str) -> np.ndarray:
+        """``x`` as an int64 array, no copy when it already is one (the CSR shape is checked by the
+        caller, in the kernel that reads it, or by :meth:`_offsets`)."""
+        if type(x) is np.ndarray and x.dtype is _INT64 and x.ndim == 1 and self._foreign(x):
+            return x
+        return as_index_array(x, name, dtype=np.int64)
+
+    @staticmethod
+    def _raise_offsets(arr: np.ndarray, length: int, name: str) -> None:
+        raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
+                            f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
 
     def _raise_ids(self, status: int, where: int, ids: np.ndarray, name: str) -> None:
         b = int(ids[where]) if 0 <= where < ids.shape[0] else -1
@@ -816,6 +834,8 @@ def _free(fields, meta, ids, mode, offsets, order):
     if mode == 0:
         order = ids
     else:
+        if not _csr_offsets_ok(offsets, n):
+            return ERR_OFFSETS, 0
         k = 0
         for r in range(offsets.shape[0] - 1):
             for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
@@ -1010,18 +1030,25 @@ def _admit(fields, block_keys, table, meta, keys, num_extra, out):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block_offsets, out, hits):
+    """Admit requests in order until one does not fit; returns (admitted, blocks written), or
+    (-1, 0) with nothing changed when ``offsets`` is not CSR over ``keys``.  An empty
+    ``num_extra`` means no extra blocks for any request."""
+    if not _csr_offsets_ok(offsets, keys.shape[0]):
+        return -1, 0
     r = offsets.shape[0] - 1
     block_offsets[0] = 0
     admitted = 0
+    with_extra = num_extra.shape[0] != 0
     for i in range(r):
-        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], num_extra[i],
+        extra = num_extra[i] if with_extra else 0
+        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], extra,
                             out, block_offsets[i])
         if not ok:
             break
         hits[i] = h
-        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + num_extra[i]
+        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + extra
         admitted += 1
-    return admitted
+    return admitted, block_offsets[admitted]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
