@@ -3,6 +3,8 @@ non-contiguous arrays, odd keys, and MmapTier recovery from a damaged byte anywh
 (header, key or value) or a cut anywhere in it.  (Capacity exactly full, a bigger overwrite that
 does not fit and copies on put/get are in kvmm.testing.TierBackendContract.)"""
 
+import multiprocessing
+import os
 import shutil
 from pathlib import Path
 
@@ -170,10 +172,35 @@ def test_damaged_tombstone_header_keeps_the_key_deleted(tmp_path):
         tier.check()
 
 
+def _write_old_then_new_and_crash(folder):
+    """Like _write_old_then_new, in a child that dies without closing the tier (a crash)."""
+    child = multiprocessing.get_context("fork").Process(target=_crash_after_writing, args=(folder,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    probe = Path(f"{folder}-probe")  # opening seals the tail: find the record in a copy
+    shutil.copytree(folder, probe)
+    with MmapTier(probe, 1 << 20) as tier:
+        loc = tier._index["a"]
+        name = tier._segment_path(loc.segment).name
+    shutil.rmtree(probe)
+    return Path(folder) / name, loc.offset, loc.offset + loc.record_bytes
+
+
+def _crash_after_writing(folder):
+    tier = MmapTier(folder, 1 << 20)
+    tier.put("a", np.arange(10, dtype=np.uint8))
+    tier.put("b", np.arange(10, 20, dtype=np.uint8))
+    tier.put("a", np.arange(100, 120, dtype=np.uint8))
+    os._exit(0)  # no close: the segment is still the log's tail, as after a crash
+
+
 def test_cut_anywhere_in_the_last_record_keeps_the_older_value(tmp_path):
-    """A truncated final segment is a torn write: the put never happened."""
+    """A truncated tail after a crash is a torn write: the put never happened.  (After a clean
+    close the tail is sealed with its length, and a cut drops the key instead:
+    tests/test_tier_mmap_damage.py.)"""
     base = tmp_path / "base"
-    path, start, end = _write_old_then_new(base)
+    path, start, end = _write_old_then_new_and_crash(base)
     for cut in range(start + 1, end):
         folder = tmp_path / f"cut{cut}"
         shutil.copytree(base, folder)

@@ -11,14 +11,6 @@ from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 from kvmm.testing.tiers import value
 
 
-@pytest.fixture
-def pool(redis_url, redis_prefix):
-    tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
-    yield tier
-    tier.drop_pool()
-    tier.close()
-
-
 def test_two_clients_share_entries_and_one_capacity(pool, redis_url, redis_prefix):
     other = RedisTier(url=redis_url, prefix=redis_prefix)  # adopts the pool's capacity
     assert other.capacity_bytes == 10_000
