@@ -825,9 +825,9 @@ def _allocate(fields, block_keys, table, meta, out):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _free(fields, meta, ids, mode, offsets, order):
-    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``order`` is a
-    buffer of ``len(ids)`` for that order, mode 0 ignores it).
+def _free(fields, meta, ids, mode, offsets, buffer):
+    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``buffer`` is a
+    writable buffer of ``len(ids)`` for that order, mode 0 ignores it).
 
     Returns (status, position in freeing order).  The whole batch is validated first: ids in
     range, then no block freed more times than it is referenced (decrement all; on failure
@@ -843,8 +843,9 @@ def _free(fields, meta, ids, mode, offsets, order):
         k = 0
         for r in range(offsets.shape[0] - 1):
             for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
-                order[k] = ids[i]
+                buffer[k] = ids[i]
                 k += 1
+        order = buffer
     ref = fields[REF]
     prev = fields[FREE_PREV]
     nxt = fields[FREE_NEXT]
@@ -884,7 +885,7 @@ def _free(fields, meta, ids, mode, offsets, order):
 @njit(cache=True, nogil=True, _nrt=False)
 def _free_in_order(fields, meta, ids):
     """``_free`` mode 0 (three arguments: each one costs the dispatcher ~30 ns per call)."""
-    return _free(fields, meta, ids, 0, ids, ids)
+    return _free(fields, meta, ids, 0, ids, fields[REF, :0])  # ids may be read-only: never the buffer
 
 
 @njit(cache=True, nogil=True, _nrt=False)
