@@ -81,10 +81,7 @@ def as_count(x: Any, name: str, *, minimum: int = 0) -> int:
 
 def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
     """Return ``x`` as a float in ``(0, 1]`` (or ``[0, 1]``); reject NaN and out-of-range values."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise DTypeError(f"{name} must be a number in (0, 1], got {x!r}") from None
+    v = _as_real(x, name, "a number in (0, 1]")
     lo_ok = v >= 0.0 if include_zero else v > 0.0
     if math.isnan(v) or not lo_ok or v > 1.0:
         rng = "[0, 1]" if include_zero else "(0, 1]"
@@ -94,14 +91,21 @@ def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
 
 def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
     """Return ``x`` as a finite float ``> 0`` (or ``>= 0``)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise DTypeError(f"{name} must be a finite number, got {x!r}") from None
+    v = _as_real(x, name, "a finite number")
     if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
         want = ">= 0" if allow_zero else "> 0"
         raise BadInputError(f"{name} must be a finite number {want}, got {x!r}")
     return v
+
+
+def _as_real(x: Any, name: str, want: str) -> float:
+    """``float(x)`` for a real number (Python or numpy, not bool); text and containers are refused."""
+    if isinstance(x, (str, bytes, bool, np.bool_)) or (isinstance(x, np.ndarray) and x.ndim != 0):
+        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})")
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})") from None
 
 
 def _as_array(x: Any, name: str) -> np.ndarray:
