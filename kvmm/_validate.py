@@ -15,7 +15,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
-__all__ = ["as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+__all__ = ["as_array", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -24,7 +24,7 @@ def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.nd
     Accepts Python ints, lists of ints and integer numpy arrays of any width; values must fit
     in ``dtype``.
     """
-    arr = _as_array(x, name)
+    arr = as_array(x, name)
     if arr.ndim == 0 and ndim == 1:
         arr = arr.reshape(1)
     if arr.size == 0 and arr.dtype.kind not in "iu":
@@ -56,7 +56,7 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
     Accepts an ``(n, 2)`` unsigned/signed 64-bit integer array, or a 1-D integer array of ``n``
     keys (each widened to ``(key, 0)``), e.g. a trace's block ids.
     """
-    arr = _as_array(x, name)
+    arr = as_array(x, name)
     if arr.size == 0 and arr.dtype.kind not in "iu":
         arr = arr.astype(np.uint64).reshape(0, 2)
     if arr.dtype.kind not in "iu":
@@ -108,9 +108,26 @@ def _as_real(x: Any, name: str, want: str) -> float:
         raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})") from None
 
 
-def _as_array(x: Any, name: str) -> np.ndarray:
-    """``np.asarray`` that turns numpy's ragged-sequence ValueError into a ShapeError."""
+def as_array(x: Any, name: str) -> np.ndarray:
+    """``np.asarray`` that refuses what numpy would silently convert or crash on.
+
+    A ragged sequence (numpy's ValueError) or one nested too deeply (RecursionError) is a
+    :class:`ShapeError`; a list holding booleans (``[0, True]`` silently becomes ``[0, 1]``)
+    is a :class:`DTypeError`.
+    """
+    if isinstance(x, (list, tuple)) and _holds_bool(x):
+        raise DTypeError(f"{name} holds booleans; expected numbers")
     try:
         return np.asarray(x)
-    except ValueError:
-        raise ShapeError(f"{name} is a ragged nested sequence; expected a flat array of integers") from None
+    except (ValueError, RecursionError):
+        raise ShapeError(f"{name} is a ragged or too deeply nested sequence; expected a flat array of numbers") from None
+
+
+def _holds_bool(x: list | tuple, depth: int = 2) -> bool:
+    """Whether a list (or a list of lists, ``depth`` levels) holds a bool."""
+    for v in x:
+        if isinstance(v, (bool, np.bool_)):
+            return True
+        if depth > 1 and isinstance(v, (list, tuple)) and _holds_bool(v, depth - 1):
+            return True
+    return False

@@ -54,7 +54,7 @@ import math
 from typing import Any
 
 import numpy as np
-from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
+from kvmm._validate import as_array, as_count, as_fraction, as_index_array, as_key_array, as_positive_float
 from kvmm.errors import (
     BadInputError,
     CapacityExceededError,
@@ -770,10 +770,7 @@ def _spec_of(source: Any, i: int):
 
 def _as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool = False) -> np.ndarray:
     """``x`` (a number or ``k`` numbers) as a new float64 array of values in ``[0, maximum]`` (or inf)."""
-    try:
-        arr = np.asarray(x)
-    except ValueError:
-        raise ShapeError(f"{name} is a ragged nested sequence; expected {k} numbers") from None
+    arr = as_array(x, name)
     if arr.ndim == 0:
         arr = np.full(k, arr)
     if arr.dtype.kind not in "iuf":
