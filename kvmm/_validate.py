@@ -15,7 +15,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
-__all__ = ["as_array", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -70,13 +70,44 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
     return np.ascontiguousarray(arr.astype(np.uint64, copy=True))
 
 
-def as_count(x: Any, name: str, *, minimum: int = 0) -> int:
-    """Return ``x`` as a Python int ``>= minimum``; reject floats, bools and NaN."""
+def as_count(x: Any, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise DTypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
     if int(x) < minimum:
         raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
+    if maximum is not None and int(x) > maximum:
+        raise BadInputError(f"{name} must be <= {maximum}, got {int(x)}")
     return int(x)
+
+
+def as_hashable(key: Any, name: str = "key") -> Any:
+    """Return ``key`` if it can be a dict key; unhashable keys (lists, arrays) are a
+    :class:`DTypeError`, keys nested too deeply to hash or compare a :class:`BadInputError`.
+    Runtime complexity: O(size of the key)."""
+    try:
+        hash(key)
+    except TypeError:
+        raise DTypeError(f"{name} must be hashable (an int, str, bytes or tuple), got {type(key).__name__}") from None
+    except RecursionError:
+        raise BadInputError(f"{name} is nested too deeply to use as a key") from None
+    return key
+
+
+def as_key_set(keys: Any, name: str = "protected") -> set | frozenset:
+    """Return an iterable of hashable keys as a set (a given set or frozenset as is).
+
+    A non-iterable (``5``) or text is a :class:`DTypeError`, as is an unhashable member."""
+    if isinstance(keys, (set, frozenset)):
+        return keys
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise DTypeError(f"{name} must be a collection of keys (set, list, tuple), got {type(keys).__name__}")
+    try:
+        return set(keys)
+    except TypeError:
+        raise DTypeError(f"{name} must hold hashable keys, got an unhashable member") from None
+    except RecursionError:
+        raise BadInputError(f"{name} holds a key nested too deeply to use as a key") from None
 
 
 def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:

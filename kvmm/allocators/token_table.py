@@ -99,7 +99,9 @@ class TokenTable:
         self.num_blocks_total = int(allocator.num_blocks)
         self.table_id = next(_TABLE_IDS)
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
-        rows = max(int(initial_sequences), 1)
+        # preallocation only (the arrays grow): bounded so nonsense fails clearly, not with MemoryError
+        rows = max(as_count(initial_sequences, "initial_sequences", maximum=1 << 24), 1)
+        initial_tokens = as_count(initial_tokens, "initial_tokens", maximum=1 << 28)
         self.row_of: dict[int, int] = {}
         # The same map as sorted arrays, for batched lookups (np.searchsorted).  Kept lazily:
         # add_sequence / free_sequence only note the change (O(1)); the next batched lookup merges
@@ -327,7 +329,7 @@ class TokenTable:
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
-        limit = -1 if budget is None else as_count(budget, "budget")
+        limit = -1 if budget is None else as_count(budget, "budget", maximum=2**63 - 1)
         bs = self.block_size
         with self.lock:
             # Only rows with sparse blocks need the planner; the others' plans (nothing to move,

@@ -37,7 +37,7 @@ import numpy as np
 
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError, CapacityExceededError
-from kvmm.tiers._base import as_value_array, normalize_key
+from kvmm.tiers._base import as_value_array, normalize_key, normalize_keys
 
 __all__ = ["ManagedTier"]
 
@@ -92,7 +92,7 @@ class ManagedTier:
         return self._put(normalize_key(key), nbytes, lambda k: self.backend.put_size(k, nbytes), protected)
 
     def _put(self, k: Hashable, nbytes: int, write: Any, protected: Iterable[Hashable]) -> list[Hashable]:
-        protected = {normalize_key(p) for p in protected}
+        protected = set(normalize_keys(protected, "protected"))
         capacity = self.backend.capacity_bytes
         if nbytes > capacity:
             raise CapacityExceededError(
@@ -131,7 +131,7 @@ class ManagedTier:
 
     def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
         """Several values in order (one round trip on remote tiers); each counts as an access."""
-        ks = [normalize_key(k) for k in keys]
+        ks = normalize_keys(keys)
         out = self.backend.get_many(ks)
         for k in ks:
             if k in self._sizes:
