@@ -152,8 +152,8 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        if type(first_position) is not int or first_position < 0:  # plain non-negative ints skip the helper
-            first_position = as_count(first_position, "first_position")
+        if type(first_position) is not int or not 0 <= first_position <= 2**62:  # plain ints in range skip the helper
+            first_position = as_count(first_position, "first_position", maximum=2**62)  # int64 positions
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
                 self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
