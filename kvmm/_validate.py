@@ -83,8 +83,10 @@ def as_count(x: Any, name: str, *, minimum: int = 0, maximum: int | None = None)
 
 def as_hashable(key: Any, name: str = "key") -> Any:
     """Return ``key`` if it can be a dict key; unhashable keys (lists, arrays) are a
-    :class:`DTypeError`, keys nested too deeply to hash or compare a :class:`BadInputError`.
+    :class:`DTypeError`; NaN and keys nested too deeply to hash or compare a :class:`BadInputError`.
     Runtime complexity: O(size of the key)."""
+    if isinstance(key, (float, np.floating)) and key != key:
+        raise BadInputError(f"{name} is NaN, which never equals itself; expected a key that can be found again")
     try:
         hash(key)
     except TypeError:
