@@ -36,7 +36,7 @@ from typing import Any, Hashable, Iterable
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, CapacityExceededError
+from kvmm.errors import BadInputError, CapacityExceededError, DTypeError
 from kvmm.tiers._base import as_value_array, normalize_key, normalize_keys
 
 __all__ = ["ManagedTier"]
@@ -50,6 +50,10 @@ class ManagedTier:
     """
 
     def __init__(self, backend: Any, policy: Any) -> None:
+        _require_methods(backend, "backend", ("name", "capacity_bytes", "used_bytes", "put", "get", "get_many",
+                                              "delete", "contains", "keys", "nbytes_of"), "a tier (ArenaTier, ...)")
+        _require_methods(policy, "policy", ("on_insert", "on_access", "on_remove", "victims"),
+                         "an EvictionPolicy (LRUPolicy, ...)")
         self.backend = backend
         self.policy = policy
         self.name = backend.name
@@ -199,6 +203,12 @@ class ManagedTier:
                     f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
                     f"{need} more bytes are needed (protected: {len(protected)} keys)")
             n *= 2
+
+
+def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> None:
+    missing = [a for a in attrs if not hasattr(obj, a)]
+    if missing:
+        raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
 
 
 def _takes_second_argument(method: Any) -> bool:
