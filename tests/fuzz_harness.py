@@ -82,6 +82,13 @@ class Fuzz:
         return True, out
 
 
+def run_counted(fuzz: Callable[[], None], calls_per_example: int) -> None:
+    """Run a Hypothesis fuzz function; assert it made ``max_examples * calls_per_example`` calls."""
+    before = Fuzz.total
+    fuzz()
+    assert Fuzz.total - before >= FUZZ_SETTINGS.max_examples * calls_per_example
+
+
 def snapshot_of(obj: Any) -> Any:
     """The structure's own ``snapshot()`` (its documented state, without lazily merged caches) when
     it has one, else every attribute (:func:`~tests.state_snapshot.state_of`)."""

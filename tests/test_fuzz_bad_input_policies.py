@@ -17,10 +17,9 @@ from kvmm.policies import (
     WriteAll,
 )
 from kvmm.policies.eviction import EVICTION_POLICIES, make_eviction_policy
-from tests.fuzz_harness import FUZZ_SETTINGS, Fuzz, arg
+from tests.fuzz_harness import FUZZ_SETTINGS, Fuzz, arg, run_counted
 
 CALLS_PER_EXAMPLE = 60
-EXAMPLES = FUZZ_SETTINGS.max_examples
 keys = st.integers(0, 12) | st.tuples(st.integers(0, 3), st.text("ab", max_size=2))
 
 
@@ -130,23 +129,17 @@ def fuzz_token_scorers(data):
             fz.call(scorer.forget, seq)
 
 
-def run_counted(fuzz):
-    before = Fuzz.total
-    fuzz()
-    assert Fuzz.total - before >= EXAMPLES * CALLS_PER_EXAMPLE
-
-
 def test_fuzz_eviction_policies_bad_input():
-    run_counted(fuzz_eviction_policy)
+    run_counted(fuzz_eviction_policy, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_stack_distance_trackers_bad_input():
-    run_counted(fuzz_stack_distance_trackers)
+    run_counted(fuzz_stack_distance_trackers, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_admission_policies_bad_input():
-    run_counted(fuzz_admission_policies)
+    run_counted(fuzz_admission_policies, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_token_scorers_bad_input():
-    run_counted(fuzz_token_scorers)
+    run_counted(fuzz_token_scorers, CALLS_PER_EXAMPLE)

@@ -18,7 +18,7 @@ from kvmm.policies import (
 )
 from kvmm.policies.eviction import ARCPolicy, make_eviction_policy
 from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier, preset
-from tests.fuzz_harness import FUZZ_SETTINGS, NASTY, Fuzz, arg
+from tests.fuzz_harness import FUZZ_SETTINGS, NASTY, Fuzz, arg, run_counted
 
 CALLS_PER_EXAMPLE = 60
 EXAMPLES = FUZZ_SETTINGS.max_examples
@@ -123,22 +123,16 @@ def fuzz_constructors(data):
             obj.check()
 
 
-def run_counted(fuzz):
-    before = Fuzz.total
-    fuzz()
-    assert Fuzz.total - before >= EXAMPLES * CALLS_PER_EXAMPLE
-
-
 def test_fuzz_managed_tiers_bad_input():
-    run_counted(fuzz_managed_tier)
+    run_counted(fuzz_managed_tier, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_ledger_bad_input():
-    run_counted(fuzz_ledger)
+    run_counted(fuzz_ledger, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_constructors_bad_input():
-    run_counted(fuzz_constructors)
+    run_counted(fuzz_constructors, CALLS_PER_EXAMPLE)
 
 
 def test_fuzz_suite_makes_at_least_20000_calls():
