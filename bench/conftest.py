@@ -9,7 +9,9 @@ Conventions every benchmark follows:
   units one call processes, with ``"unit"`` naming them (blocks, refs, keys, ...).
 * numba kernels are warmed up (called once on tiny input) before timing: use :func:`warm`.
 
-At the end of the run a table prints each group's throughput and the kvmm/baseline ratio.
+At the end of the run a table prints each group's throughput and the kvmm/baseline ratio, from
+the *median* time per call: on a shared machine a few rounds preempted by other jobs move the
+mean by several times, the median hardly at all.
 
 ``KVMM_BENCH_SCALE=smoke`` shrinks every workload (the default test run uses it, with
 ``--benchmark-disable``, so benchmarks never rot); ``full`` (default) uses the sizes the issues
@@ -62,13 +64,13 @@ def _rows(config):
         for mine in ours:
             items = mine.extra_info.get("items", 1)
             unit = mine.extra_info.get("unit", "calls")
-            rate = items / mine.stats.mean if mine.stats.mean else float("nan")
+            rate = items / mine.stats.median if mine.stats.median else float("nan")
             label = mine.extra_info.get("label", mine.name)
             if not bases:
                 rows.append((group, label, f"{rate:,.0f} {unit}/s", "-", "-", "-"))
             for base in bases:
                 b_items = base.extra_info.get("items", items)
-                b_rate = b_items / base.stats.mean if base.stats.mean else float("nan")
+                b_rate = b_items / base.stats.median if base.stats.median else float("nan")
                 ratio = rate / b_rate if b_rate else float("nan")
                 rows.append((group, label, f"{rate:,.0f} {unit}/s", base.extra_info.get("label", base.name),
                              f"{b_rate:,.0f} {unit}/s", f"{ratio:,.1f}x"))
@@ -83,7 +85,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     headers = ("group", "kvmm", "kvmm rate", "baseline", "baseline rate", "speedup")
     widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
     tr = terminalreporter
-    tr.section("kvmm vs baseline (same run)")
+    tr.section("kvmm vs baseline (same run, median time per call)")
     tr.write_line("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
     for r in rows:
         tr.write_line("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))

@@ -1,12 +1,14 @@
 """Stack-distance tracker throughput (id mapping included) and SHARDS accuracy.
 
-Workloads (full scale): 10 M references, Zipf 0.9 and 1.0 over 10^6 keys, and an agent-shaped
-trace (synthetic tool-calling agents, tiled to 10 M block references).  kvmm rows: the exact
+Workloads (full scale): the issue-14 case, 3 M references, Zipf 0.95 over 2.5 * 10^5 keys; 10 M
+references, Zipf 0.9 and 1.0 over 10^6 keys; and an agent-shaped trace (synthetic tool-calling
+agents, tiled to 10 M block references).  kvmm rows: the exact
 tracker (one pass gives the miss ratio at *every* capacity) and SHARDS at rate 0.01 and fixed
 size 32 K (their mean absolute MRC error against the exact curve is recorded in ``extra_info``
 and printed).  Baselines in the same group: a plain-Python OrderedDict LRU at one capacity (timed
 on a prefix of the stream: it is slow; compare per-reference rates) and, when the ``libcachesim``
-package is installed, libCacheSim's LRU at one capacity (one full pass per capacity).
+package is installed, libCacheSim's LRU at one capacity (one full pass per capacity), and the
+first committed kvmm kernel (``bench/stack_kernels_v0.py``, commit 5464a2d; same histogram).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 from bench.conftest import size, warm
+from bench.stack_kernels_v0 import V0Tracker
 from kvmm.policies import ShardsTracker, StackDistanceTracker
 from kvmm.traces import agent_trace
 from tests.naive.stack_distance import lru_miss_ratio
@@ -23,7 +26,9 @@ N_REFS = size(10_000_000, 20_000)
 N_KEYS = size(1_000_000, 5_000)
 ODICT_PREFIX = size(300_000, 5_000)
 ONE_CAPACITY = size(65_536, 512)
-WORKLOADS = ["zipf0.9", "zipf1.0", "agents"]
+WORKLOADS = ["zipf0.95", "zipf0.9", "zipf1.0", "agents"]
+#: (references, keys) of each Zipf workload; zipf0.95 is the case issue 14 names
+ZIPF_SIZES = {"zipf0.95": (size(3_000_000, 20_000), size(250_000, 5_000))}
 
 
 def zipf_keys(n: int, n_keys: int, alpha: float, seed: int) -> np.ndarray:
@@ -52,7 +57,8 @@ def workload(name: str) -> np.ndarray:
         if name == "agents":
             _CACHE[name] = agent_keys(N_REFS)
         else:
-            _CACHE[name] = zipf_keys(N_REFS, N_KEYS, float(name[4:]), seed=1)
+            n_refs, n_keys = ZIPF_SIZES.get(name, (N_REFS, N_KEYS))
+            _CACHE[name] = zipf_keys(n_refs, n_keys, float(name[4:]), seed=1)
     return _CACHE[name]
 
 
@@ -71,11 +77,11 @@ def _tag(benchmark, role, label, items):
     benchmark.extra_info.update(role=role, label=label, items=int(items), unit="refs")
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
-def test_exact_tracker(benchmark, name):
+def _time_exact(benchmark, name, make):
+    """Time ``make().access`` over the whole workload (fresh tracker per round); return the last tracker."""
     keys = workload(name)
     benchmark.group = f"stack distance {name}"
-    warm(StackDistanceTracker().access, keys[:1000])
+    warm(make().access, keys[:1000])
 
     def run(tracker):
         tracker.access(keys)
@@ -83,16 +89,21 @@ def test_exact_tracker(benchmark, name):
 
     # one warm-up round: the first run in a process pays first-touch page faults on the freshly
     # grown arrays (~25 % slower here); later trackers reuse the allocator's memory
-    tracker = benchmark.pedantic(run, setup=lambda: ((StackDistanceTracker(),), {}), rounds=3, iterations=1,
-                                 warmup_rounds=size(1, 0))
+    return benchmark.pedantic(run, setup=lambda: ((make(),), {}), rounds=3, iterations=1, warmup_rounds=size(1, 0))
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_exact_tracker(benchmark, name):
+    keys = workload(name)
+    tracker = _time_exact(benchmark, name, StackDistanceTracker)
     _tag(benchmark, "kvmm", "exact tracker, every capacity (kvmm)", keys.size)
     benchmark.extra_info["working_set_0.9"] = tracker.working_set(0.9)
     assert tracker.num_refs == keys.size
 
 
-@pytest.mark.parametrize("mode", ["rate=0.01", "fixed_size=32768"])
-def test_shards(benchmark, mode):
-    name = "zipf0.9"
+@pytest.mark.parametrize("name, mode", [("zipf0.95", "rate=0.01"), ("zipf0.9", "rate=0.01"),
+                                        ("zipf0.9", "fixed_size=32768")])
+def test_shards(benchmark, name, mode):
     keys = workload(name)
     benchmark.group = f"stack distance {name}"
     kwargs = {"rate": 0.01} if mode.startswith("rate") else {"fixed_size": size(32_768, 256)}
@@ -109,6 +120,19 @@ def test_shards(benchmark, mode):
     _tag(benchmark, "kvmm", f"SHARDS {mode} (MAE {mae:.4f})", keys.size)
     benchmark.extra_info["mae"] = mae
     print(f"\nSHARDS {mode} on {name}: MAE {mae:.5f} vs exact MRC over {caps.size} capacities")
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_first_kernel_baseline(benchmark, name):
+    keys = workload(name)
+    tracker = _time_exact(benchmark, name, V0Tracker)
+    _tag(benchmark, "baseline", "first kvmm kernel (5464a2d), every capacity", keys.size)
+    exact = StackDistanceTracker()
+    exact.access(keys)
+    counts = np.asarray(exact.histogram().counts)
+    old = tracker.hits_by_distance()
+    n = max(counts.size, old.size)
+    assert np.array_equal(np.pad(counts, (0, n - counts.size)), np.pad(old, (0, n - old.size)))  # same histogram
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

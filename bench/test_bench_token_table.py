@@ -23,8 +23,8 @@ BS = 16
 
 
 # ------------------------------------------------------------------ evict + plan + commit
-def filled(impl, seqs, tokens_per_seq):
-    blocks = seqs * (tokens_per_seq // BS + 2)
+def filled(impl, seqs, tokens_per_seq, spare_blocks=0):
+    blocks = seqs * (tokens_per_seq // BS + 2) + spare_blocks
     if impl == "kvmm":
         table = TokenTable(BlockAllocator(blocks, BS), initial_sequences=seqs, initial_tokens=seqs * tokens_per_seq)
     else:
@@ -64,6 +64,90 @@ def test_evict_plan_commit(benchmark, impl):
     result = benchmark.pedantic(run, setup=lambda: ((filled(impl, seqs, per_seq),), {}), rounds=3, iterations=1)
     freed = result.num_freed if impl == "kvmm" else len(result[1])
     assert freed == seqs * (-(-per_seq // BS) - -(-(per_seq - k) // BS))
+
+
+# ------------------------------------------------------------------ full repack, issue-14 size
+def repack_ready(impl, seqs, live_per_seq, keep=0.3, seed=0, spare_blocks=0):
+    """A table whose sequences keep ``keep`` of their tokens, ``live_per_seq`` live each."""
+    per_seq = int(round(live_per_seq / keep))
+    table = filled(impl, seqs, per_seq, spare_blocks)
+    rng = np.random.default_rng(seed)
+    k = per_seq - live_per_seq
+    for s in range(seqs):
+        pos = np.sort(rng.choice(per_seq, size=k, replace=False))
+        if impl == "kvmm":
+            table.evict_many([s], [k], pos)
+        else:
+            table.evict(s, pos.tolist())
+    return table
+
+
+@pytest.mark.parametrize("impl", ["kvmm", "naive"])
+def test_full_repack_30pct_kept(benchmark, impl):
+    """plan() + commit() of a full repack: 1,024 sequences holding 10^6 live tokens in all, each
+    keeping 30 % of what it appended (the reference: 32 sequences, rates are per live token)."""
+    benchmark.group = "token table: full repack plan + commit (30% kept, rate per live token)"
+    seqs = size(1024, 4) if impl == "kvmm" else size(32, 2)
+    live = 977  # 1,024 x 977 ~ 10^6 live tokens
+    if impl == "kvmm":
+        warm(lambda t: t.commit(t.plan()), repack_ready("kvmm", 2, 64))
+
+    def run(table):
+        return table.commit(table.plan())
+
+    info(benchmark, "kvmm" if impl == "kvmm" else "baseline",
+         "TokenTable plan+commit (numba)" if impl == "kvmm" else "plain-Python reference", seqs * live, "live tokens")
+    result = benchmark.pedantic(run, setup=lambda: ((repack_ready(impl, seqs, live),), {}),
+                                rounds=size(7, 1), iterations=1)
+    freed = result.num_freed if impl == "kvmm" else len(result[1])
+    per_seq = int(round(live / 0.3))
+    assert freed == seqs * (-(-per_seq // BS) - -(-live // BS))
+
+
+# ------------------------------------------------------------------ a plan on a background thread
+@pytest.mark.parametrize("impl", ["with-plan", "alone"])
+def test_append_rate_while_planning(benchmark, impl):
+    """Main-thread appends (256 sequences, one token each) while another thread runs plan() in a
+    loop on a large sparse table, against the same appends with no planner: the plan kernels
+    release the GIL, so the ratio stays near 1 when a second core is free."""
+    import threading
+
+    benchmark.group = "token table: appends on the main thread while plan() runs on another"
+    big = size(256, 4)  # ~2.5 * 10^5 live tokens: a plan takes a few ms, so many overlap the appends
+    rounds = size(4000, 5)
+    # the sparse table the planner works on (never committed), plus room for every append
+    table = repack_ready("kvmm", big, 977 if big > 4 else 64, spare_blocks=256 * (rounds // BS + 4))
+    decode = list(range(big, big + 256))
+    for s in decode:
+        table.add_sequence(s)
+    ids = np.array(decode, dtype=np.int64)
+    ones = np.ones(256, dtype=np.int64)
+    warm(table.append, ids, np.zeros(256, dtype=np.int64))
+    warm(table.plan)
+    stop = threading.Event()
+    plans = [0]
+
+    def planner():
+        while not stop.is_set():
+            table.plan()
+            plans[0] += 1
+
+    thread = threading.Thread(target=planner, daemon=True) if impl == "with-plan" else None
+    info(benchmark, "kvmm" if impl == "with-plan" else "baseline",
+         "appends during plan()" if impl == "with-plan" else "appends alone", 256, "tokens")
+    if thread is not None:
+        thread.start()
+    try:
+        benchmark.pedantic(table.append, args=(ids, ones), rounds=rounds, iterations=1)
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join()
+    benchmark.extra_info["plans_during_run"] = plans[0]
+    if thread is not None:
+        print(f"\n{plans[0]} plans ran on the background thread during the timed appends")
+        assert plans[0] >= 1
+    table.check()
 
 
 # ------------------------------------------------------------------ plan with a small budget

@@ -1,7 +1,8 @@
 """The ``kvmm`` command.
 
 ``kvmm reproduce`` is the main job: it runs every registered report section (see
-:data:`kvmm.report.SECTIONS`) on the bundled data and writes ``<out>/report.md`` plus PNGs.
+:data:`kvmm.report.SECTIONS`) on the bundled data and writes ``<out>/report.md`` plus PNGs
+(``--quick`` / ``--only`` runs write their own ``report-quick*.md`` / ``report-only-*.md``).
 Other subcommands (``mrc``, ``simulate``, ``calibrate``) live in their component's ``_cli``
 module, registered in :data:`COMMANDS`, which provides ``add_arguments(parser)`` and
 ``run(args) -> int``; those modules import their heavy parts inside ``run`` so ``kvmm --help``
@@ -31,9 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("reproduce", help="run every paper reproduction on the bundled data and write a report")
     rep.add_argument("--out", type=Path, default=Path("kvmm-report"), help="output folder (default ./kvmm-report)")
     rep.add_argument("--only", action="append", default=None, metavar="SECTION",
-                     help="run only this section (repeatable); default: all")
-    rep.add_argument("--quick", action="store_true", help="smaller workloads (for smoke tests)")
+                     help="run only this section (repeatable); default: all. Writes report-only-<sections>.md")
+    rep.add_argument("--quick", action="store_true",
+                     help="smaller workloads (for smoke tests); writes report-quick*.md, not report.md")
     rep.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
+    rep.add_argument("--trace", default=None, metavar="PATH",
+                     help="replay this trace (any format kvmm reads) in the trace-replay sections instead of the bundled ones")
+    rep.add_argument("--format", default=None, metavar="FMT",
+                     help="format of --trace: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
 
     handlers = {}
     for name, (module_path, help_text) in COMMANDS.items():
@@ -57,7 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
     from kvmm.report import Report, run_sections
 
-    report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress)
+    flags = (["--quick"] if args.quick else []) + [f"--only {name}" for name in args.only or []] + \
+        ([f"--trace {args.trace}"] if args.trace else []) + ([f"--format {args.format}"] if args.format else []) + \
+        ([f"--out {args.out}"] if args.out != Path("kvmm-report") else []) + (["--no-progress"] if args.no_progress else [])
+    report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress, only=args.only, flags=flags)
+    report.trace, report.trace_format = args.trace, args.format  # read by the trace-replay sections
     ran = run_sections(report, only=args.only)
     path = report.write()
     print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")

@@ -26,6 +26,7 @@ __all__ = [
     "LedgerStateError",
     "TraceFormatError",
     "CorruptEntryError",
+    "CorruptTierError",
     "BackendUnavailableError",
     "CalibrationError",
 ]
@@ -88,6 +89,11 @@ class TraceFormatError(BadInputError):
 
 class CorruptEntryError(KvmmError, OSError):
     """A stored entry (file segment, remote value) failed its integrity check."""
+
+
+class CorruptTierError(CorruptEntryError):
+    """A tier's storage is damaged so that some entries' current values cannot be told apart
+    from older ones (a file tier refuses to open rather than serve stale data)."""
 
 
 class BackendUnavailableError(KvmmError, ConnectionError):

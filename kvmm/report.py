@@ -5,13 +5,21 @@ Each component contributes one *section*: a module with a function
 :meth:`Report.text` and :meth:`Report.figure`.  Sections are listed in :data:`SECTIONS`, so a
 new component adds one line here and nothing else.
 
-Everything printed also goes into ``<out>/report.md``; figures are PNGs beside it (written only
-when matplotlib is installed: the ``plot`` extra).
+Everything printed also goes into a Markdown file in ``<out>``: ``report.md`` for a full run;
+a partial run writes its own file so it never overwrites the full report: ``report-quick.md``
+(``--quick``), ``report-only-<sections>.md`` (``--only``), ``report-quick-only-<sections>.md``.
+Every report starts with its metadata: kvmm version, git commit (when run from a checkout),
+date, command-line flags, and whether it is full, partial or quick.  Figures are PNGs beside
+it (written only when matplotlib is installed: the ``plot`` extra), named ``<name>.png`` for the
+full report and ``<report stem>-<name>.png`` otherwise; PNGs of the same report left over from an
+earlier run are removed when it is written.  Plots use plain tick labels (no axis offsets).
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +36,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("vtoken", "kvmm.reproduce.vtoken"),
     ("working-set", "kvmm.reproduce.efficientagent"),
     ("tempokv", "kvmm.reproduce.tempokv"),
+    ("pd", "kvmm.reproduce.pd"),
     ("triattention", "kvmm.reproduce.triattention"),
 ]
 
@@ -42,6 +51,24 @@ class Report:
     stream: object = field(default_factory=lambda: sys.stdout)
     chunks: list[str] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
+    #: sections requested with ``--only`` (``None``: all), and the command-line flags, for the metadata
+    only: Sequence[str] | None = None
+    flags: Sequence[str] = ()
+    #: sections that ran (set by :func:`run_sections`)
+    sections: list[str] = field(default_factory=list)
+
+    @property
+    def stem(self) -> str:
+        """File stem of this report: ``report`` (full run), ``report-quick``, ``report-only-a+b``, ..."""
+        parts = ["report"] + (["quick"] if self.quick else []) + (["only", "+".join(sorted(self.only))] if self.only else [])
+        return "-".join(parts)
+
+    @property
+    def kind(self) -> str:
+        """``full``, or what makes the run partial / quick."""
+        tags = (["quick (smaller workloads)"] if self.quick else []) + \
+            ([f"partial (only {', '.join(self.only)})"] if self.only else [])
+        return ", ".join(tags) or "full"
 
     def heading(self, title: str) -> None:
         self.chunks.append(f"## {title}\n")
@@ -74,24 +101,59 @@ class Report:
             print(f"(matplotlib not installed: skipping {name}.png; pip install 'kvmm[plot]')", file=self.stream)
             return None
         self.out.mkdir(parents=True, exist_ok=True)
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        draw(ax)
-        fig.tight_layout()
-        path = self.out / f"{name}.png"
+        with matplotlib.rc_context({"axes.formatter.useoffset": False}):  # plain tick labels, no "+1e3"
+            fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+            draw(ax)
+            fig.tight_layout()
+        path = self.out / self._figure_file(name)
         fig.savefig(path)
         plt.close(fig)
         self.figures.append(path)
-        self.chunks.append(f"![{name}]({name}.png)\n")
+        self.chunks.append(f"![{name}]({path.name})\n")
         return path
+
+    def _figure_file(self, name: str) -> str:
+        return f"{name}.png" if self.stem == "report" else f"{self.stem}-{name}.png"
 
     def progress(self, total: int, desc: str) -> Progress:
         return Progress(total, desc, enabled=self.progress_enabled)
 
+    def metadata(self) -> str:
+        """The Markdown block every report starts with."""
+        import kvmm
+
+        rows = [("kvmm version", kvmm.__version__), ("git commit", git_commit() or "none (not run from a checkout)"),
+                ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+                ("command", " ".join(["kvmm reproduce", *self.flags])), ("run", self.kind),
+                ("sections", ", ".join(self.sections) or "none")]
+        return format_table(["", ""], rows)
+
     def write(self) -> Path:
+        """Write ``<out>/<stem>.md`` (metadata first) and remove this report's stale PNGs."""
         self.out.mkdir(parents=True, exist_ok=True)
-        path = self.out / "report.md"
-        path.write_text("# kvmm reproduce\n\n" + "\n".join(self.chunks), encoding="utf-8")
+        path = self.out / f"{self.stem}.md"
+        path.write_text("# kvmm reproduce\n\n" + self.metadata() + "\n" + "\n".join(self.chunks), encoding="utf-8")
+        written = {p.name for p in self.figures}
+        for png in self.out.glob("*.png"):
+            ours = png.name.startswith(f"{self.stem}-") if self.stem != "report" else not png.name.startswith("report-")
+            if ours and png.name not in written:
+                png.unlink()
         return path
+
+
+def git_commit() -> str | None:
+    """``HEAD`` of the checkout kvmm is imported from (``+dirty`` with uncommitted changes), else ``None``."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]:
@@ -112,6 +174,7 @@ def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]
         module.reproduce(report)
         print(f"({name}: {time.perf_counter() - t0:.1f}s)", file=report.stream)
         ran.append(name)
+        report.sections.append(name)
     return ran
 
 

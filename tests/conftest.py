@@ -23,3 +23,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# pytester: tests/test_contract_suites_fail_on_broken.py runs the contract suites on broken code.
+pytest_plugins = ["pytester"]

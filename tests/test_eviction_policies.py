@@ -1,65 +1,12 @@
-"""Eviction policies: the Protocol, bad input, victims semantics, and a stateful test per policy."""
+"""Eviction policies: the exact orders and parameters of each kvmm policy.
+
+The Protocol, bad input, victims semantics and a stateful test per policy are the contract suite
+(kvmm.testing.EvictionPolicyContract, run over every policy in tests/test_contract_policy_tier.py)."""
 
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from kvmm.errors import BadInputError, DTypeError, KvmmError, UnknownKeyError
+from kvmm.errors import BadInputError, KvmmError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy, make_eviction_policy
-from kvmm.protocols import EvictionPolicy
-from tests.tier_factories import POLICIES
-
-IDS = [name for name, _ in POLICIES]
-FACTORIES = [factory for _, factory in POLICIES]
-
-
-def state(policy):
-    return policy.lists() if isinstance(policy, ARCPolicy) else (list(policy.keys()), getattr(policy, "_rank", None))
-
-
-@pytest.mark.parametrize("make", FACTORIES, ids=IDS)
-def test_speaks_the_protocol(make):
-    assert isinstance(make(), EvictionPolicy)
-
-
-@pytest.mark.parametrize("make", FACTORIES, ids=IDS)
-def test_victims_skip_protected_and_do_not_mutate(make):
-    policy = make()
-    for k in range(6):
-        policy.on_insert(k)
-    policy.on_access(2)
-    before = state(policy)
-    first = policy.victims(3)
-    assert policy.victims(3) == first and state(policy) == before
-    assert len(first) == 3 and len(set(first)) == 3
-    skipping = policy.victims(3, protected={first[0]})
-    assert first[0] not in skipping and skipping[:2] == first[1:3]
-    assert policy.victims(0) == []
-    assert sorted(policy.victims(100)) == list(range(6))
-    assert policy.victims(10, protected=range(6)) == []
-    assert policy.victims(2, protected=iter([first[0]])) == skipping[:2]  # any iterable
-
-
-@pytest.mark.parametrize("make", FACTORIES, ids=IDS)
-def test_bad_calls_raise_and_change_nothing(make):
-    policy = make()
-    for k in ("a", "b", "c"):
-        policy.on_insert(k)
-    before = state(policy)
-    with pytest.raises(UnknownKeyError, match="does not track"):
-        policy.on_access("zzz")
-    with pytest.raises(UnknownKeyError):
-        policy.on_remove("zzz")
-    with pytest.raises(BadInputError, match="already tracks"):
-        policy.on_insert("a")
-    with pytest.raises(BadInputError):
-        policy.victims(-1)
-    with pytest.raises(DTypeError):
-        policy.victims(1.5)
-    assert state(policy) == before
-    policy.check()
-
 
 def test_lfu_counts_and_lru_tie_break():
     policy = LFUPolicy()
@@ -108,59 +55,3 @@ def test_registry_and_factory():
     assert isinstance(make_eviction_policy("ARC", capacity=4), ARCPolicy)
     with pytest.raises(BadInputError, match="expected one of"):
         make_eviction_policy("mru")
-
-
-class PolicyMachine(RuleBasedStateMachine):
-    """A policy against a model set of tracked keys; ``check()`` after every step."""
-
-    make = LRUPolicy
-
-    def __init__(self):
-        super().__init__()
-        self.policy = type(self).make()
-        self.tracked = set()
-
-    @rule(key=st.integers(0, 12))
-    def insert(self, key):
-        if key in self.tracked:
-            with pytest.raises(BadInputError):
-                self.policy.on_insert(key)
-        else:
-            self.policy.on_insert(key)
-            self.tracked.add(key)
-
-    @precondition(lambda self: self.tracked)
-    @rule(data=st.data())
-    def access(self, data):
-        self.policy.on_access(data.draw(st.sampled_from(sorted(self.tracked))))
-
-    @precondition(lambda self: self.tracked)
-    @rule(data=st.data())
-    def evict_first_victim(self, data):
-        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.tracked)), max_size=3)))
-        victims = self.policy.victims(2, protected)
-        assert set(victims) <= self.tracked - protected
-        assert len(victims) == min(2, len(self.tracked - protected))
-        if victims:
-            self.policy.on_remove(victims[0])
-            self.tracked.remove(victims[0])
-
-    @precondition(lambda self: self.tracked)
-    @rule(data=st.data())
-    def remove(self, data):
-        key = data.draw(st.sampled_from(sorted(self.tracked)))
-        self.policy.on_remove(key)
-        self.tracked.remove(key)
-
-    @invariant()
-    def consistent(self):
-        self.policy.check()
-        assert len(self.policy) == len(self.tracked)
-        assert set(self.policy.keys()) == self.tracked
-        assert all(k in self.policy for k in self.tracked)
-
-
-@pytest.mark.parametrize("make", FACTORIES, ids=IDS)
-def test_policy_state_machine(make):
-    machine = type("Machine", (PolicyMachine,), {"make": staticmethod(make)})
-    run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=40, deadline=None))

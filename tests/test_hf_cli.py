@@ -43,22 +43,40 @@ def test_calibrate_command_writes_file_and_prints_every_head(model_dir, tmp_path
     assert main(["calibrate", str(model_dir), str(text), "--out", str(out), "--max-delta", "64"]) == 0
     printed = capsys.readouterr().out
     cal = Calibration.load(out, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
-    assert cal.n_tokens.tolist() == [120, 120] and cal.rope.scaling.kind == "llama3"
+    assert cal.n_tokens.tolist() == [60, 60] and cal.rope.scaling.kind == "llama3"  # first half calibrates
     rows = _rows(printed)
     assert [(int(r[0]), int(r[1])) for r in rows] == [(layer, head) for layer in range(2) for head in range(4)]
     for r in rows:
-        assert -1.0 <= float(r[2]) <= 1.0
-        assert float(r[3]) == pytest.approx(cal.head_concentration()[int(r[0]), int(r[1])], abs=5e-4)
-    assert "mean Pearson" in printed and "distances 1..64" in printed
+        assert -1.0 <= float(r[2]) <= 1.0 and -1.0 <= float(r[3]) <= 1.0
+        assert float(r[4]) == pytest.approx(cal.head_concentration()[int(r[0]), int(r[1])], abs=5e-4)
+    assert "mean Pearson in sample" in printed and "mean Pearson out of sample" in printed
+    assert "tokens 60..119, distances 1..59" in printed
+    # the out-of-sample column: calibrated on tokens 0..59, measured on 60..119 (recomputed here)
+    from kvmm.compress import calibrate, logit_curve, mean_logit_by_distance, pearson
+    from kvmm.compress.hf import capture_qk, rope_from_config
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    pairs = capture_qk(model, np.asarray(tok(text.read_text())["input_ids"]))
+    rope = rope_from_config(model.config)
+    ref_cal = calibrate([q[:60] for q, _ in pairs], [k[:60] for _, k in pairs], rope=rope)
+    deltas = np.arange(1, 60)
+    for layer, (q, k) in enumerate(pairs):
+        out = pearson(logit_curve(ref_cal, deltas)[layer], mean_logit_by_distance(q[60:], k[60:], rope, deltas))
+        np.testing.assert_allclose([float(r[3]) for r in rows if int(r[0]) == layer], out, atol=6e-4)
 
 
 def test_calibrate_with_token_ids(model_dir, tmp_path, capsys):
     ids = tmp_path / "ids.txt"
     ids.write_text(" ".join(str(i) for i in np.random.default_rng(1).integers(0, len(WORDS), 50)))
     out = tmp_path / "c2.npz"
-    assert main(["calibrate", str(model_dir), str(ids), "--token-ids", "--out", str(out), "--max-tokens", "40"]) == 0
+    assert main(["calibrate", str(model_dir), str(ids), "--token-ids", "--out", str(out), "--max-tokens", "40",
+                 "--calibration-fraction", "1"]) == 0
     assert Calibration.load(out).n_tokens.tolist() == [40, 40]
-    assert len(_rows(capsys.readouterr().out)) == 8
+    printed = capsys.readouterr().out
+    rows = _rows(printed)
+    assert len(rows) == 8 and all(r[3] == "n/a" for r in rows)
+    assert "out-of-sample Pearson not measured" in printed
 
 
 def test_calibrate_bad_input_is_a_clear_error(model_dir, tmp_path, capsys):
@@ -68,3 +86,5 @@ def test_calibrate_bad_input_is_a_clear_error(model_dir, tmp_path, capsys):
     assert "whitespace-separated integers" in capsys.readouterr().err
     assert main(["calibrate", str(tmp_path / "missing"), str(bad)]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["calibrate", str(model_dir), str(bad), "--calibration-fraction", "0"]) == 2
+    assert "--calibration-fraction must be in (0, 1]" in capsys.readouterr().err

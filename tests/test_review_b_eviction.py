@@ -8,7 +8,7 @@ import pytest
 from kvmm.errors import CapacityExceededError
 from kvmm.policies import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
-from tests.tier_factories import snapshot
+from kvmm.testing.tiers import snapshot
 
 POLICIES = {
     "lru": (LRUPolicy, "LRU"),

@@ -87,7 +87,8 @@ def test_policy_budget_equal_to_live_interval_one_and_huge_positions(kv):
     rng = np.random.default_rng(kv)
     cal = _calibration(rng, 8, kv, SCALINGS["llama3.1"], d=16)
     scorer = TriAttentionScorer(cal)
-    policy = TriAttentionPolicy(scorer, budget=20, interval=1)
+    policy = TriAttentionPolicy(scorer, budget=20, interval=1, aggregation="global", protect_prompt=False,
+                                trigger="interval")
     policy.observe(0, keys=rng.normal(size=(20, kv, 16)).astype(np.float32),
                    positions=np.arange(10**6, 10**6 + 20, dtype=np.uint64))
     assert policy.step(0).size == 0  # budget == live tokens: nothing to evict

@@ -44,10 +44,12 @@ def test_reproduce_section_quick(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "EfficientAgent figures: paper vs kvmm simulation" in out
     assert "93 %" in out and "4.3x" in out
-    md = (tmp_path / "report.md").read_text()
-    assert "Mooncake traces: working set" in md
+    # every end-to-end figure says what it includes: tool waits added, GPU-only time labelled as such
+    assert "end-to-end agent time cut (GPU time +" in out and "tool waits excluded" in out
+    md = (tmp_path / "report-quick-only-working-set.md").read_text()  # a partial run never writes report.md
+    assert "Mooncake traces: working set" in md and not (tmp_path / "report.md").exists()
     pytest.importorskip("matplotlib")
-    assert (tmp_path / "working_set_mrc.png").stat().st_size > 1000
+    assert (tmp_path / "report-quick-only-working-set-working_set_mrc.png").stat().st_size > 1000
 
 
 def test_docs_example_runs(capsys):
@@ -67,3 +69,12 @@ def test_stack_distance_doctest():
 
     result = doctest.testmod(module)
     assert result.attempted >= 5 and result.failed == 0
+
+
+def test_tool_wait_model_is_the_generators_expected_wait():
+    import math
+
+    from kvmm.reproduce.efficientagent import tool_wait_seconds
+
+    assert tool_wait_seconds(10) == pytest.approx(10 * 4.0 * math.exp(1.2 ** 2 / 2))
+    assert tool_wait_seconds(0) == 0.0

@@ -15,7 +15,7 @@ import pytest
 from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
                          UnknownKeyError)
 from kvmm.tiers import MmapTier, mmap_tier
-from tests.tier_factories import snapshot, value
+from kvmm.testing.tiers import snapshot, value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_torn_write_in_a_crashed_process_is_dropped(tmp_path, crash_after):
     child.join(30)
     assert child.exitcode == 86
     last = segment_files(tmp_path)[-1]
-    assert last.stat().st_size == crash_after  # the child's fresh segment holds the torn prefix
+    assert last.stat().st_size == mmap_tier.fmt.SEGMENT_HEADER_BYTES + crash_after  # header + torn prefix
     with MmapTier(tmp_path, 1 << 20) as tier:
         assert snapshot(tier, True) == before  # the torn put never happened; the old value stays
         assert tier.recovery["torn"] == 1
@@ -144,29 +144,24 @@ def test_damaged_header_loses_one_record_and_resynchronises(tmp_path):
         tier.check()
 
 
-def test_truncated_file_keeps_every_complete_entry(tmp_path):
-    with MmapTier(tmp_path, 1 << 20) as tier:
-        for i in range(5):
-            tier.put(i, value(100, i))
-        cut = tier._index[4].offset + 50  # in the middle of the last record
-    os.truncate(segment_files(tmp_path)[0], cut)
+def test_truncated_tail_after_a_crash_keeps_every_complete_entry(tmp_path):
+    child = multiprocessing.get_context("fork").Process(target=_put_five_and_die, args=(tmp_path,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    tail = segment_files(tmp_path)[-1]
+    os.truncate(tail, tail.stat().st_size - 50)  # in the middle of the last record
     with MmapTier(tmp_path, 1 << 20) as tier:
         assert sorted(tier.keys()) == [0, 1, 2, 3]
-        assert tier.recovery["torn"] == 1
+        assert tier.recovery["torn"] == 1 and tier.recovery["damaged_segments"] == {}
         tier.check()
 
 
-def test_file_truncated_under_an_open_tier_raises_corrupt_entry(tmp_path):
-    tier = MmapTier(tmp_path, 1 << 20, segment_bytes=1000)
-    for i in range(3):
-        tier.put(i, value(600, i))  # one entry per segment
-    tier.put(9, value(10))  # leaves entry 2's segment closed
-    tier._maps.clear()
-    os.truncate(tier._segment_path(tier._index[0].segment), 100)
-    with pytest.raises(CorruptEntryError, match="truncated"):
-        tier.get(0)
-    np.testing.assert_array_equal(tier.get(1), value(600, 1))
-    tier.close()
+def _put_five_and_die(folder):
+    tier = MmapTier(folder, 1 << 20)
+    for i in range(5):
+        tier.put(i, value(100, i))
+    os._exit(0)  # no close: the segment stays the log's tail
 
 
 def test_space_is_reclaimed_in_whole_segments(tmp_path):
@@ -260,14 +255,14 @@ def test_record_with_an_undecodable_key_is_skipped(tmp_path):
 
 
 def _compact_and_crash(folder, crash_after):
-    tier = MmapTier(folder, 1 << 20, segment_bytes=700, gc_bytes=1 << 30)
+    tier = MmapTier(folder, 1 << 20, segment_bytes=750, gc_bytes=1 << 30)
     mmap_tier._CRASH_AFTER_BYTES = crash_after
     tier.compact(full=True)  # the first record copied is torn, then the process dies
 
 
 @pytest.mark.parametrize("crash_after", [10, 200])
 def test_crash_during_compaction_loses_nothing(tmp_path, crash_after):
-    with MmapTier(tmp_path, 1 << 20, segment_bytes=700, gc_bytes=1 << 30) as tier:
+    with MmapTier(tmp_path, 1 << 20, segment_bytes=750, gc_bytes=1 << 30) as tier:
         for round_ in range(3):
             for k in range(4):
                 tier.put(k, value(300, round_ * 10 + k))
@@ -284,3 +279,35 @@ def test_crash_during_compaction_loses_nothing(tmp_path, crash_after):
         tier.check()
     with MmapTier(tmp_path, 1 << 20) as tier:
         assert snapshot(tier, True) == before
+
+
+def _close_inherited_copy(tier):
+    tier.close()  # a forked child cleaning up: must not seal or unlock the parent's tier
+    os._exit(0)
+
+
+def _owner_forks_a_closing_child_then_crashes(folder):
+    tier = MmapTier(folder, 1 << 20)
+    tier.put("a", value(100, 1))
+    child = multiprocessing.get_context("fork").Process(target=_close_inherited_copy, args=(tier,))
+    child.start()
+    child.join(30)
+    try:
+        MmapTier(folder, 1 << 20)
+        os._exit(3)  # the child's close released the owner's lock
+    except BackendUnavailableError:
+        pass
+    tier.put("b", value(100, 2))  # after the child's close, into the same segment
+    os._exit(0 if child.exitcode == 0 else 4)  # crash: no close
+
+
+def test_a_forked_child_closing_its_copy_does_not_disturb_the_owner(tmp_path):
+    owner = multiprocessing.get_context("fork").Process(target=_owner_forks_a_closing_child_then_crashes,
+                                                        args=(tmp_path,))
+    owner.start()
+    owner.join(30)
+    assert owner.exitcode == 0
+    with MmapTier(tmp_path, 1 << 20) as again:
+        assert again.recovery["damaged_segments"] == {} and again.recovery["dropped_keys"] == []
+        np.testing.assert_array_equal(again.get("a"), value(100, 1))
+        np.testing.assert_array_equal(again.get("b"), value(100, 2))

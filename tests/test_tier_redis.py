@@ -8,15 +8,7 @@ import pytest
 from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
 from kvmm.tiers import RedisTier
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
-from tests.tier_factories import value
-
-
-@pytest.fixture
-def pool(redis_url, redis_prefix):
-    tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
-    yield tier
-    tier.drop_pool()
-    tier.close()
+from kvmm.testing.tiers import value
 
 
 def test_two_clients_share_entries_and_one_capacity(pool, redis_url, redis_prefix):

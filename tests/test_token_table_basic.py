@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from kvmm import errors as kvmm_errors
 from kvmm.allocators import BlockAllocator, TokenTable
 
 
@@ -218,3 +219,18 @@ def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference(num_blocks):
     full = real.plan()
     assert {0, 2, 5, 6} <= {int(r) for r in full.tail_rows}
     real.check()
+
+
+def test_block_tables_batched_equal_one_call_per_sequence():
+    t = TokenTable(BlockAllocator(64, 4))
+    for s in (5, 9, 2, 7):
+        t.add_sequence(s)
+    t.append([5, 9, 2, 7], [9, 0, 13, 4])
+    t.evict(2, [0, 1, 2, 3, 4, 5])
+    t.commit(t.plan())
+    offsets, ids = t.block_tables([7, 2, 9, 5])
+    assert offsets.tolist() == [0, 1, 3, 3, 6]
+    for i, s in enumerate([7, 2, 9, 5]):
+        assert ids[offsets[i]:offsets[i + 1]].tolist() == t.block_table(s).tolist()
+    with pytest.raises(kvmm_errors.UnknownSequenceError):
+        t.block_tables([5, 11])

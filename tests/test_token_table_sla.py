@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+
 import pytest
 
 from kvmm.reproduce.vtoken import DecodeCostModel, sla_comparison, sla_throughput
@@ -81,10 +83,10 @@ def test_sla_comparison_by_hand_memory_bound():
     assert c["naive"]["step_s"] == pytest.approx(fixed + 4 * naive_req)
     assert c["vtoken"]["step_s"] == pytest.approx(fixed + 2e-5 + 10 * vt_req)
     naive_tps, vt_tps = 4 / (fixed + 4 * naive_req), 10 / (fixed + 2e-5 + 10 * vt_req)
-    assert c["ratio"] == pytest.approx(vt_tps / naive_tps)
-    assert c["ratio"] == pytest.approx(2.3949, abs=1e-4)
+    assert c["ratio_reads_dead"] == pytest.approx(vt_tps / naive_tps)
+    assert c["ratio_reads_dead"] == pytest.approx(2.3949, abs=1e-4)
     masked_tps = 4 / (fixed + 4 * (1e-5 + 400e-9))  # naive with a kernel that reads only live tokens
-    assert c["ratio_masked"] == pytest.approx(vt_tps / masked_tps)
+    assert c["ratio"] == pytest.approx(vt_tps / masked_tps)  # the main baseline: kernel skips dead slots
 
 
 def test_sla_comparison_by_hand_sla_bound():
@@ -96,5 +98,22 @@ def test_sla_comparison_by_hand_sla_bound():
     assert (c["naive"]["batch"], c["naive"]["bound"]) == (12, "SLA")
     assert (c["vtoken"]["batch"], c["vtoken"]["bound"]) == (10, "SLA")
     # at this tiny scale vToken's fixed repack cost outweighs its cheaper reads: the ratio is below 1
-    assert c["ratio"] == pytest.approx((10 / (fixed + 2e-5 + 10 * vt_req)) / (12 / sla))
-    assert c["ratio"] < 1
+    assert c["ratio_reads_dead"] == pytest.approx((10 / (fixed + 2e-5 + 10 * vt_req)) / (12 / sla))
+    assert c["ratio_reads_dead"] < 1
+
+
+def test_sla_ratios_one_value_per_timing_repetition():
+    from kvmm.reproduce.vtoken import sla_ratios
+
+    st = hand_stats()
+    # five timings of the same repacks: the third one twice as slow
+    st["vtoken"] = dict(st["vtoken"], plan_s=np.array([1.5e-4] * 5), commit_s=np.array([0.7e-4, 0.7e-4, 2.9e-4, 0.7e-4, 0.7e-4]))
+    st["call_overhead_s"] = np.full(5, 1e-4)
+    m = tiny_model()
+    r = sla_ratios(st, 16, m, 40 * 16 * 4800, sla_s=2.5e-3)
+    assert r["ratio"].shape == (5,) and r["ratio_reads_dead"].shape == (5,)
+    single = sla_comparison(hand_stats(), 16, m, 40 * 16 * 4800, sla_s=2.5e-3)
+    for i in (0, 1, 3, 4):  # the same timings as hand_stats: the same ratios
+        assert r["ratio"][i] == pytest.approx(single["ratio"]) and r["ratio_reads_dead"][i] == pytest.approx(single["ratio_reads_dead"])
+    assert r["ratio"][2] < r["ratio"][0]  # a slower repack costs vToken throughput
+    assert r["runs"][2]["repack_cpu_s"] == pytest.approx((1.5e-4 + 2.9e-4 - 2e-4) / 20)

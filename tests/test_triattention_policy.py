@@ -10,6 +10,8 @@ from kvmm.errors import BadInputError, KvmmError, ShapeError, UnknownSequenceErr
 from tests.naive import triattention as naive
 
 D, HEADS, KV = 8, 4, 2
+#: the single-set settings these tests pin (one kept set, no prompt protection, every `interval` steps)
+LEGACY = dict(aggregation="global", protect_prompt=False, trigger="interval")
 
 
 class RecordingTable:
@@ -54,7 +56,7 @@ def _same(a, b):
 def test_evicts_down_to_budget_every_interval_through_the_table():
     cal = _calibration()
     table = RecordingTable()
-    policy = TriAttentionPolicy(TriAttentionScorer(cal), budget=10, interval=4, table=table)
+    policy = TriAttentionPolicy(TriAttentionScorer(cal), **LEGACY, budget=10, interval=4, table=table)
     rng = np.random.default_rng(1)
     keys = rng.normal(size=(12, KV, D))
     policy.observe(7, keys=keys)  # prefill of 12 counts as 12 steps
@@ -77,14 +79,14 @@ def test_evicts_down_to_budget_every_interval_through_the_table():
 
 
 def test_under_budget_nothing_is_evicted():
-    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()), budget=50, interval=1)
+    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()), **LEGACY, budget=50, interval=1)
     policy.observe(0, keys=np.ones((20, KV, D)))
     assert policy.step(0).size == 0 and policy.scores(0).shape == (20,)
 
 
 def test_keep_per_head_and_budget_too_large():
     cal = _calibration()
-    policy = TriAttentionPolicy(TriAttentionScorer(cal), budget=5)
+    policy = TriAttentionPolicy(TriAttentionScorer(cal), **LEGACY, budget=5)
     keys = np.random.default_rng(2).normal(size=(9, KV, D))
     policy.observe(1, keys=keys)
     per_head = policy.keep_per_head(1)
@@ -100,8 +102,8 @@ def test_keep_per_head_and_budget_too_large():
 def test_post_rope_observation_is_unrotated():
     cal = _calibration()
     keys = np.random.default_rng(3).normal(size=(6, KV, D))
-    a = TriAttentionPolicy(TriAttentionScorer(cal))
-    b = TriAttentionPolicy(TriAttentionScorer(cal))
+    a = TriAttentionPolicy(TriAttentionScorer(cal), **LEGACY)
+    b = TriAttentionPolicy(TriAttentionScorer(cal), **LEGACY)
     a.observe(0, keys=keys)
     b.observe(0, keys=cal.rope.apply(keys, np.arange(6)), post_rope=True)
     np.testing.assert_allclose(a.scores(0), b.scores(0), atol=1e-9)
@@ -109,7 +111,7 @@ def test_post_rope_observation_is_unrotated():
 
 def test_errors_leave_state_unchanged():
     table = RecordingTable()
-    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()), budget=3, interval=1, table=table)
+    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()), **LEGACY, budget=3, interval=1, table=table)
     policy.observe(0, keys=np.ones((5, KV, D)))
     before = _snapshot(policy)
     bad = np.ones((2, KV, D))
@@ -130,7 +132,7 @@ def test_errors_leave_state_unchanged():
         policy.step(99)
     for kwargs in (dict(budget=0), dict(interval=0), dict(budget=2.5), dict(table=object())):
         with pytest.raises(BadInputError):
-            TriAttentionPolicy(TriAttentionScorer(_calibration()), **kwargs)
+            TriAttentionPolicy(TriAttentionScorer(_calibration()), **LEGACY, **kwargs)
 
 
 class PolicyMachine(RuleBasedStateMachine):
@@ -140,7 +142,7 @@ class PolicyMachine(RuleBasedStateMachine):
         super().__init__()
         self.cal = _calibration(5)
         self.table = RecordingTable()
-        self.policy = TriAttentionPolicy(TriAttentionScorer(self.cal), budget=6, interval=3, table=self.table)
+        self.policy = TriAttentionPolicy(TriAttentionScorer(self.cal), **LEGACY, budget=6, interval=3, table=self.table)
         self.model = {}  # seq -> dict(keys, positions, next, steps)
         self.rng = np.random.default_rng(0)
 
@@ -190,11 +192,11 @@ TestPolicyMachine.settings = __import__("hypothesis").settings(max_examples=25, 
 
 
 def test_attention_evidence_is_checked_not_used():
-    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()))
+    policy = TriAttentionPolicy(TriAttentionScorer(_calibration()), **LEGACY)
     rng = np.random.default_rng(6)
     keys = rng.normal(size=(5, KV, D))
     policy.observe(0, keys=keys, attention=np.full((HEADS, 1, 5), 0.2))
-    plain = TriAttentionPolicy(TriAttentionScorer(_calibration()))
+    plain = TriAttentionPolicy(TriAttentionScorer(_calibration()), **LEGACY)
     plain.observe(0, keys=keys)
     np.testing.assert_array_equal(policy.scores(0), plain.scores(0))
     before = _snapshot(policy)

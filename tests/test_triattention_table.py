@@ -11,7 +11,8 @@ from kvmm.errors import KvmmError
 def _policy(table, budget=12, interval=8):
     rng = np.random.default_rng(0)
     cal = calibrate(rng.normal(size=(64, 4, 8)) + 1.5, rng.normal(size=(64, 2, 8)), rope=RopeConfig(8, 100.0))
-    return TriAttentionPolicy(TriAttentionScorer(cal), budget=budget, interval=interval, table=table)
+    return TriAttentionPolicy(TriAttentionScorer(cal), budget=budget, interval=interval, table=table,
+                              aggregation="global", protect_prompt=False, trigger="interval")
 
 
 def test_policy_evicts_through_token_table_and_repack_frees_blocks():

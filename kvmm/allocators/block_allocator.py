@@ -54,6 +54,9 @@ META_FREE_HEAD, META_FREE_TAIL, META_NUM_FREE, META_NUM_CACHED, META_NUM_KEYS = 
 META_QUERIES, META_HITS, META_EVICTIONS, META_SEED, META_TABLE_MASK = range(5, 10)
 NUM_META = 10
 
+_INT32 = np.dtype(np.int32)
+_UINT64 = np.dtype(np.uint64)
+
 # Kernel status codes (0 = success; nothing was changed otherwise).
 OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE = range(7)
 
@@ -196,10 +199,10 @@ class BlockAllocator:
         """
         if type(n) is not int or n < 0:  # fast path for plain ints; full checks otherwise
             n = _as_count(n, "n")
-        if n > self.meta[META_NUM_FREE]:
+        # the kernel checks n against the free count; the output is bounded by the pool size
+        if n > self.num_blocks or not _allocate(self.block_fields, self.block_keys, self.table, self.meta,
+                                                out := np.empty(n, dtype=_INT32)):
             raise OutOfBlocksError(f"asked for {n} blocks but only {self.num_free} of {self.num_blocks} are free")
-        out = np.empty(n, dtype=np.int32)
-        _allocate(self.block_fields, self.block_keys, self.table, self.meta, out)
         return out
 
     def allocate_many(self, counts) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +227,7 @@ class BlockAllocator:
         offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         out = np.empty(total, dtype=np.int32)
-        _allocate(self.block_fields, self.block_keys, self.table, self.meta, out)
+        _allocate(self.block_fields, self.block_keys, self.table, self.meta, out)  # fits: checked above
         return offsets, out
 
     def free(self, ids) -> None:
@@ -238,7 +241,7 @@ class BlockAllocator:
         """
         ids = self._ids(ids, "ids")
         status, where = _free(self.block_fields, self.meta, ids, 0, ids)
-        if status != OK:
+        if status:
             self._raise_ids(status, where, ids, "ids")
 
     def free_requests(self, offsets, ids) -> None:
@@ -406,12 +409,12 @@ class BlockAllocator:
         keys = self._keys(keys, "keys")
         if type(num_extra) is not int or num_extra < 0:
             num_extra = _as_count(num_extra, "num_extra")
-        if num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
+        if num_extra and num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
             raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
                                    f"are free; expected at most num_free new blocks")
-        ids = np.empty(keys.shape[0] + num_extra, dtype=np.int32)
+        ids = np.empty(keys.shape[0] + num_extra, dtype=_INT32)
         status, hits = _admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra, ids)
-        if status != OK:
+        if status:
             need = keys.shape[0] - hits + num_extra
             raise OutOfBlocksError(
                 f"request needs {need} new blocks (+ {hits} cached hits) but only {self.num_free} are free "
@@ -446,7 +449,8 @@ class BlockAllocator:
         hits = np.empty(r, dtype=np.int64)
         n = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
                         block_offsets, block_ids, hits)
-        return int(n), block_offsets[:n + 1].copy(), block_ids[:block_offsets[n]].copy(), hits[:n].copy()
+        # views of this call's own buffers, not copies (the unused tails are small: see above)
+        return int(n), block_offsets[:n + 1], block_ids[:block_offsets[n]], hits[:n]
 
     # ----------------------------------------------------------------- invariants
     def check(self) -> None:
@@ -515,14 +519,39 @@ class BlockAllocator:
 
     # ----------------------------------------------------------------- validation helpers
     def _ids(self, x, name: str) -> np.ndarray:
-        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range).
-        if type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1:
-            return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range),
+        # unless it is (a view of) the pool's own state, e.g. ref_counts: the kernels would read
+        # it while changing it.
+        # Any stride is fine (``ids[::-1]``, a request's blocks last-first, is the common case).
+        if type(x) is np.ndarray and (x.dtype is _INT32 or x.dtype == np.int32) and x.ndim == 1:
+            root = x if x.base is None else x.base  # inlined _foreign (this is the per-call path)
+            if (type(root) is np.ndarray and root.base is None and root is not self.block_fields
+                    and root is not self.block_keys and root is not self.table and root is not self.meta):
+                return x
+            return self._unaliased(x)
         arr = as_index_array(x, name, dtype=np.int64)
         if arr.size and (arr.min() < 0 or arr.max() >= self.num_blocks):
             bad = int(arr[(arr < 0) | (arr >= self.num_blocks)][0])
             raise InvalidIdError(f"{name} contains block id {bad}; expected ids in [0, {self.num_blocks})")
         return arr.astype(np.int32)
+
+    def _foreign(self, x: np.ndarray) -> bool:
+        """True if ``x``'s memory is owned by an array that is not one of the pool's state arrays.
+
+        numpy points a view's ``base`` straight at the array owning the memory, so two attribute
+        reads decide it for arrays and their views (O(1), ~0.1 us); anything else (memory of
+        another object) returns False and gets the exact test of :meth:`_unaliased`.
+        """
+        root = x if x.base is None else x.base
+        return (type(root) is np.ndarray and root.base is None and root is not self.block_fields
+                and root is not self.block_keys and root is not self.table and root is not self.meta)
+
+    def _unaliased(self, x: np.ndarray) -> np.ndarray:
+        """``x``, or a copy of it when it shares memory with the pool's state arrays."""
+        for state in (self.block_fields, self.block_keys, self.table, self.meta):
+            if np.may_share_memory(x, state):
+                return x.copy()
+        return x
 
     def _one_id(self, x, name: str) -> int:
         b = as_count(x, name)
@@ -530,10 +559,10 @@ class BlockAllocator:
             raise InvalidIdError(f"{name} is {b}; expected a block id in [0, {self.num_blocks})")
         return b
 
-    @staticmethod
-    def _keys(x, name: str) -> np.ndarray:
-        if type(x) is np.ndarray and x.dtype == np.uint64 and x.ndim == 2 and x.shape[1] == 2 and x.flags.c_contiguous:
-            return x
+    def _keys(self, x, name: str) -> np.ndarray:
+        if (type(x) is np.ndarray and (x.dtype is _UINT64 or x.dtype == np.uint64) and x.ndim == 2
+                and x.shape[1] == 2 and x.flags.c_contiguous):
+            return x if self._foreign(x) else self._unaliased(x)
         arr = _python_keys(x, name)
         if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
             raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
@@ -546,10 +575,12 @@ class BlockAllocator:
             raise BadInputError(f"{name} must be >= 0, got {int(arr.min())}")
         return arr
 
-    @staticmethod
-    def _offsets(x, length: int, name: str) -> np.ndarray:
-        arr = as_index_array(x, name, dtype=np.int64)
-        if arr.shape[0] < 1 or arr[0] != 0 or arr[-1] != length or (arr.shape[0] > 1 and (np.diff(arr) < 0).any()):
+    def _offsets(self, x, length: int, name: str) -> np.ndarray:
+        if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1 and self._foreign(x):
+            arr = x  # fast path: no copy; one small kernel checks the CSR shape
+        else:
+            arr = as_index_array(x, name, dtype=np.int64)
+        if not _csr_offsets_ok(arr, length):
             raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
                                 f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
         return arr
@@ -758,8 +789,12 @@ def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
 
 @njit(cache=True, nogil=True)
 def _allocate(fields, block_keys, table, meta, out):
+    """Fill ``out`` from the free queue's head; False (nothing changed) if fewer blocks are free."""
     # Outputs are allocated by the caller: returning a new array from a kernel costs ~0.8 us.
+    if out.shape[0] > meta[META_NUM_FREE]:
+        return False
     _take_from_head(fields, block_keys, table, meta, out.shape[0], out, 0)
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -982,6 +1017,18 @@ def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block
         block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + num_extra[i]
         admitted += 1
     return admitted
+
+
+@njit(cache=True, nogil=True)
+def _csr_offsets_ok(offsets, length):
+    """True if ``offsets`` starts at 0, never decreases and ends at ``length``.  O(len)."""
+    n = offsets.shape[0]
+    if n < 1 or offsets[0] != 0 or offsets[n - 1] != length:
+        return False
+    for i in range(1, n):
+        if offsets[i] < offsets[i - 1]:
+            return False
+    return True
 
 
 # =================================================================== helpers

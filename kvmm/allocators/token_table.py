@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -135,6 +136,12 @@ class TokenTable:
         self.next_incarnation = 1
         self.next_plan_id = 1
         self.committed_plans: set[int] = set()
+        # Plans handed out by plan() and not yet committed.  commit() accepts only these very
+        # objects, so a hand-made or altered RepackPlan can never reach the kernels.
+        self.issued_plans: weakref.WeakValueDictionary[int, RepackPlan] = weakref.WeakValueDictionary()
+        # Bumped by every change of the mapping: a plan made at the current version is valid by
+        # construction, so commit re-checks only the allocator's ref counts.
+        self.version = 0
         self.total_live = 0
         self.total_blocks = 0  # sum over sequences of blocks held (a shared block once per holder)
 
@@ -157,6 +164,7 @@ class TokenTable:
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
                 self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
+                self.version += 1
             return
         shared = as_index_array(shared_blocks, "shared_blocks", dtype=np.int32)
         check_ids_in_range(shared, self.num_blocks_total, "shared_blocks")
@@ -174,6 +182,7 @@ class TokenTable:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
             n_tok = shared.size * self.block_size
             row = self._register_row(key, int(first_position), tok_cap=max(n_tok, 8), blk_cap=max(shared.size, 2))
+            self.version += 1
             for b in owned:  # an owned block becomes read-only for its owner too
                 self.slot_logical[b * self.block_size:(b + 1) * self.block_size] = -1
                 self.block_row[b] = SHARED
@@ -218,6 +227,7 @@ class TokenTable:
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
             self.free_rows.append(row)
+            self.version += 1
 
     # ------------------------------------------------------------------ append / evict
     def append(self, seq_ids, counts) -> np.ndarray:
@@ -276,6 +286,7 @@ class TokenTable:
                                   self.block_fill, self.slot_logical, out)
             self.total_live += out.shape[0]
             self.total_blocks += total_need
+            self.version += 1
         return out
 
     def evict(self, seq_id: int, logical_positions) -> None:
@@ -316,6 +327,7 @@ class TokenTable:
                         kernels.REPEATED: "is repeated; expected distinct positions"}[int(status)]
                 raise InvalidIdError(f"logical position {int(positions[where])} of sequence {int(self.row_seq[row])} {what}")
             self.total_live -= positions.shape[0]
+            self.version += 1
 
     # ------------------------------------------------------------------ repacking
     def plan(self, budget: int | None = None) -> RepackPlan:
@@ -365,8 +377,9 @@ class TokenTable:
                 blk_pool = np.arange(k, dtype=np.int32)
             plan_id = self.next_plan_id
             self.next_plan_id += 1
+            version = self.version
         planned = np.where(status == kernels.PLAN_ROW, incarnation, 0)
-        (src, dst, mrow, mlog, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
+        (src, dst, mrow, mlog, minc, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
             n, planned, bs, blk_start, blk_len, blk_pool, block_row, block_live, block_fill, slot_logical,
             movable, limit)
         if not whole:  # back to global block ids and slots
@@ -380,11 +393,14 @@ class TokenTable:
         tblocks = np.concatenate([tblocks, status[dense_rows].astype(np.int32)])
         order = np.argsort(trows, kind="stable")
         trows, tblocks = trows[order], tblocks[order]
-        arrays = [src, dst, mrow, mlog, incarnation[mrow], fblocks, frows, incarnation[frows],
+        arrays = [src, dst, mrow, mlog, minc, fblocks, frows, incarnation[frows],
                   trows, tblocks, incarnation[trows]]
         for a in arrays:
             a.setflags(write=False)
-        return RepackPlan(self.table_id, plan_id, *arrays[:5], *arrays[5:8], *arrays[8:], int(min_moves))
+        plan = RepackPlan(self.table_id, plan_id, *arrays[:5], *arrays[5:8], *arrays[8:], int(min_moves), version)
+        with self.lock:  # commit (maybe on another thread) reads and deletes entries under the lock
+            self.issued_plans[plan_id] = plan
+        return plan
 
     def commit(self, plan: RepackPlan, copy_slots: Callable[[np.ndarray, np.ndarray], None] | None = None) -> CommitResult:
         """Apply the moves of ``plan`` that are still valid; free the blocks they emptied.
@@ -406,37 +422,56 @@ class TokenTable:
         with self.lock:
             if plan.plan_id in self.committed_plans:
                 raise StalePlanError(f"plan {plan.plan_id} was already committed; make a new plan")
+            if self.issued_plans.get(plan.plan_id) is not plan:
+                raise BadInputError(f"plan {plan.plan_id} was not produced by this table's plan() (a hand-made or "
+                                    f"altered RepackPlan); expected the object plan() returned")
             ref_counts = np.asarray(self.allocator.ref_counts)
-            valid = np.zeros(plan.num_moves, dtype=np.bool_)
-            kernels.validate_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, plan.move_incarnation,
-                                   self.block_size, self.row_incarnation, self.row_tok_start, self.row_tok_len,
-                                   self.tok_slot, self.block_row, self.slot_logical, ref_counts, valid)
-            if copy_slots is not None and valid.any():
-                copy_slots(plan.src[valid], plan.dst[valid])  # may raise: nothing has changed yet
+            valid = np.empty(plan.num_moves, dtype=np.bool_)
+            n_valid = kernels.validate_moves(plan.src, plan.dst, plan.move_row, plan.move_logical,
+                                             plan.move_incarnation, plan.table_version == self.version,
+                                             self.block_size, self.row_incarnation, self.row_tok_start,
+                                             self.row_tok_len, self.tok_slot, self.block_row, self.slot_logical,
+                                             ref_counts, valid)
+            if copy_slots is not None and n_valid:
+                if n_valid == plan.num_moves:
+                    copy_slots(plan.src, plan.dst)  # may raise: nothing has changed yet
+                else:
+                    copy_slots(plan.src[valid], plan.dst[valid])
             self.committed_plans.add(plan.plan_id)
-            kernels.apply_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, valid.view(np.uint8),
-                                self.block_size, self.row_tok_start, self.tok_slot, self.block_live,
-                                self.block_fill, self.slot_logical)
+            del self.issued_plans[plan.plan_id]
             freed = np.empty(plan.num_blocks, dtype=np.int32)
-            nf = kernels.release_blocks(plan.free_blocks, plan.free_rows, plan.free_incarnation, plan.tail_rows,
-                                        plan.tail_blocks, plan.tail_incarnation, self.block_size,
-                                        self.row_incarnation, self.row_blk_start, self.row_blk_len, self.blk_pool,
-                                        self.block_row, self.block_live, self.block_fill, ref_counts, freed)
+            nf = kernels.commit_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, valid, plan.free_blocks,
+                                      plan.free_rows, plan.free_incarnation, plan.tail_rows, plan.tail_blocks,
+                                      plan.tail_incarnation, self.block_size, self.row_incarnation,
+                                      self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
+                                      self.tok_slot,
+                                      self.blk_pool, self.block_row, self.block_live, self.block_fill,
+                                      self.slot_logical, ref_counts, freed)
             freed = freed[:nf]
-            same = plan.tail_rows < self.row_incarnation.shape[0]
-            same[same] = self.row_incarnation[plan.tail_rows[same]] == plan.tail_incarnation[same]
-            tails = plan.tail_blocks[same & (self.block_row[plan.tail_blocks] == plan.tail_rows)]
-            kernels.lower_fill(tails, self.block_size, self.slot_logical, self.block_fill)
             if nf:
                 self.allocator.free(freed)
             self.total_blocks -= nf
+            self.version += 1
         dropped = np.flatnonzero(~valid)
-        return CommitResult(int(valid.sum()), dropped, freed)
+        return CommitResult(int(n_valid), dropped, freed)
 
     # ------------------------------------------------------------------ views
     def block_table(self, seq_id: int) -> np.ndarray:
         """The sequence's physical block ids (int32, PagedAttention layout; a copy)."""
         return self._blocks_of(self._row(seq_id)).copy()
+
+    def block_tables(self, seq_ids) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`block_table` of many sequences in one call, as CSR ``(offsets int64 [n+1], ids int32)``.
+
+        Sequence ``seq_ids[i]``'s blocks are ``ids[offsets[i]:offsets[i + 1]]``.  Runtime
+        complexity: O(n log S + blocks) (one gather kernel, no Python loop per sequence).
+        """
+        rows = self._rows(seq_ids)
+        offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(self.row_blk_len[rows], out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.int32)
+        kernels.gather_segments(rows, self.row_blk_start, offsets, self.blk_pool, out)
+        return offsets, out
 
     def slot_mapping(self, seq_id: int, *, live_only: bool = True) -> np.ndarray:
         """Slots of the live tokens in logical order (``live_only=False``: every token, -1 if dead)."""
@@ -812,6 +847,8 @@ class RepackPlan:
     tail_blocks: np.ndarray
     tail_incarnation: np.ndarray
     min_moves: int
+    #: the table's change counter when the plan was made (commit re-validates less when unchanged)
+    table_version: int = field(default=-1, repr=False)
 
     @property
     def num_moves(self) -> int:

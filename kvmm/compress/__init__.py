@@ -25,7 +25,8 @@ from kvmm.compress.scorers import (
     TokenScorerBase,
     select_victims,
 )
-from kvmm.compress.triattention import TriAttentionPolicy, TriAttentionScorer, default_offsets
+from kvmm.compress.triattention import TriAttentionScorer, default_offsets
+from kvmm.compress.triattention_policy import TriAttentionPolicy
 
 __all__ = [
     "RopeConfig",

@@ -3,9 +3,12 @@
     kvmm calibrate MODEL_DIR TEXT_FILE --out calibration.npz
 
 Loads the model and tokenizer from a local folder (no download), runs the text through it
-once, captures pre-RoPE q and k in every layer, writes the calibration, and prints per layer and
-head the Pearson correlation between the predicted mean-logit curve (:func:`logit_curve`, from
-the centers alone) and the measured mean logit by distance, plus the query concentration.
+once and captures pre-RoPE q and k in every layer.  The first ``--calibration-fraction`` of the
+tokens (default half) calibrates; the rest is held out.  Writes the calibration and prints per
+layer and head the Pearson correlation between the predicted mean-logit curve
+(:func:`logit_curve`, from the centers alone) and the measured mean logit by distance, both in
+sample (measured on the calibration part) and out of sample (on the held-out part), plus the
+query concentration.
 ``--token-ids`` reads whitespace-separated token ids instead of text (no tokenizer needed).
 """
 
@@ -23,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=2048, help="use at most this many tokens (default 2048)")
     parser.add_argument("--max-delta", type=int, default=512,
                         help="largest distance in the Pearson comparison (default 512)")
+    parser.add_argument("--calibration-fraction", type=float, default=0.5,
+                        help="share of the tokens that calibrates; the rest measures Pearson out of sample "
+                             "(default 0.5; 1.0: in sample only)")
     parser.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
                         help="dtype to run the model in (default float32)")
 
@@ -35,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 2 or args.max_delta < 1:
         raise BadInputError(f"--max-tokens must be >= 2 and --max-delta >= 1, got {args.max_tokens}, {args.max_delta}")
+    if not 0.0 < args.calibration_fraction <= 1.0:
+        raise BadInputError(f"--calibration-fraction must be in (0, 1], got {args.calibration_fraction}")
     if not args.model.is_dir():
         raise BadInputError(f"model folder {args.model} does not exist; expected a save_pretrained folder")
     if not args.text.is_file():
@@ -55,28 +63,40 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
         ids = tokenizer(raw)["input_ids"]
     ids = ids[: args.max_tokens]
-    if len(ids) < 2:
-        raise BadInputError(f"need at least 2 tokens to calibrate, got {len(ids)}")
+    if len(ids) < 2 or round(args.calibration_fraction * len(ids)) < 2:
+        raise BadInputError(f"need at least 2 calibration tokens, got {len(ids)} tokens x "
+                            f"--calibration-fraction {args.calibration_fraction}")
     model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
                                                  dtype=getattr(torch, args.dtype)).eval()
     rope = hf.rope_from_config(model.config)
     pairs = hf.capture_qk(model, np.asarray(ids))
-    cal = calibrate([q for q, _ in pairs], [k for _, k in pairs], rope=rope)
+    n_cal = len(ids) if args.calibration_fraction == 1.0 else int(round(args.calibration_fraction * len(ids)))
+    cal = calibrate([q[:n_cal] for q, _ in pairs], [k[:n_cal] for _, k in pairs], rope=rope)
     path = cal.save(args.out)
-    deltas = np.arange(1, min(args.max_delta, len(ids) - 1) + 1)
+    held = len(ids) - n_cal
+    print(f"calibrated {cal.num_layers} layers x {cal.num_heads} heads (kv {cal.num_kv_heads}, head_dim "
+          f"{cal.head_dim}, {rope.layout} layout, {rope.scaling.kind} scaling) on the first {n_cal} of {len(ids)} "
+          f"tokens -> {path}")
+    parts = {"in sample": (0, n_cal)}
+    if held >= 2:
+        parts["out of sample"] = (n_cal, len(ids))
+    longest = min(n_cal, held if held >= 2 else n_cal) - 1
+    deltas = np.arange(1, max(1, min(args.max_delta, longest)) + 1)
     predicted = logit_curve(cal, deltas)
     concentration = cal.head_concentration()
-    print(f"calibrated {cal.num_layers} layers x {cal.num_heads} heads (kv {cal.num_kv_heads}, head_dim "
-          f"{cal.head_dim}, {rope.layout} layout, {rope.scaling.kind} scaling) on {len(ids)} tokens -> {path}")
-    print(f"{'layer':>5} {'head':>4} {'pearson':>8} {'concentration':>13}")
-    all_r = []
-    for layer, (q, k) in enumerate(pairs):
-        measured = mean_logit_by_distance(q, k, rope, deltas)
-        r = pearson(predicted[layer], measured)
-        all_r.append(r)
+    r = {name: np.stack([pearson(predicted[layer], mean_logit_by_distance(q[lo:hi], k[lo:hi], rope, deltas))
+                         for layer, (q, k) in enumerate(pairs)]) for name, (lo, hi) in parts.items()}
+    out_col = "out of sample" in r
+    print(f"{'layer':>5} {'head':>4} {'pearson in':>10} {'pearson out':>11} {'concentration':>13}")
+    for layer in range(cal.num_layers):
         for head in range(cal.num_heads):
-            print(f"{layer:>5} {head:>4} {r[head]:>8.3f} {concentration[layer, head]:>13.3f}")
-    all_r = np.concatenate(all_r)
-    print(f"mean Pearson {np.nanmean(all_r):.3f} (median {np.nanmedian(all_r):.3f}) over distances 1..{deltas[-1]}; "
-          f"mean concentration {concentration.mean():.3f}")
+            out = f"{r['out of sample'][layer, head]:>11.3f}" if out_col else f"{'n/a':>11}"
+            print(f"{layer:>5} {head:>4} {r['in sample'][layer, head]:>10.3f} {out} {concentration[layer, head]:>13.3f}")
+    for name, values in r.items():
+        lo, hi = parts[name]
+        print(f"mean Pearson {name} {np.nanmean(values):.3f} (median {np.nanmedian(values):.3f}, min "
+              f"{np.nanmin(values):.3f}) on tokens {lo}..{hi - 1}, distances 1..{deltas[-1]}")
+    if not out_col:
+        print("no held-out tokens: out-of-sample Pearson not measured (use --calibration-fraction < 1)")
+    print(f"mean concentration {concentration.mean():.3f}")
     return 0

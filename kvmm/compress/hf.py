@@ -39,8 +39,16 @@ __all__ = ["rope_from_config", "capture_qk", "attention_logits", "model_shape"]
 _CAPTURE_NAME = "kvmm_capture_logits"
 
 
+#: model types whose RoPE rotates adjacent pairs (x[2f], x[2f+1]) instead of the two halves
+INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "cohere", "cohere2", "codegen"})
+
+
 def rope_from_config(config: Any) -> RopeConfig:
-    """The model's RoPE as a :class:`RopeConfig` (layout ``half``).
+    """The model's RoPE as a :class:`RopeConfig`.
+
+    Layout: ``interleaved`` for GPT-J-style and Cohere-style models (``model_type`` in
+    :data:`INTERLEAVED_MODEL_TYPES`), which rotate adjacent pairs; ``half`` (Llama, Qwen, Mistral,
+    GPT-NeoX, ...) otherwise.
 
     ``config`` is a transformers config or a plain dict (a model's ``config.json``); a multimodal
     config's ``text_config`` is used when the top level has no attention sizes.  The RoPE
@@ -48,7 +56,8 @@ def rope_from_config(config: Any) -> RopeConfig:
     ``rope_scaling`` (transformers 4 and older ``config.json`` files); ``rope_theta`` is read from
     inside them first, then from the config.  As transformers does, a top-level
     ``original_max_position_embeddings`` overrides the one inside for llama3 / yarn scaling.
-    Raises :class:`BadInputError` for partial rotary embeddings or unsupported RoPE types.
+    Raises :class:`BadInputError` for partial rotary embeddings (``partial_rotary_factor``,
+    ``rotary_pct`` or a ``rotary_dim`` smaller than the head) or unsupported RoPE types.
     """
     config = _text_config(config)
     heads = getattr(config, "num_attention_heads", None)
@@ -66,14 +75,19 @@ def rope_from_config(config: Any) -> RopeConfig:
         theta = getattr(config, "rope_theta", None)
     if theta is None:
         theta = 10000.0
-    partial = params.get("partial_rotary_factor") or getattr(config, "partial_rotary_factor", None) or 1.0
+    partial = params.get("partial_rotary_factor") or getattr(config, "partial_rotary_factor", None) \
+        or getattr(config, "rotary_pct", None) or 1.0
     if float(partial) != 1.0:
         raise BadInputError(f"partial_rotary_factor={partial} is not supported; expected 1.0 (full RoPE)")
+    rotary_dim = getattr(config, "rotary_dim", None)
+    if rotary_dim is not None and int(rotary_dim) != int(head_dim):
+        raise BadInputError(f"partial rotary embeddings (rotary_dim={rotary_dim} of head_dim={head_dim}) are not "
+                            f"supported; expected rotary_dim == head_dim (full RoPE)")
     original = getattr(config, "original_max_position_embeddings", None)
     if original and params.get("rope_type", params.get("type")) in ("llama3", "yarn"):
         params["original_max_position_embeddings"] = original
     scaling = RopeScaling.from_hf(params, getattr(config, "max_position_embeddings", None))
-    return RopeConfig(int(head_dim), float(theta), "half", scaling)
+    return RopeConfig(int(head_dim), float(theta), _layout(config), scaling)
 
 
 def model_shape(model: Any) -> dict[str, int]:
@@ -155,6 +169,11 @@ def _text_config(config: Any) -> Any:
     if text is not None and getattr(config, "num_attention_heads", None) is None:
         config = SimpleNamespace(**text) if isinstance(text, Mapping) else text
     return config
+
+
+def _layout(config: Any) -> str:
+    model_type = str(getattr(config, "model_type", "") or "").lower()
+    return "interleaved" if model_type in INTERLEAVED_MODEL_TYPES else "half"
 
 
 def _set_attn(model: Any, name: str) -> None:

@@ -17,15 +17,14 @@ needed (``post_rope=True``).
 Scores are optionally z-scored per query head over the keys being ranked (heads have very
 different scales), then reduced over the query heads that share a KV head (GQA: max).
 
-:class:`TriAttentionPolicy` wraps the scorer as a ``TokenScorer`` and, every ``interval`` decode
-steps once a sequence holds more than ``budget`` tokens, keeps the top-``budget`` and evicts
-the rest through ``TokenTable.evict``.
+:class:`~kvmm.compress.triattention_policy.TriAttentionPolicy` wraps one scorer per layer as a
+``TokenScorer`` that keeps the top-``budget`` tokens and evicts the rest through ``TokenTable.evict``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,9 +33,9 @@ from numba import njit
 from kvmm._validate import as_count
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.rope import as_vectors
-from kvmm.errors import BadInputError, CalibrationError, ShapeError, UnknownSequenceError
+from kvmm.errors import BadInputError, CalibrationError, ShapeError
 
-__all__ = ["TriAttentionScorer", "TriAttentionPolicy", "default_offsets", "score_flops"]
+__all__ = ["TriAttentionScorer", "default_offsets", "score_flops"]
 
 
 def default_offsets(max_offset: int = 65536) -> np.ndarray:
@@ -322,218 +321,3 @@ def _zscore(scores: np.ndarray) -> np.ndarray:
     mean = scores.mean(axis=1, keepdims=True)
     std = scores.std(axis=1, keepdims=True)
     return np.where(std > 0, (scores - mean) / np.where(std > 0, std, 1.0), 0.0)
-
-
-class _SequenceState:
-    """One sequence's live keys and positions in growable buffers (amortised O(1) appends).
-
-    ``key_buf[:n]`` (float64 ``(capacity, kv_heads, head_dim)``, pre-RoPE) and ``pos_buf[:n]``
-    (int64 logical positions, increasing) hold the live tokens in logical order.
-    """
-
-    def __init__(self, kv_heads: int, head_dim: int) -> None:
-        self.key_buf = np.zeros((16, kv_heads, head_dim))
-        self.pos_buf = np.zeros(16, dtype=np.int64)
-        self.n = 0
-        self.next_position = 0
-        self.steps_since = 0
-
-    @property
-    def keys(self) -> np.ndarray:
-        return self.key_buf[: self.n]
-
-    @property
-    def positions(self) -> np.ndarray:
-        return self.pos_buf[: self.n]
-
-    def append(self, keys: np.ndarray, positions: np.ndarray) -> None:
-        need = self.n + keys.shape[0]
-        if need > self.key_buf.shape[0]:
-            capacity = max(need, 2 * self.key_buf.shape[0])
-            key_buf = np.zeros((capacity,) + self.key_buf.shape[1:])
-            pos_buf = np.zeros(capacity, dtype=np.int64)
-            key_buf[: self.n] = self.keys
-            pos_buf[: self.n] = self.positions
-            self.key_buf, self.pos_buf = key_buf, pos_buf
-        self.key_buf[self.n: need] = keys
-        self.pos_buf[self.n: need] = positions
-        self.n = need
-        if positions.size:
-            self.next_position = int(positions[-1]) + 1
-        self.steps_since += keys.shape[0]
-
-    def keep_only(self, keep: np.ndarray) -> None:
-        """Compact to the live indices ``keep`` (sorted)."""
-        kept = keep.shape[0]
-        self.key_buf[:kept] = self.key_buf[keep]
-        self.pos_buf[:kept] = self.pos_buf[keep]
-        self.n = kept
-
-
-@dataclass
-class TriAttentionPolicy:
-    """TriAttention as a :class:`~kvmm.protocols.TokenScorer` with periodic top-B eviction.
-
-    ``observe(seq_id, keys=(t, kv_heads, d), positions=None, post_rope=False)`` appends the
-    sequence's new tokens (pre-RoPE keys, or post-RoPE ones which are un-rotated on arrival;
-    positions default to the next ones) and counts them as decode steps.  ``scores(seq_id)``
-    scores the live tokens at the next position.  ``step(seq_id)``: when ``interval`` steps have
-    passed since the last compression and more than ``budget`` tokens are live, keeps the
-    top-``budget`` (ties: the more recent token wins), evicts the rest through
-    ``table.evict(seq_id, logical_positions)`` when a ``table`` is attached, and returns the
-    evicted logical positions.  ``keep_per_head(seq_id)`` gives per-KV-head selections.
-    """
-
-    scorer: TriAttentionScorer
-    budget: int = 1024
-    interval: int = 128
-    table: Any = None
-    _seqs: dict = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.scorer, TriAttentionScorer):
-            raise BadInputError(f"scorer must be a TriAttentionScorer, got {type(self.scorer).__name__}")
-        self.budget = as_count(self.budget, "budget", minimum=1)
-        self.interval = as_count(self.interval, "interval", minimum=1)
-        if self.table is not None and not callable(getattr(self.table, "evict", None)):
-            raise BadInputError("table must have an evict(seq_id, logical_positions) method")
-
-    # ---------------------------------------------------------------- TokenScorer
-    def observe(self, seq_id: int, *, keys: Any = None, positions: Any = None, post_rope: bool = False,
-                attention: Any = None, **evidence: Any) -> None:
-        """Append new tokens' keys ``(t, kv_heads, head_dim)`` (kvmm evidence convention).
-
-        ``attention`` (over all live tokens, new ones last) is not used for scoring, only checked:
-        its last axis must cover the live tokens plus the new ones, and it must be finite.  Other
-        evidence (``queries``, ...) is ignored.
-        Runtime complexity: O(tokens * kv_heads * head_dim) amortised (growable buffers).
-        """
-        state = self._seqs.get(seq_id)
-        if attention is not None:
-            att = as_vectors(attention)
-            live = state.n if state is not None else 0
-            new = 0 if keys is None else as_vectors(keys).shape[0]
-            if att.dtype.kind not in "biuf" or att.ndim == 0 or att.shape[-1] != live + new:
-                raise ShapeError(f"attention must end in live + new = {live + new} tokens for sequence {seq_id}, "
-                                 f"got shape {att.shape}; call on_evict when tokens are evicted")
-            if not np.isfinite(att).all():
-                raise BadInputError("attention contains NaN or inf")
-        if keys is None:
-            return  # nothing this scorer uses
-        rope = self.scorer.calibration.rope
-        arr = as_vectors(keys)
-        if arr.ndim == 2:
-            arr = arr[:, None, :]  # (new, head_dim): one KV head
-        if arr.ndim != 3 or arr.shape[2] != rope.head_dim or arr.dtype.kind not in "fiu":
-            raise ShapeError(f"keys must be (tokens, kv_heads, head_dim={rope.head_dim}) real, got {arr.shape} {arr.dtype}")
-        if self.scorer.num_heads % max(arr.shape[1], 1) or arr.shape[1] == 0:
-            raise ShapeError(f"keys have {arr.shape[1]} KV heads; {self.scorer.num_heads} query heads must be a multiple")
-        if state is not None and arr.shape[1] != state.keys.shape[1]:
-            raise ShapeError(f"keys have {arr.shape[1]} KV heads but sequence {seq_id} has {state.keys.shape[1]}")
-        arr = arr.astype(np.float64)
-        if not np.all(np.isfinite(arr)):
-            raise BadInputError("keys contain NaN or inf; expected finite key vectors")
-        start = state.next_position if state is not None else 0
-        if positions is None:
-            pos = np.arange(start, start + arr.shape[0], dtype=np.int64)
-        else:
-            pos = np.asarray(positions)
-            if pos.ndim == 0:
-                pos = pos.reshape(1)
-            if pos.dtype.kind not in "iu" or pos.shape != (arr.shape[0],):
-                raise ShapeError(f"positions must be {arr.shape[0]} integers, got {pos.shape} {pos.dtype}")
-            if pos.dtype.kind == "u" and pos.size and pos.max() > np.iinfo(np.int64).max:  # would wrap negative
-                raise BadInputError(f"positions must be < 2**63, got {pos.max()}")
-            pos = pos.astype(np.int64)
-            if pos.size and (pos[0] < start or np.any(np.diff(pos) <= 0)):
-                raise BadInputError(f"positions must increase and start at >= {start} for sequence {seq_id}, got {pos[:4]}...")
-        if post_rope and arr.shape[0]:
-            arr = rope.unapply(arr, pos)
-        if state is None:
-            state = self._seqs[seq_id] = _SequenceState(arr.shape[1], rope.head_dim)
-        state.append(arr, pos)
-
-    def scores(self, seq_id: int) -> np.ndarray:
-        """Scores of the live tokens in logical order (higher = keep), at the next position."""
-        state = self._state(seq_id)
-        if state.keys.shape[0] == 0:
-            return np.zeros(0)
-        return self.scorer.score(state.keys, state.positions, now=state.next_position)
-
-    def on_evict(self, seq_id: int, indices: Any) -> None:
-        """Drop live-token ``indices`` (positions in the live order) from the sequence's state."""
-        state = self._state(seq_id)
-        idx = np.asarray(indices)
-        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= state.keys.shape[0]):
-            raise BadInputError(f"indices must be live-token indices in [0, {state.keys.shape[0]}), got {idx}")
-        keep = np.ones(state.keys.shape[0], dtype=bool)
-        keep[idx.astype(np.int64)] = False
-        state.keep_only(np.flatnonzero(keep))
-
-    def forget(self, seq_id: int) -> None:
-        self._seqs.pop(seq_id, None)
-
-    # ---------------------------------------------------------------- eviction
-    def live_positions(self, seq_id: int) -> np.ndarray:
-        return self._state(seq_id).positions.copy()
-
-    def step(self, seq_id: int) -> np.ndarray:
-        """Compress the sequence if due; return the evicted logical positions (int64, maybe empty).
-
-        Runtime complexity: O(live * heads * head_dim + live log live) when it compresses, O(1) otherwise.
-        """
-        state = self._state(seq_id)
-        if state.steps_since < self.interval or state.keys.shape[0] <= self.budget:
-            return np.zeros(0, dtype=np.int64)
-        keep = np.sort(_top_k(self.scores(seq_id), self.budget))
-        drop = np.setdiff1d(np.arange(state.keys.shape[0]), keep)
-        evicted = state.positions[drop].copy()
-        if self.table is not None and evicted.size:
-            self.table.evict(seq_id, evicted)  # first: if the table refuses, our state is unchanged
-        state.keep_only(keep)
-        state.steps_since = 0
-        return evicted
-
-    def keep_per_head(self, seq_id: int, budget: int | None = None) -> np.ndarray:
-        """Per-KV-head top-``budget`` live-token indices ``(kv_heads, budget)``, each row sorted.
-
-        For caches that keep heads apart.  Raises :class:`BadInputError` when the budget is larger
-        than the number of live tokens.
-        """
-        state = self._state(seq_id)
-        b = self.budget if budget is None else as_count(budget, "budget", minimum=1)
-        n = state.keys.shape[0]
-        if b > n:
-            raise BadInputError(f"budget {b} is larger than the {n} live tokens of sequence {seq_id}")
-        per_head = self.scorer.kv_head_scores(state.keys, state.positions, now=state.next_position)
-        return np.stack([np.sort(_top_k(row, b)) for row in per_head])
-
-    def check(self) -> None:
-        """Assert every invariant of the per-sequence state (expensive; for tests)."""
-        d = self.scorer.calibration.rope.head_dim
-        for seq_id, st in self._seqs.items():
-            # one position per stored key, keys shaped (live, kv_heads, head_dim)
-            assert st.keys.ndim == 3 and st.keys.shape[2] == d, (seq_id, st.keys.shape)
-            # the live prefix fits the buffers
-            assert 0 <= st.n <= st.key_buf.shape[0] == st.pos_buf.shape[0], seq_id
-            assert st.positions.shape == (st.keys.shape[0],), (seq_id, st.positions.shape)
-            # logical positions strictly increase (live tokens stay in logical order)
-            assert np.all(np.diff(st.positions) > 0), seq_id
-            # every live token lies before the next position to be decoded
-            assert st.positions.size == 0 or st.positions[-1] < st.next_position, seq_id
-            # the query heads split evenly over the KV heads
-            assert self.scorer.num_heads % st.keys.shape[1] == 0, seq_id
-            # stored keys are finite, and the step counter never goes negative
-            assert np.all(np.isfinite(st.keys)) and st.steps_since >= 0, seq_id
-
-    def _state(self, seq_id: int) -> _SequenceState:
-        try:
-            return self._seqs[seq_id]
-        except KeyError:
-            raise UnknownSequenceError(f"sequence {seq_id} has not been observed; call observe(seq_id, keys=...) first") from None
-
-
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    # Stable: among equal scores the later (more recent) token is kept.
-    order = np.lexsort((-np.arange(scores.shape[0]), -scores))
-    return order[:k]

@@ -21,6 +21,7 @@ _LAZY = {
     "StackDistanceTracker": "kvmm.policies.stack_distance",
     "DistanceHistogram": "kvmm.policies.stack_distance",
     "ShardsTracker": "kvmm.policies.shards",
+    "distributed_mrc": "kvmm.policies.distributed",
     # admission (the AdmissionPolicy Protocol)
     "AdmissionRequest": "kvmm.policies.admission",
     "WriteAll": "kvmm.policies.admission",

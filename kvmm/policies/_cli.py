@@ -3,6 +3,9 @@
     kvmm mrc conversation                  # a bundled Mooncake trace
     kvmm mrc path/to/trace.jsonl --sample-rate 0.01 --png mrc.png
     kvmm mrc big.jsonl --fixed-size 32768 --skip-bad
+    kvmm mrc events.msgpack --format vllm        # any format kvmm.traces.load_trace reads
+    kvmm mrc huge.oracleGeneral.bin --dask local --parts 16
+    kvmm mrc huge.jsonl --dask tcp://scheduler:8786 --parts 64 --chunk-refs 1000000
 """
 
 from __future__ import annotations
@@ -11,12 +14,20 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="Mooncake JSONL file, or a bundled trace name (conversation, synthetic)")
+    parser.add_argument("trace", help="trace file (Mooncake, Qwen-Bailian, LMCache, vLLM KV events, libCacheSim "
+                                      "oracleGeneral), or a bundled trace name (conversation, synthetic)")
+    parser.add_argument("--format", default=None, metavar="FMT",
+                        help="trace format: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--sample-rate", type=float, default=None, metavar="R",
                        help="fixed-rate SHARDS sampling at rate R in (0, 1] (default: exact)")
     group.add_argument("--fixed-size", type=int, default=None, metavar="N",
                        help="fixed-size SHARDS keeping at most N sampled blocks")
+    group.add_argument("--dask", default=None, metavar="SCHEDULER",
+                       help="MRC from exact trackers over --parts key partitions on Dask: a scheduler address, or 'local'")
+    parser.add_argument("--parts", type=int, default=8, metavar="P", help="key partitions for --dask (default 8)")
+    parser.add_argument("--chunk-refs", type=int, default=1 << 18, metavar="N",
+                        help="references read per chunk with --dask (default 262144)")
     parser.add_argument("--fraction", type=float, action="append", default=None, metavar="F",
                         help="working-set target share of unlimited-cache hits (repeatable; default 0.5 0.9 0.99)")
     parser.add_argument("--points", type=int, default=12, help="rows of the MRC table (default 12)")
@@ -29,11 +40,15 @@ def run(args: argparse.Namespace) -> int:
 
     from kvmm._validate import as_count, as_fraction
     from kvmm.policies import ShardsTracker, StackDistanceTracker
-    from kvmm.report import _format_plain
-    from kvmm.traces import load_mooncake
+    from kvmm.traces import load_trace
 
     fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
     points = as_count(args.points, "--points", minimum=2)
+    if args.dask is not None:
+        hist, name, summary = _dask_histogram(args)
+        mode = f"exact per part, {args.parts} key partitions on Dask"
+        print(f"trace {name}: {summary} ({mode})")
+        return _report(args, hist, fractions, points, name, mode)
     if args.sample_rate is not None:
         tracker = ShardsTracker(rate=args.sample_rate)
         mode = f"SHARDS fixed rate {args.sample_rate:g}"
@@ -43,12 +58,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         tracker = StackDistanceTracker()
         mode = "exact"
-    trace = load_mooncake(args.trace, skip_bad=args.skip_bad)
+    trace = load_trace(args.trace, args.format, skip_bad=args.skip_bad)
     tracker.access(trace.block_ids)
     hist = tracker.histogram()
     print(f"trace {trace.name}: {trace.num_requests} requests, {trace.block_ids.size} block references, "
           f"{int(np.unique(trace.block_ids).size)} distinct blocks ({mode})"
           + (f", {trace.bad_lines} bad lines skipped" if trace.bad_lines else ""))
+    return _report(args, hist, fractions, points, trace.name, mode)
+
+
+def _report(args, hist, fractions, points, name, mode) -> int:
+    import numpy as np
+
+    from kvmm.report import _format_plain
+
     print(f"hit ratio of an unlimited LRU cache: {hist.max_hits / hist.total:.4f}" if hist.total else "no references")
     for f in fractions:
         print(f"working set ({100 * f:g} % of unlimited-cache hits): {hist.working_set(f)} blocks")
@@ -73,10 +96,49 @@ def run(args: argparse.Namespace) -> int:
         ax.set_xscale("log")
         ax.set_xlabel("LRU capacity (blocks)")
         ax.set_ylabel("miss ratio (cold misses included)")
-        ax.set_title(f"MRC of {trace.name} ({mode})")
+        ax.set_title(f"MRC of {name} ({mode})")
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         fig.savefig(args.png)
         plt.close(fig)
         print(f"wrote {args.png}")
     return 0
+
+
+def _dask_histogram(args: argparse.Namespace):
+    """Stream the trace in chunks through :func:`kvmm.policies.distributed_mrc`."""
+    from kvmm._validate import as_count
+    from kvmm.errors import BadInputError
+    from kvmm.policies.distributed import distributed_mrc
+    from kvmm.traces import iter_trace_chunks
+    from kvmm.traces.mooncake import resolve_trace_path
+
+    parts = as_count(args.parts, "--parts", minimum=1)
+    chunk_refs = as_count(args.chunk_refs, "--chunk-refs", minimum=1)
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise BadInputError("--dask needs dask[distributed]: pip install 'kvmm[dist]'") from None
+    _, name = resolve_trace_path(args.trace)
+    stats: dict = {}
+    chunks = iter_trace_chunks(args.trace, args.format, chunk_refs=chunk_refs, skip_bad=args.skip_bad, stats=stats)
+    if args.dask == "local":
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            hist = distributed_mrc(chunks, client, parts=parts)
+    else:
+        try:
+            from distributed.comm.addressing import parse_address, parse_host_port
+
+            parse_host_port(parse_address(args.dask)[1])  # a malformed address fails here, before a Client
+            # (a half-built Client leaves its event loop to the garbage collector, which can stop the
+            # loop a later LocalCluster in this process is starting)
+            client = Client(args.dask, timeout=30)
+        except (OSError, ValueError, TypeError) as exc:
+            raise BadInputError(f"cannot reach the Dask scheduler {args.dask!r}: {exc}") from None
+        with client:
+            hist = distributed_mrc(chunks, client, parts=parts)
+    bad = stats.get("bad_lines", 0)
+    summary = (f"{int(hist.total)} block references, {int(hist.cold)} distinct blocks"
+               + (f", {bad} bad lines skipped" if bad else ""))
+    return hist, name, summary

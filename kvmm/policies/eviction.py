@@ -266,6 +266,8 @@ class ARCPolicy:
         self._push(key, old if size is None else size, "T2")
         self._pending = None
         self._c = max(self._c, self._sizes["T1"] + self._sizes["T2"])
+        if self.ghost_limit is not None:  # an overwrite may follow a planned eviction that made ghosts
+            self._limit_ghosts(self.ghost_limit)
 
     def on_remove(self, key: Hashable) -> None:
         if as_hashable(key) not in self._t1 and key not in self._t2:

@@ -72,11 +72,16 @@ def replay(block_offsets: np.ndarray, block_ids: np.ndarray, num_blocks: int, *,
 
 
 def reproduce(report) -> None:
-    from kvmm.traces import load_mooncake
+    from kvmm.traces import load_trace
 
-    report.heading("allocator: prefix-cache hit ratio vs pool size (Mooncake traces)")
-    traces = [load_mooncake(name) for name in ("conversation", "synthetic")]
-    fractions = POOL_FRACTIONS[::2] + (1.0,) if report.quick else POOL_FRACTIONS
+    user_trace = getattr(report, "trace", None)  # kvmm reproduce --trace PATH [--format FMT]
+    if user_trace is not None:
+        traces = [load_trace(user_trace, getattr(report, "trace_format", None))]
+        report.heading(f"allocator: prefix-cache hit ratio vs pool size ({traces[0].name}, {traces[0].source_format})")
+    else:
+        traces = [load_trace(name) for name in ("conversation", "synthetic")]
+        report.heading("allocator: prefix-cache hit ratio vs pool size (Mooncake traces)")
+    fractions = tuple(dict.fromkeys(POOL_FRACTIONS[::2] + (1.0,))) if report.quick else POOL_FRACTIONS
     limit = 1500 if report.quick else None
     curves = {}
     with report.progress(len(traces) * len(fractions), "allocator replay") as bar:
@@ -103,7 +108,7 @@ def reproduce(report) -> None:
         for name, rows in curves.items():
             ax.plot([p for _, p, *_ in rows], [100 * h for _, _, h, *_ in rows], marker="o", label=name)
         ax.set_xscale("log")
-        ax.set_xlabel("pool size (blocks of 512 tokens)")
+        ax.set_xlabel(f"pool size (blocks of {traces[0].block_tokens} tokens)")
         ax.set_ylabel("block hit ratio (%)")
         ax.set_title("Prefix-cache hit ratio vs pool size")
         ax.grid(True, alpha=0.3)

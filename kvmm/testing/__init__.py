@@ -1,4 +1,69 @@
-"""Test helpers shipped with kvmm: Hypothesis state machines and simple models of its structures.
+"""Test and benchmark your own KV-cache component with kvmm's own suites.
 
-Modules here import Hypothesis (a test dependency); import them from tests only.
+Everything kvmm uses to test itself, installed with the package (see docs/testing.md):
+
+* **Contract suites** (cachetools ``CacheTestMixin`` style): subclass one in a test file and say
+  how to build your object; you get the whole suite kvmm runs on its own implementations::
+
+      from kvmm.testing import EvictionPolicyContract
+
+      class TestMyPolicy(EvictionPolicyContract):
+          def make_policy(self):
+              return MyPolicy()
+
+  :class:`EvictionPolicyContract` (alone and paired with every kvmm tier through
+  ``ManagedTier``), :class:`TierBackendContract`, :class:`TokenScorerContract`,
+  :class:`AdmissionPolicyContract`, :class:`StagingPolicyContract`.
+* **Hypothesis strategies**: :mod:`kvmm.testing.strategies`.
+* **Stateful machines** (``RuleBasedStateMachine``) against documented models, subclassable to
+  add rules: :class:`BlockAllocatorMachine`, :class:`TokenTableMachine`,
+  :class:`CommitmentLedgerMachine`, :class:`TierMachine`, :class:`EvictionPolicyMachine`.
+* **A pytest plugin** (:mod:`kvmm.testing.plugin`, registered through the ``pytest11`` entry
+  point): bundled-trace fixtures, ``kvmm_policy_benchmark`` and ``--kvmm-bench-scale``.
+
+pytest and hypothesis are imported only when one of these names is first used, so
+``import kvmm`` and ``import kvmm.testing`` never need them.
 """
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> submodule of kvmm.testing that defines it (loaded on first use).
+_EXPORTS = {
+    "EvictionPolicyContract": "eviction_contract",
+    "EvictionPolicyMachine": "eviction_contract",
+    "ManagedTierMachine": "eviction_contract",
+    "TierBackendContract": "tier_contract",
+    "TierMachine": "tier_contract",
+    "TierKind": "tiers",
+    "TIER_KINDS": "tiers",
+    "LOCAL_TIER_KINDS": "tiers",
+    "TokenScorerContract": "scorer_contract",
+    "AdmissionPolicyContract": "admission_contract",
+    "StagingPolicyContract": "staging_contract",
+    "BlockAllocatorMachine": "allocator_machine",
+    "TokenTableMachine": "token_table_machine",
+    "CommitmentLedgerMachine": "ledger_machine",
+    "PolicyBenchmarkResult": "benchmarks",
+    "replay_policy": "benchmarks",
+}
+_SUBMODULES = {"strategies", "plugin", "benchmarks", "models", "tiers", "eviction_contract", "tier_contract",
+               "scorer_contract", "admission_contract", "staging_contract", "allocator_machine",
+               "token_table_machine", "ledger_machine"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"kvmm.testing.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"kvmm.testing.{name}")
+    raise AttributeError(f"module 'kvmm.testing' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)

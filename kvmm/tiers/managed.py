@@ -142,6 +142,51 @@ class ManagedTier:
                 self.policy.on_access(k)
         return out
 
+    def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
+        """Which of ``keys`` this object manages (a bool mask); no policy event.
+
+        Runtime complexity: O(len(keys)).
+        """
+        sizes = self._sizes
+        return np.fromiter((_key(k) in sizes for k in keys), dtype=bool)
+
+    def access_or_put_size_many(self, keys: Iterable[Hashable], nbytes: int, write: Any) -> np.ndarray:
+        """Offer a request's blocks in order: a managed key is accessed (``on_access``), a missing
+        key whose ``write`` flag is set is stored with :meth:`put_size` (evicting as needed; an
+        earlier key of the same call may be evicted by a later one, exactly as with separate
+        calls).  Returns the mask of keys found (the hits).  Needs a backend with ``put_size``.
+
+        Runtime complexity: O(len(keys)) policy events plus the victims examined.
+        """
+        if not hasattr(self.backend, "put_size"):
+            raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
+        nbytes = as_count(nbytes, "nbytes")
+        ks = [_key(k) for k in keys]
+        flags = np.asarray(write, dtype=bool)
+        if flags.shape != (len(ks),):
+            raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
+        if nbytes > self.backend.capacity_bytes and flags.any():
+            raise CapacityExceededError(
+                f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {self.backend.capacity_bytes} bytes")
+        sizes = self._sizes
+        on_access = self.policy.on_access
+        put_size = self.backend.put_size
+        backend = self.backend
+        capacity = backend.capacity_bytes
+        hit = np.zeros(len(ks), dtype=bool)
+        for i, (k, w) in enumerate(zip(ks, flags.tolist())):
+            if k in sizes:
+                hit[i] = True
+                on_access(k)
+            elif w:
+                if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
+                    put_size(k, nbytes)
+                    sizes[k] = nbytes
+                    self._policy_insert(k, nbytes)
+                else:
+                    self._put(k, nbytes, lambda kk: put_size(kk, nbytes), ())
+        return hit
+
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
         self.backend.delete(k)
@@ -209,6 +254,11 @@ def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> 
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
         raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
+
+
+def _key(key: Any) -> Hashable:
+    """:func:`normalize_key`, with plain ints (the common case in batch calls) passed through."""
+    return key if type(key) is int else normalize_key(key)
 
 
 def _takes_second_argument(method: Any) -> bool:

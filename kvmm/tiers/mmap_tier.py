@@ -1,104 +1,79 @@
 """File-backed tier that survives a crash or a restart: :class:`MmapTier`.
 
-Storage is a log of *segment files* in one folder (``seg-000000000001.kvlog``, ...).  Every
-``put`` and ``delete`` appends one record to the newest (active) segment; reads map segments
-with ``mmap``.  Nothing is ever overwritten in place, so a crash in the middle of a write can
-only tear the record being written.
+Storage is a log of *segment files* in one folder (the layout, byte by byte, is in
+:mod:`kvmm.tiers._mmap_format`).  Every ``put`` and ``delete`` appends one checksummed record
+to the newest (*active*) segment; nothing is ever overwritten in place, so a crash in the
+middle of a write can only tear the record being written.  When the active segment is full it
+is *sealed*: its index (the last record of each key in it) is written next to it, and the
+``MANIFEST`` is replaced atomically (temporary file, rename) to list the sealed segments with
+their lengths and the new active segment.  Every segment starts with a header that names its
+generation (segment number) and the folder it belongs to.
 
-Record layout (little endian; ``HEADER`` then three variable-length fields)::
+Reads use positional reads (``pread``) and verify the record's checksum, so a file shortened
+or damaged under an open tier raises :class:`~kvmm.errors.CorruptEntryError` (mapping such a
+file would kill the process with SIGBUS).
 
-    offset  size  field
-    0       4     magic  b"KVMR"
-    4       1     kind   1 = put, 2 = delete (tombstone)
-    5       1     reserved (0)
-    6       2     meta_len      length of the dtype/shape text, e.g. b"<f2|2,8,128"
-    8       4     key_len       length of the encoded key (UTF-8 repr, see kvmm.tiers._base)
-    12      8     payload_len   value bytes (C order)
-    20      4     body_crc      zlib.crc32 of meta + payload
-    24      4     header_crc    zlib.crc32 of bytes 0..23 + key
-    28      ...   key, meta, payload
+Recovery (``MmapTier(folder)`` on an existing folder) replays the segments the manifest lists,
+in order, and reports what it found in :attr:`MmapTier.recovery`:
 
-Example: ``put(7, np.zeros(4, np.float16))`` appends 28 + 1 (b"7") + 5 (b"<f2|4") + 8 bytes.
-
-Recovery (``MmapTier(folder)`` on an existing folder) replays the segments in order:
-
-* a record whose header checksum fails is skipped by searching for the next valid header
-  (resynchronisation), so one damaged header loses one record, not the rest of the segment;
-  the key that record names is dropped like a corrupt record's (below) whenever it can still
-  be told: the key bytes decode, or a current key makes the header checksum match in place
-  of the stored key and ``key_len`` (a torn write never gets here: it leaves a prefix of a
-  record, and a complete header and key pass their checksum);
-* a record that runs past the end of its file is a *torn write*: it is dropped and the file
-  truncated before it (the put never happened; an older value of that key, if any, stays);
-* a complete record whose body checksum fails is *corrupt*: its key is dropped (an older value
-  is not resurrected, since it would be silently stale);
-* every other record applies in order (a later put or delete of a key supersedes earlier ones).
-
-New writes always go to a fresh segment after a reopen.  Reads verify the body checksum and
-raise :class:`~kvmm.errors.CorruptEntryError` for a damaged entry (nothing is changed; delete
-the key to get rid of it).
+* the active segment is the log's tail: a record that runs past its end is a *torn write*
+  (the put or delete never happened, an older value stays) and is cut off; a complete record
+  whose checksum fails drops its key (an older value is not resurrected); a damaged header is
+  skipped by resynchronising on the next valid record, and the key it names is dropped, when
+  the damaged bytes are exactly that one record; any other damage in the tail raises
+  :class:`~kvmm.errors.CorruptTierError` (which keys it changed cannot be known);
+* a sealed segment that is missing, not a regular file, of another length than the manifest
+  says, with a bad header or generation, or with any record that fails its checks is
+  *damaged*: its records that still verify are applied, and every key whose last record in it
+  (from the segment's index) was not recovered is dropped, so neither an older value nor a
+  deleted key can come back.  Without a valid index the keys at risk cannot be told, and the
+  open raises :class:`~kvmm.errors.CorruptTierError`.  A damaged segment is compacted away at
+  the end of the open, so the damage is reported once;
+* dropped keys get a tombstone, so their older records stay dead after later compactions.
+  Files that are not the tier's (anything else in the folder, a folder named like a segment,
+  a segment of another folder) are left alone with a warning.
 
 Space is reclaimed in whole segments: a segment's *garbage* is the bytes of records that no
-longer describe the current state (overwritten, deleted, torn).  When the total garbage passes
-``gc_bytes`` (default: one segment), the non-active segment with the most garbage is compacted:
-its live records are appended to the active segment, then its file is removed.  A tombstone is
-carried forward only while an older segment (which may still hold the deleted value) exists.
+longer describe the current state.  When the total garbage passes ``gc_bytes`` (default: one
+segment), the sealed segment with the most garbage is compacted: its live records are appended
+to the active segment, the manifest stops listing it, then its files are removed.  A tombstone
+is carried forward only while an older segment (which may still hold the deleted value) exists.
 
 ``capacity_bytes`` limits the *value bytes* of live entries (``used_bytes``), like every other
-tier; headers, keys and garbage are on top of it (``disk_bytes``).  ``sync=True`` fsyncs after
-each write (survives power loss, slower); without it a process crash (SIGKILL) still loses at
-most the record being written, because completed writes are in the OS page cache.
-
-One process at a time owns a folder (an ``flock`` on ``LOCK``); a second open raises
-:class:`~kvmm.errors.BackendUnavailableError`.
+tier; headers, keys and garbage are on top of it (``disk_bytes``).  ``sync=True`` fsyncs each
+write and every seal (segment, index, manifest and folder: survives power loss, slower);
+without it a process crash (SIGKILL) still loses at most the record being written, because
+completed writes are in the OS page cache.  One process at a time owns a folder (an ``flock``
+on ``LOCK``); a second open raises :class:`~kvmm.errors.BackendUnavailableError`.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
-import mmap
 import os
-import re
-import struct
 import zlib
 from pathlib import Path
-from typing import Any, Hashable, NamedTuple
+from typing import Any, Hashable
 
 import numpy as np
 
 from kvmm._validate import as_count
 from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
+from kvmm.tiers import _mmap_format as fmt
 from kvmm.tiers._base import TierBase, as_value_array, decode_key, encode_key, normalize_key
+from kvmm.tiers._mmap_recovery import RecoveryMixin, new_report
 from kvmm.tiers.spec import TierSpec
 
 __all__ = ["MmapTier"]
 
-MAGIC = b"KVMR"
-KIND_PUT = 1
-KIND_DELETE = 2
-# magic, kind, reserved, meta_len, key_len, payload_len, body_crc  (header_crc follows)
-HEADER = struct.Struct("<4sBBHIQI")
-HEADER_CRC = struct.Struct("<I")
-HEADER_BYTES = HEADER.size + HEADER_CRC.size  # 28
-SEGMENT_RE = re.compile(r"^seg-(\d{12})\.kvlog$")
 MiB = 1 << 20
-_MAX_SALVAGED_KEY = MiB  # longer key_len fields in a damaged header are taken as garbage
+KIND_PUT = fmt.KIND_PUT
+KIND_DELETE = fmt.KIND_DELETE
+HEADER_BYTES = fmt.RECORD_HEADER_BYTES
+_Location = fmt.Location
 
 
-class _Location(NamedTuple):
-    """Where the current record of a key lives."""
-
-    segment: int
-    offset: int  # of the record header
-    record_bytes: int
-    payload_offset: int
-    payload_len: int
-    meta: bytes
-    body_crc: int
-
-
-class MmapTier(TierBase):
+class MmapTier(RecoveryMixin, TierBase):
     """A crash-safe, restart-recoverable, log-structured file tier (see the module docstring).
 
     Runtime complexity: ``put``/``get`` O(entry bytes) plus amortised compaction (each byte
@@ -111,7 +86,8 @@ class MmapTier(TierBase):
                  segment_bytes: int = 64 * MiB, gc_bytes: int | None = None, sync: bool = False,
                  verify: bool = True) -> None:
         super().__init__(spec, capacity_bytes, name)
-        self.segment_bytes = as_count(segment_bytes, "segment_bytes", minimum=HEADER_BYTES + 1)
+        self.segment_bytes = as_count(segment_bytes, "segment_bytes",
+                                      minimum=fmt.SEGMENT_HEADER_BYTES + HEADER_BYTES + 1)
         self.gc_bytes = self.segment_bytes if gc_bytes is None else as_count(gc_bytes, "gc_bytes")
         self.sync = bool(sync)
         self.verify = bool(verify)
@@ -120,32 +96,33 @@ class MmapTier(TierBase):
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BadInputError(f"cannot create tier folder {str(self.path)!r}: {exc}") from None
-        self._lock_fd = _lock_folder(self.path)
+        self._closed, self._opened = True, False
+        self._owner_pid = os.getpid()
+        self._lock_fd = fmt.lock_folder(self.path)
+        self._closed = False
         self._index: dict[Hashable, _Location] = {}
         # keys whose latest record is a tombstone -> (segment, offset, record bytes)
         self._tombstones: dict[Hashable, tuple[int, int, int]] = {}
         self._segment_size: dict[int, int] = {}
-        self._segment_live: dict[int, int] = {}
-        self._maps: dict[int, mmap.mmap] = {}
+        self._segment_live: dict[int, int] = {}  # the segment header counts as live
+        self._read_fds: dict[int, int] = {}
+        # encoded key -> (offset, kind) of its last record in the active segment (its index)
+        self._active_last: dict[bytes, tuple[int, int]] = {}
+        self._folder_id = b""
+        self._next_segment = 1
         self._used = 0
-        #: what recovery found: complete records applied, torn tails dropped, corrupt records dropped
-        self.recovery = {"records": 0, "torn": 0, "corrupt": 0, "skipped_bytes": 0, "dropped_keys": []}
+        self._damaged_lengths: dict[int, int] = {}  # damaged sealed segment -> length the manifest says
+        self._dropped: set = set()  # keys in recovery["dropped_keys"]
+        #: what the last open found and did (see docs/tiers.md, "Recovery report")
+        self.recovery = new_report()
         self._active = -1
         self._active_fd = -1
-        self._closed = False
         try:
-            self._recover()
-            if self._used > self.capacity_bytes:
-                raise CapacityExceededError(
-                    f"folder {str(self.path)!r} holds {self._used} bytes of values; capacity_bytes "
-                    f"{self.capacity_bytes} is too small to open it")
-            self._open_new_segment()
-            for key in dict.fromkeys(self.recovery["dropped_keys"]):
-                if key not in self._index:
-                    self._write_tombstone(key)
+            self._recover()  # RecoveryMixin: replays the folder, opens a fresh active segment
         except BaseException:
             self.close()
             raise
+        self._opened = True
 
     # -- TierBackend ----------------------------------------------------------------------------
     @property
@@ -155,7 +132,7 @@ class MmapTier(TierBase):
 
     @property
     def disk_bytes(self) -> int:
-        """Bytes of all segment files (records, headers and garbage)."""
+        """Bytes of all segment files (segment headers, records and garbage)."""
         return sum(self._segment_size.values())
 
     @property
@@ -177,7 +154,7 @@ class MmapTier(TierBase):
             raise CapacityExceededError(
                 f"tier {self.name!r}: storing {arr.nbytes} bytes under {k!r} needs {after} bytes in use; "
                 f"capacity is {self.capacity_bytes} (in use {self._used})")
-        meta = _encode_meta(arr)
+        meta = fmt.encode_meta(arr)
         payload = arr.reshape(-1).view(np.uint8)
         location = self._append(KIND_PUT, encode_key(k), meta, payload)
         self._supersede(k)
@@ -236,26 +213,32 @@ class MmapTier(TierBase):
         """fsync the active segment (and the folder)."""
         self._require_open()
         os.fsync(self._active_fd)
-        _fsync_dir(self.path)
+        fmt.fsync_dir(self.path)
 
     def close(self) -> None:
-        """Release files, maps and the folder lock (idempotent)."""
+        """Seal the active segment (so a later open can tell if it was cut short), then
+        release files and the folder lock (idempotent)."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        for mm in self._maps.values():
-            try:
-                mm.close()
-            except BufferError:
-                pass
-        self._maps.clear()
-        if self._active_fd >= 0:
-            os.close(self._active_fd)
-            self._active_fd = -1
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        try:
+            # (a forked child closing its inherited copy must not seal the parent's segment)
+            if self._opened and self._active_fd >= 0 and os.getpid() == self._owner_pid:
+                if self.sync:
+                    os.fsync(self._active_fd)
+                index = fmt.encode_index(self._active, self._folder_id, self._active_last)
+                fmt.write_atomic(self._index_path(self._active), index, self.sync)
+                self._write_manifest(closing=True)
+        finally:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+            if self._active_fd >= 0:
+                os.close(self._active_fd)
+                self._active_fd = -1
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = -1
 
     def __enter__(self) -> "MmapTier":
         return self
@@ -273,11 +256,16 @@ class MmapTier(TierBase):
         """Assert every invariant, re-reading every live record from disk (used by tests)."""
         self._require_open()
         # Segment bookkeeping matches the files on disk.
-        on_disk = {int(m.group(1)): (self.path / m.group(0)).stat().st_size
-                   for m in map(SEGMENT_RE.match, os.listdir(self.path)) if m}
+        on_disk = {s: os.stat(self._segment_path(s)).st_size for s in self._segment_size}
         assert on_disk == self._segment_size, (on_disk, self._segment_size)
-        # Live bytes per segment are exactly the live records and needed tombstones it holds.
-        live = dict.fromkeys(self._segment_size, 0)
+        # The manifest lists exactly the sealed segments with their lengths, and the active one.
+        manifest = fmt.decode_manifest(fmt.read_file(self.path / fmt.MANIFEST_NAME) or b"")
+        assert manifest is not None and manifest["active"] == self._active
+        assert manifest["sealed"] == {s: n for s, n in self._segment_size.items() if s != self._active}
+        assert manifest["next_segment"] > max(self._segment_size)
+        # Live bytes per segment are its header plus exactly the live records and needed
+        # tombstones it holds.
+        live = dict.fromkeys(self._segment_size, fmt.SEGMENT_HEADER_BYTES)
         for loc in self._index.values():
             live[loc.segment] += loc.record_bytes
         for segment, _, record_bytes in self._tombstones.values():
@@ -291,11 +279,11 @@ class MmapTier(TierBase):
         assert 0 <= self._used <= self.capacity_bytes
         # Every live record re-parses to its own key with a valid checksum.
         for key, loc in self._index.items():
-            mm = self._map(loc.segment, loc.offset + loc.record_bytes)
-            parsed = _parse_header(mm, loc.offset, len(mm))
+            record = os.pread(self._read_fd(loc.segment), loc.record_bytes, loc.offset)
+            parsed = fmt.parse_record_header(record, 0, len(record))
             assert parsed is not None and parsed[0] == KIND_PUT and decode_key(parsed[1]) == key
-            body = zlib.crc32(mm[loc.payload_offset:loc.payload_offset + loc.payload_len], zlib.crc32(loc.meta))
-            assert body == loc.body_crc
+            start = loc.payload_offset - loc.offset
+            assert zlib.crc32(record[start:start + loc.payload_len], zlib.crc32(loc.meta)) == loc.body_crc
         # The active segment is the newest.
         assert self._active == max(self._segment_size)
 
@@ -303,17 +291,18 @@ class MmapTier(TierBase):
     def _append(self, kind: int, key_bytes: bytes, meta: bytes, payload: Any) -> _Location:
         payload_len = len(payload)
         body_crc = zlib.crc32(payload, zlib.crc32(meta))
-        head = HEADER.pack(MAGIC, kind, 0, len(meta), len(key_bytes), payload_len, body_crc)
-        head += HEADER_CRC.pack(zlib.crc32(key_bytes, zlib.crc32(head)))
+        head = fmt.pack_record_header(kind, key_bytes, meta, payload_len, body_crc)
         record_bytes = HEADER_BYTES + len(key_bytes) + len(meta) + payload_len
-        if self._segment_size[self._active] and self._segment_size[self._active] + record_bytes > self.segment_bytes:
+        size = self._segment_size[self._active]
+        if size > fmt.SEGMENT_HEADER_BYTES and size + record_bytes > self.segment_bytes:
             self._open_new_segment()
         segment, offset = self._active, self._segment_size[self._active]
         parts = [head, key_bytes, meta, payload]
         try:
             if _CRASH_AFTER_BYTES is not None:  # test hook: simulate a crash mid-record
-                _write_prefix_and_die(self._active_fd, b"".join(bytes(p) for p in parts), _CRASH_AFTER_BYTES)
-            _write_all(self._active_fd, parts, record_bytes)
+                _write_prefix_and_die(self._active_fd, b"".join(bytes(p) for p in parts), _CRASH_AFTER_BYTES,
+                                      offset)
+            fmt.write_all(self._active_fd, parts, record_bytes, offset)
             if self.sync:
                 os.fsync(self._active_fd)
         except OSError as exc:
@@ -326,6 +315,7 @@ class MmapTier(TierBase):
                 raise CapacityExceededError(f"tier {self.name!r}: the disk is full ({exc})") from None
             raise BackendUnavailableError(f"tier {self.name!r}: writing {str(self.path)!r} failed: {exc}") from None
         self._segment_size[segment] = offset + record_bytes
+        self._active_last[key_bytes] = (offset, kind)
         payload_offset = offset + HEADER_BYTES + len(key_bytes) + len(meta)
         return _Location(segment, offset, record_bytes, payload_offset, payload_len, bytes(meta), body_crc)
 
@@ -346,18 +336,60 @@ class MmapTier(TierBase):
             self._segment_live[tomb[0]] -= tomb[2]
 
     def _open_new_segment(self) -> None:
+        """Seal the active segment (fsync, write its index) and start a new one; the manifest
+        is replaced last, so a crash in between leaves the previous manifest, which still
+        describes the folder (a new segment with no record is then removed as a leftover)."""
+        old = self._active
         if self._active_fd >= 0:
             if self.sync:
                 os.fsync(self._active_fd)
             os.close(self._active_fd)
             self._active_fd = -1
-        self._active = max(self._segment_size, default=0) + 1
-        path = self._segment_path(self._active)
-        self._active_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._segment_size[self._active] = 0
-        self._segment_live[self._active] = 0
-        if self.sync:
-            _fsync_dir(self.path)
+            index = fmt.encode_index(old, self._folder_id, self._active_last)
+            fmt.write_atomic(self._index_path(old), index, self.sync)
+        self._active_last = {}
+        segment = self._next_segment
+        while os.path.lexists(self._segment_path(segment)):  # a foreign entry holds the name
+            segment += 1
+        self._next_segment = segment + 1
+        fd = os.open(self._segment_path(segment), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fmt.write_all(fd, [fmt.pack_segment_header(segment, self._folder_id)], fmt.SEGMENT_HEADER_BYTES, 0)
+            if self.sync:
+                os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._active, self._active_fd = segment, fd
+        self._segment_size[segment] = self._segment_live[segment] = fmt.SEGMENT_HEADER_BYTES
+        self._write_manifest()
+
+    def _write_manifest(self, closing: bool = False) -> None:
+        """List the sealed segments and the active one (``closing``: every segment is sealed
+        and there is no active one)."""
+        active = 0 if closing else self._active
+        # A damaged segment keeps the length it was sealed at until it is compacted away, so a
+        # crash before then finds the same damage again.
+        sealed = {s: self._damaged_lengths.get(s, n) for s, n in self._segment_size.items() if s != active}
+        data = fmt.encode_manifest(self._folder_id, self._next_segment, active, sealed)
+        fmt.write_atomic(self.path / fmt.MANIFEST_NAME, data, self.sync)
+
+    def _forget_segments(self, segments: list[int]) -> None:
+        """Stop listing ``segments`` in the manifest, then remove their files (in that order, so
+        a crash in between leaves only stale files, which the next open removes)."""
+        if not segments:
+            return
+        for segment in segments:
+            del self._segment_size[segment], self._segment_live[segment]
+            self._damaged_lengths.pop(segment, None)
+            fd = self._read_fds.pop(segment, None)
+            if fd is not None:
+                os.close(fd)
+        self._write_manifest()
+        for segment in segments:
+            for path in (self._segment_path(segment), self._index_path(segment)):
+                if os.path.isfile(path) and not os.path.islink(path):
+                    os.unlink(path)
 
     # -- internals: compaction ------------------------------------------------------------------
     def _maybe_compact(self) -> None:
@@ -379,16 +411,14 @@ class MmapTier(TierBase):
         older_exists = any(s < victim for s in self._segment_size)
         moved = [(k, loc) for k, loc in self._index.items() if loc.segment == victim]
         for k, loc in moved:
-            mm = self._map(victim, loc.offset + loc.record_bytes)
-            payload = mm[loc.payload_offset:loc.payload_offset + loc.payload_len]
-            if zlib.crc32(payload, zlib.crc32(loc.meta)) != loc.body_crc:
+            payload = self._read_payload(loc)
+            if payload is None or zlib.crc32(payload, zlib.crc32(loc.meta)) != loc.body_crc:
                 # Damaged on disk since it was written: it cannot be moved faithfully; drop it.
                 self._supersede(k)
                 self._used -= loc.payload_len
                 self.recovery["corrupt"] += 1
-                self.recovery["dropped_keys"].append(k)
-                if older_exists:
-                    self._write_tombstone(k)
+                self._note_dropped(k)
+                self._write_tombstone(k)
                 continue
             new = self._append(KIND_PUT, encode_key(k), loc.meta, payload)
             self._supersede(k)
@@ -400,139 +430,40 @@ class MmapTier(TierBase):
                 self._write_tombstone(k)
         if self.sync:
             os.fsync(self._active_fd)
-        mm = self._maps.pop(victim, None)
-        if mm is not None:
-            mm.close()
-        os.unlink(self._segment_path(victim))
-        del self._segment_size[victim], self._segment_live[victim]
+        self._forget_segments([victim])
 
-    # -- internals: reading and recovery --------------------------------------------------------
+    # -- internals: reading ---------------------------------------------------------------------
     def _read_value(self, k: Hashable, loc: _Location) -> np.ndarray:
-        dtype, shape = _decode_meta(loc.meta)
+        dtype, shape = fmt.decode_meta(loc.meta)
         if loc.payload_len == 0:
             return np.empty(shape, dtype=dtype)
-        mm = self._map(loc.segment, loc.offset + loc.record_bytes)
-        raw = np.frombuffer(mm, dtype=np.uint8, count=loc.payload_len, offset=loc.payload_offset)
-        try:
-            if self.verify and zlib.crc32(raw, zlib.crc32(loc.meta)) != loc.body_crc:
-                raise CorruptEntryError(
-                    f"tier {self.name!r}: entry {k!r} in {self._segment_path(loc.segment).name} at offset "
-                    f"{loc.offset} fails its checksum; the file was damaged after the write (delete the key)")
-            return raw.copy().view(dtype).reshape(shape)
-        finally:
-            del raw
+        raw = self._read_payload(loc)
+        if raw is None:
+            raise CorruptEntryError(
+                f"tier {self.name!r}: entry {k!r} lies past the end of {self._segment_path(loc.segment).name}: "
+                f"the file was truncated on disk (delete the key)")
+        if self.verify and zlib.crc32(raw, zlib.crc32(loc.meta)) != loc.body_crc:
+            raise CorruptEntryError(
+                f"tier {self.name!r}: entry {k!r} in {self._segment_path(loc.segment).name} at offset "
+                f"{loc.offset} fails its checksum; the file was damaged after the write (delete the key)")
+        return raw.view(dtype).reshape(shape)
 
-    def _map(self, segment: int, need: int) -> mmap.mmap:
-        mm = self._maps.get(segment)
-        if mm is None or len(mm) < need:
-            if mm is not None:
-                mm.close()
-            with open(self._segment_path(segment), "rb") as fh:
-                try:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except ValueError:  # a file that shrank to zero bytes under us
-                    raise CorruptEntryError(f"segment {segment} of {str(self.path)!r} is empty") from None
-            if len(mm) < need:
-                mm.close()
-                raise CorruptEntryError(
-                    f"segment {segment} of {str(self.path)!r} is shorter ({need} bytes needed): truncated on disk")
-            self._maps[segment] = mm
-        return mm
+    def _read_payload(self, loc: _Location) -> np.ndarray | None:
+        """The value bytes of ``loc`` read through the file, or None if the file is too short."""
+        out = np.empty(loc.payload_len, dtype=np.uint8)
+        if loc.payload_len and os.preadv(self._read_fd(loc.segment), [out], loc.payload_offset) != loc.payload_len:
+            return None
+        return out
 
-    def _recover(self) -> None:
-        names = sorted((int(m.group(1)), m.group(0)) for m in map(SEGMENT_RE.match, os.listdir(self.path)) if m)
-        for segment, _ in names:
-            self._segment_size[segment] = (self.path / _segment_name(segment)).stat().st_size
-            self._segment_live[segment] = 0
-        for segment, _ in names:
-            self._replay_segment(segment)
-        # Segments without a live record (and whose tombstones are not needed) are reclaimed now.
-        for segment in sorted(self._segment_size):
-            if self._segment_live[segment] == 0:
-                mm = self._maps.pop(segment, None)
-                if mm is not None:
-                    mm.close()
-                os.unlink(self._segment_path(segment))
-                del self._segment_size[segment], self._segment_live[segment]
-
-    def _replay_segment(self, segment: int) -> None:
-        size = self._segment_size[segment]
-        if size == 0:
-            return
-        mm = self._map(segment, size)
-        offset = 0
-        while offset < size:
-            parsed = _parse_header(mm, offset, size)
-            if parsed is None:  # damaged header (or torn within the header): resynchronise
-                nxt = _find_next_header(mm, offset + 1, size)
-                # A torn write leaves a *prefix* of a record, so a header whose key is complete
-                # but fails its checksum, or one followed by a valid record, was damaged after
-                # it was written.  The key it names (when still readable) must not fall back to
-                # an older value it superseded: drop it, like a damaged body.
-                for key in _damaged_record_keys(mm, offset, size, self._index):
-                    self._drop_key(key)
-                if nxt is None:
-                    self._drop_tail(segment, offset, size)
-                    return
-                self.recovery["skipped_bytes"] += nxt - offset
-                offset = nxt
-                continue
-            kind, key_bytes, meta_len, payload_len, body_crc = parsed
-            record_bytes = HEADER_BYTES + len(key_bytes) + meta_len + payload_len
-            if offset + record_bytes > size:  # torn write: the put/delete never completed
-                self._drop_tail(segment, offset, size)
-                return
+    def _read_fd(self, segment: int) -> int:
+        fd = self._read_fds.get(segment)
+        if fd is None:
             try:
-                key = decode_key(key_bytes)
-            except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
-                # Not a key this library wrote: skip the record, keep everything else.
-                self.recovery["corrupt"] += 1
-                offset += record_bytes
-                continue
-            meta_start = offset + HEADER_BYTES + len(key_bytes)
-            meta = bytes(mm[meta_start:meta_start + meta_len])
-            payload_offset = meta_start + meta_len
-            body = zlib.crc32(mm[payload_offset:payload_offset + payload_len], zlib.crc32(meta))
-            if body != body_crc or (kind == KIND_PUT and not _meta_ok(meta, payload_len)):
-                # Complete but damaged: drop the key (an older value would be silently stale);
-                # a tombstone is written after recovery so the older value stays dead.
-                self._drop_key(key)
-                offset += record_bytes
-                continue
-            previous = self._index.get(key)
-            if previous is not None:
-                self._used -= previous.payload_len
-            self._supersede(key)
-            if kind == KIND_PUT:
-                self._index[key] = _Location(segment, offset, record_bytes, payload_offset, payload_len, meta, body_crc)
-                self._segment_live[segment] += record_bytes
-                self._used += payload_len
-                self.recovery["records"] += 1
-            else:
-                if any(s < segment for s in self._segment_size):
-                    self._tombstones[key] = (segment, offset, record_bytes)
-                    self._segment_live[segment] += record_bytes
-                self.recovery["records"] += 1
-            offset += record_bytes
-
-    def _drop_key(self, key: Hashable) -> None:
-        """Recovery met a damaged record of ``key``: forget every value of it (a tombstone is
-        written once recovery ends, so an older record can never resurface)."""
-        previous = self._index.get(key)
-        if previous is not None:
-            self._used -= previous.payload_len
-        self._supersede(key)
-        self.recovery["corrupt"] += 1
-        self.recovery["dropped_keys"].append(key)
-
-    def _drop_tail(self, segment: int, offset: int, size: int) -> None:
-        """Cut a torn record (and anything unparseable after it) off the end of a segment."""
-        self.recovery["torn"] += 1
-        mm = self._maps.pop(segment, None)
-        if mm is not None:
-            mm.close()
-        os.truncate(self._segment_path(segment), offset)
-        self._segment_size[segment] = offset
+                fd = os.open(self._segment_path(segment), os.O_RDONLY)
+            except OSError as exc:
+                raise CorruptEntryError(f"segment {segment} of {str(self.path)!r} cannot be read: {exc}") from None
+            self._read_fds[segment] = fd
+        return fd
 
     def _lookup(self, k: Hashable) -> _Location:
         try:
@@ -541,7 +472,10 @@ class MmapTier(TierBase):
             raise UnknownKeyError(f"tier {self.name!r} holds no entry {k!r}") from None
 
     def _segment_path(self, segment: int) -> Path:
-        return self.path / _segment_name(segment)
+        return self.path / fmt.segment_name(segment)
+
+    def _index_path(self, segment: int) -> Path:
+        return self.path / fmt.index_name(segment)
 
     def _require_open(self) -> None:
         if self._closed:
@@ -553,122 +487,6 @@ class MmapTier(TierBase):
 _CRASH_AFTER_BYTES: int | None = None
 
 
-def _segment_name(segment: int) -> str:
-    return f"seg-{segment:012d}.kvlog"
-
-
-def _parse_header(mm: Any, offset: int, size: int):
-    """``(kind, key bytes, meta_len, payload_len, body_crc)`` or None if no valid header here."""
-    if offset + HEADER_BYTES > size:
-        return None
-    head = mm[offset:offset + HEADER.size]
-    magic, kind, reserved, meta_len, key_len, payload_len, body_crc = HEADER.unpack(head)
-    if magic != MAGIC or kind not in (KIND_PUT, KIND_DELETE) or reserved != 0:
-        return None
-    key_start = offset + HEADER_BYTES
-    if key_start + key_len > size:
-        return None
-    key_bytes = bytes(mm[key_start:key_start + key_len])
-    (header_crc,) = HEADER_CRC.unpack(mm[offset + HEADER.size:offset + HEADER_BYTES])
-    if zlib.crc32(key_bytes, zlib.crc32(head)) != header_crc:
-        return None
-    return kind, key_bytes, meta_len, payload_len, body_crc
-
-
-def _damaged_record_keys(mm: Any, offset: int, size: int, known: Any) -> list[Hashable]:
-    """The keys a record header that failed its checks may have named (possibly none).
-
-    Only a header whose whole key lies inside the file counts (a torn write appends header and
-    key before the value, so it cannot leave those complete yet failing).  Two ways to name it:
-    the key bytes at the stated ``key_len`` decode to a key (the damage is elsewhere in the
-    header), and any ``known`` key that makes the header checksum match when put in place of
-    the stored key and its length (the damage is in the key or in ``key_len``).
-    Runtime complexity: O(len(known)), only for damaged headers.
-    """
-    if offset + HEADER_BYTES > size:
-        return []
-    head = bytes(mm[offset:offset + HEADER.size])
-    fields = list(HEADER.unpack(head))
-    key_len = fields[4]
-    key_start = offset + HEADER_BYTES
-    found: list[Hashable] = []
-    if 0 < key_len <= _MAX_SALVAGED_KEY and key_start + key_len <= size:
-        try:
-            key = normalize_key(decode_key(bytes(mm[key_start:key_start + key_len])))
-            hash(key)
-            found.append(key)
-        except Exception:  # any bytes may be here: not a key this library wrote
-            pass
-    (header_crc,) = HEADER_CRC.unpack(mm[offset + HEADER.size:offset + HEADER_BYTES])
-    for candidate in known:
-        key_bytes = encode_key(candidate)
-        if candidate in found or key_start + len(key_bytes) > size:
-            continue
-        fields[4] = len(key_bytes)
-        if zlib.crc32(key_bytes, zlib.crc32(HEADER.pack(*fields))) == header_crc:
-            found.append(candidate)
-    return found
-
-
-def _find_next_header(mm: Any, start: int, size: int) -> int | None:
-    pos = start
-    while True:
-        pos = mm.find(MAGIC, pos, size)
-        if pos < 0:
-            return None
-        if _parse_header(mm, pos, size) is not None:
-            return pos
-        pos += 1
-
-
-def _encode_meta(arr: np.ndarray) -> bytes:
-    return f"{arr.dtype.str}|{','.join(str(d) for d in arr.shape)}".encode("ascii")
-
-
-def _decode_meta(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
-    dtype_text, shape_text = meta.decode("ascii").rsplit("|", 1)  # dtype.str may hold "|"
-    shape = tuple(int(d) for d in shape_text.split(",")) if shape_text else ()
-    return np.dtype(dtype_text), shape
-
-
-def _meta_ok(meta: bytes, payload_len: int) -> bool:
-    try:
-        dtype, shape = _decode_meta(meta)
-    except (ValueError, TypeError, UnicodeDecodeError):
-        return False
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize == payload_len
-
-
-def _write_all(fd: int, parts: list, total: int) -> None:
-    written = os.writev(fd, parts)
-    if written == total:
-        return
-    # A short write (rare on regular files): finish the rest piece by piece.
-    rest = memoryview(b"".join(bytes(p) for p in parts))[written:]
-    while rest:
-        n = os.write(fd, rest)
-        rest = rest[n:]
-
-
-def _write_prefix_and_die(fd: int, record: bytes, nbytes: int) -> None:
-    os.write(fd, record[:nbytes])
+def _write_prefix_and_die(fd: int, record: bytes, nbytes: int, offset: int) -> None:
+    os.pwrite(fd, record[:nbytes], offset)
     os._exit(86)
-
-
-def _lock_folder(path: Path) -> int:
-    fd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise BackendUnavailableError(
-            f"tier folder {str(path)!r} is open in another MmapTier (process or object); close it first") from None
-    return fd
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

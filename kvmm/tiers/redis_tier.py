@@ -13,6 +13,21 @@ share one pool: the same entries and one capacity account.  Layout in Redis::
 update are one atomic step on the server: two processes racing for the last free bytes
 cannot both succeed, and ``{prefix}:used`` always equals the sum of the entries' ``n``.
 
+Recovery: a server restarted without persistence comes back empty.  The next ``put``
+recreates the pool's counters (``{prefix}:cap`` from this tier's capacity, ``used`` 0) and the
+lost entries read as misses (:class:`~kvmm.errors.UnknownKeyError`); :attr:`RedisTier.recovery`
+counts it (``pool_recreated``).  Counters that disagree with the entries (a listed entry gone,
+counters gone while entries remain: someone deleted keys, or the server evicted them) are
+rebuilt from the entries by one script (``repairs``, ``lost_entries``).
+
+The server must not evict: under an ``allkeys-*`` ``maxmemory-policy`` it would drop entries
+and counters at will, so opening the tier raises :class:`~kvmm.errors.BackendUnavailableError`
+naming the setting (``CONFIG SET maxmemory-policy noeviction``); a policy switched to an
+evicting one later is caught the next time a repair is needed.  ``volatile-*`` policies are
+accepted (they evict only keys with a TTL, and the tier sets none).  A server out of memory
+(``maxmemory`` reached under ``noeviction``) refuses the write: the tier raises
+:class:`~kvmm.errors.CapacityExceededError` and nothing changes.
+
 Failure semantics: a server that cannot be reached (refused, reset, timed out) raises
 :class:`~kvmm.errors.BackendUnavailableError`; nothing local changes (the object keeps no
 cache, and its ``stats`` count only completed calls).  A value whose bytes do not match its
@@ -23,6 +38,7 @@ from __future__ import annotations
 
 import zlib
 from typing import Any, Hashable
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -33,30 +49,61 @@ from kvmm.tiers.spec import TierSpec
 
 __all__ = ["RedisTier"]
 
-# KEYS: entry, used, cap, keys-set.  ARGV: meta, data, nbytes, encoded key, crc.
-# Returns {1, used_after} on success, {0, used_now, cap} when the entry does not fit.
+# KEYS: entry, used, cap, keys-set.  ARGV: meta, data, nbytes, encoded key, crc, capacity.
+# Returns {1, used_after, recreated} on success, {0, used_now, cap, recreated} when the entry
+# does not fit, {-1} when the counters disagree with the entries (a repair is needed).
+# ``recreated`` is 1 when the pool's counters were gone (an empty server) and were recreated.
 _PUT_LUA = """
 local cap = tonumber(redis.call('GET', KEYS[3]))
+local has_used = redis.call('EXISTS', KEYS[2]) == 1
+local listed = redis.call('SCARD', KEYS[4])
+local recreated = 0
+if not cap then
+  if has_used or listed > 0 then return {-1} end
+  cap = tonumber(ARGV[6])
+  redis.call('SET', KEYS[3], ARGV[6])
+  recreated = 1
+elseif listed > 0 and not has_used then
+  return {-1}
+end
 local used = tonumber(redis.call('GET', KEYS[2]) or '0')
 local old = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 local n = tonumber(ARGV[3])
 local after = used - old + n
-if after > cap then return {0, used, cap} end
+if after > cap then return {0, used, cap, recreated} end
 redis.call('HSET', KEYS[1], 'm', ARGV[1], 'd', ARGV[2], 'n', ARGV[3], 'c', ARGV[5])
 redis.call('SET', KEYS[2], after)
 redis.call('SADD', KEYS[4], ARGV[4])
-return {1, after}
+return {1, after, recreated}
 """
 
-# KEYS: entry, used, keys-set.  ARGV: encoded key.  Returns the freed bytes, or -1 if absent.
+# KEYS: entry, used, keys-set.  ARGV: encoded key.  Returns the freed bytes, -1 if absent,
+# -2 when the counter is gone although the entry exists (a repair is needed).
 _DELETE_LUA = """
 local old = redis.call('HGET', KEYS[1], 'n')
 if not old then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return -2 end
 redis.call('DEL', KEYS[1])
 redis.call('DECRBY', KEYS[2], old)
 redis.call('SREM', KEYS[3], ARGV[1])
 return tonumber(old)
 """
+
+# KEYS: used, cap, keys-set.  ARGV: entry-key prefix, capacity.  Drops listed keys whose entry
+# is gone, sets ``used`` to the sum of the remaining entries, recreates ``cap`` if it is gone.
+# Returns the number of listed entries that were gone.
+_REPAIR_LUA = """
+local used, lost = 0, 0
+for _, raw in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  local n = redis.call('HGET', ARGV[1] .. raw, 'n')
+  if n then used = used + tonumber(n) else redis.call('SREM', KEYS[3], raw); lost = lost + 1 end
+end
+redis.call('SET', KEYS[1], used)
+if not redis.call('GET', KEYS[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+return lost
+"""
+
+_EVICTING_POLICY_PREFIX = "allkeys-"
 
 
 class RedisTier(TierBase):
@@ -84,13 +131,18 @@ class RedisTier(TierBase):
             raise BackendUnavailableError("RedisTier needs the redis package: pip install 'kvmm[redis]'") from None
         self._redis = redis
         self.prefix = prefix
-        self.client = client if client is not None else redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        if client is not None and not isinstance(client, redis.Redis):
+            raise BadInputError(f"client must be a redis.Redis, got {type(client).__name__}")
+        self.client = client if client is not None else _client_from_url(redis, url, timeout)
+        #: what this tier had to recover from (see the module docstring)
+        self.recovery = {"pool_recreated": 0, "repairs": 0, "lost_entries": 0}
         self._k_cap = f"{prefix}:cap"
         self._k_used = f"{prefix}:used"
         self._k_keys = f"{prefix}:keys"
         self._put_script = self.client.register_script(_PUT_LUA)
         self._delete_script = self.client.register_script(_DELETE_LUA)
+        self._repair_script = self.client.register_script(_REPAIR_LUA)
+        self._refuse_evicting_server()
         wanted = self.spec.capacity_bytes
         stored = self._call(lambda: (self.client.set(self._k_cap, wanted, nx=True), self.client.get(self._k_cap))[1])
         stored = int(stored)
@@ -112,9 +164,20 @@ class RedisTier(TierBase):
         meta = f"{arr.dtype.str}|{','.join(str(d) for d in arr.shape)}".encode("ascii")
         payload = arr.tobytes()
         crc = zlib.crc32(payload, zlib.crc32(meta))
-        result = self._call(lambda: self._put_script(
-            keys=[self._entry(raw_key), self._k_used, self._k_cap, self._k_keys],
-            args=[meta, payload, len(payload), raw_key, crc]))
+
+        def run():
+            return self._put_script(keys=[self._entry(raw_key), self._k_used, self._k_cap, self._k_keys],
+                                    args=[meta, payload, len(payload), raw_key, crc, self.capacity_bytes])
+
+        result = self._call(run)
+        if int(result[0]) == -1:  # the counters disagree with the entries: rebuild them, retry
+            self._repair()
+            result = self._call(run)
+        if int(result[0]) == -1:
+            raise BackendUnavailableError(f"tier {self.name!r}: the counters of pool {self.prefix!r} keep "
+                                          f"disagreeing with its entries (another client is changing them)")
+        if int(result[-1]) == 1:
+            self.recovery["pool_recreated"] += 1
         if int(result[0]) != 1:
             raise CapacityExceededError(
                 f"tier {self.name!r}: storing {len(payload)} bytes under {k!r} does not fit; pool {self.prefix!r} "
@@ -123,7 +186,10 @@ class RedisTier(TierBase):
 
     def get(self, key: Hashable) -> np.ndarray:
         k = normalize_key(key)
-        fields = self._call(lambda: self.client.hmget(self._entry(encode_key(k)), "m", "d", "n", "c"))
+        raw_key = encode_key(k)
+        fields = self._call(lambda: self.client.hmget(self._entry(raw_key), "m", "d", "n", "c"))
+        if fields[1] is None:
+            self._repair_if_listed([raw_key])
         out = self._decode(k, fields)
         self._count_get(out.nbytes)
         return out
@@ -142,6 +208,9 @@ class RedisTier(TierBase):
             return pipe.execute()
 
         rows = self._call(fetch) if ks else []
+        missing = [encode_key(k) for k, fields in zip(ks, rows) if fields[1] is None]
+        if missing:
+            self._repair_if_listed(missing)
         out = [self._decode(k, fields) for k, fields in zip(ks, rows)]
         for arr in out:
             self._count_get(arr.nbytes)
@@ -167,8 +236,13 @@ class RedisTier(TierBase):
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
         raw_key = encode_key(k)
-        freed = int(self._call(lambda: self._delete_script(
-            keys=[self._entry(raw_key), self._k_used, self._k_keys], args=[raw_key])))
+        def run():
+            return int(self._delete_script(keys=[self._entry(raw_key), self._k_used, self._k_keys], args=[raw_key]))
+
+        freed = self._call(run)
+        if freed == -2:  # the counter is gone although the entry exists: rebuild, retry
+            self._repair()
+            freed = self._call(run)
         if freed < 0:
             raise UnknownKeyError(f"tier {self.name!r} (pool {self.prefix!r}) holds no entry {k!r}")
         self._count_delete()
@@ -210,6 +284,42 @@ class RedisTier(TierBase):
         assert self.used_bytes == sum(sizes)
         assert 0 <= self.used_bytes <= self.capacity_bytes
 
+    def _refuse_evicting_server(self) -> None:
+        """Raise if the server may evict this pool's keys (``maxmemory-policy allkeys-*``)."""
+        try:
+            policy = self._call(lambda: self.client.info("memory")).get("maxmemory_policy", "noeviction")
+        except BackendUnavailableError as exc:
+            if "refused a command" in str(exc):  # INFO disabled on this server: cannot tell
+                return
+            raise
+        if str(policy).startswith(_EVICTING_POLICY_PREFIX):
+            raise BackendUnavailableError(
+                f"tier {self.name!r}: the Redis server's maxmemory-policy is {policy!r}, which evicts any key "
+                f"when memory runs out, including this pool's entries and its capacity counters; set "
+                f"maxmemory-policy to noeviction (CONFIG SET maxmemory-policy noeviction, or in redis.conf) "
+                f"or to a volatile-* policy")
+
+    def _repair_if_listed(self, raw_keys: list[bytes]) -> None:
+        """Some entries read as missing: if the pool still lists one, it vanished behind the
+        tier's back (eviction, a hand delete): repair the counters.  The read stays a miss."""
+        def listed():
+            pipe = self.client.pipeline(transaction=False)
+            for raw in raw_keys:
+                pipe.sismember(self._k_keys, raw)
+            return pipe.execute()
+
+        if any(self._call(listed)):
+            self._repair()
+
+    def _repair(self) -> None:
+        """Rebuild ``used`` (and ``cap``) from the entries, dropping listed keys that are gone;
+        refuse if the server now evicts (its policy was changed after this tier opened)."""
+        self._refuse_evicting_server()
+        lost = int(self._call(lambda: self._repair_script(
+            keys=[self._k_used, self._k_cap, self._k_keys], args=[self._entry(b""), self.capacity_bytes])))
+        self.recovery["repairs"] += 1
+        self.recovery["lost_entries"] += lost
+
     def _entry(self, raw_key: bytes) -> bytes:
         return f"{self.prefix}:e:".encode() + raw_key
 
@@ -222,6 +332,27 @@ class RedisTier(TierBase):
             raise BackendUnavailableError(
                 f"tier {self.name!r}: the Redis server for pool {self.prefix!r} is unreachable ({exc})") from None
         except exc_mod.ResponseError as exc:
-            if "OOM" in str(exc):
-                raise CapacityExceededError(f"tier {self.name!r}: the Redis server is out of memory ({exc})") from None
+            # redis-py raises OutOfMemoryError for "-OOM ..." and strips the prefix from the text
+            # (a script error may still carry it): match the class and both wordings.
+            oom_class = getattr(exc_mod, "OutOfMemoryError", ())
+            if isinstance(exc, oom_class) or "OOM" in str(exc) or "maxmemory" in str(exc):
+                raise CapacityExceededError(
+                    f"tier {self.name!r}: the Redis server is out of memory (maxmemory reached; {exc}); "
+                    f"free space in the pool or raise the server's maxmemory") from None
             raise BackendUnavailableError(f"tier {self.name!r}: the Redis server refused a command ({exc})") from None
+
+
+def _client_from_url(redis: Any, url: Any, timeout: float) -> Any:
+    """A ``redis.Redis`` for ``url``, or :class:`BadInputError` saying what a URL looks like."""
+    expected = "expected e.g. 'redis://127.0.0.1:6379/0', 'rediss://host:port/db' or 'unix:///path/redis.sock'"
+    if not isinstance(url, str):
+        raise BadInputError(f"url must be a string, got {type(url).__name__} {url!r}; {expected}")
+    try:
+        parsed = urlparse(url)
+        db = parsed.path.lstrip("/")
+        if parsed.scheme in ("redis", "rediss") and db and not db.isdigit():  # redis-py ignores it
+            raise ValueError(f"the database {db!r} is not a number")
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    except (ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise BadInputError(f"bad Redis URL {url!r} ({exc}); {expected}") from None
+    return client

@@ -32,7 +32,7 @@ import numpy as np
 
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.trace import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
 
 __all__ = ["agent_trace", "conversation_trace"]
 

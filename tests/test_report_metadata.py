@@ -1,0 +1,61 @@
+"""The report: metadata first, own file names for partial runs, stale PNGs removed, no axis offsets."""
+
+import io
+
+import pytest
+
+import kvmm
+from kvmm.report import Report
+
+
+def _report(tmp_path, **kw):
+    return Report(out=tmp_path, progress_enabled=False, stream=io.StringIO(), **kw)
+
+
+def test_metadata_and_file_names(tmp_path):
+    full = _report(tmp_path, flags=[])
+    full.sections.append("a")
+    full.heading("A")
+    text = full.write().read_text()
+    assert full.write().name == "report.md"
+    head = text.split("## A")[0]
+    assert f"| kvmm version | {kvmm.__version__} |" in head and "| git commit |" in head and "| date | 20" in head
+    assert "| command | kvmm reproduce |" in head and "| run | full |" in head and "| sections | a |" in head
+    quick = _report(tmp_path, quick=True, flags=["--quick"])
+    assert quick.write().name == "report-quick.md"
+    assert "| run | quick (smaller workloads) |" in (tmp_path / "report-quick.md").read_text()
+    only = _report(tmp_path, quick=True, only=["vtoken", "allocator"], flags=["--quick", "--only vtoken"])
+    assert only.write().name == "report-quick-only-allocator+vtoken.md"
+    md = (tmp_path / "report-quick-only-allocator+vtoken.md").read_text()
+    assert "partial (only vtoken, allocator)" in md and "| command | kvmm reproduce --quick --only vtoken |" in md
+    assert (tmp_path / "report.md").read_text() == text  # partial runs left the full report alone
+
+
+def test_stale_pngs_of_the_same_report_are_removed_and_others_kept(tmp_path):
+    pytest.importorskip("matplotlib")
+    for name in ("old_plot.png", "report-quick-old.png", "report-only-x-kept.png"):
+        (tmp_path / name).write_bytes(b"x")
+    quick = _report(tmp_path, quick=True)
+    quick.figure("new", lambda ax: ax.plot([1, 2], [3, 4]))
+    quick.write()
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert names == ["old_plot.png", "report-only-x-kept.png", "report-quick-new.png"]
+    full = _report(tmp_path)
+    full.figure("plot", lambda ax: ax.plot([1, 2], [3, 4]))
+    full.write()
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert names == ["plot.png", "report-only-x-kept.png", "report-quick-new.png"]
+    assert "![plot](plot.png)" in (tmp_path / "report.md").read_text()
+
+
+def test_plots_have_no_axis_offset(tmp_path):
+    pytest.importorskip("matplotlib")
+    seen = {}
+
+    def draw(ax):
+        ax.plot([100000.0, 100000.5], [1000.001, 1000.002])
+        ax.figure.canvas.draw()
+        seen["offset"] = ax.yaxis.get_major_formatter().get_offset() + ax.xaxis.get_major_formatter().get_offset()
+
+    _report(tmp_path).figure("f", draw)
+    assert seen["offset"] == ""
