@@ -147,6 +147,7 @@ class ManagedTier:
 
         Runtime complexity: O(len(keys)).
         """
+        _require_key_list(keys)
         sizes = self._sizes
         return np.fromiter((_key(k) in sizes for k in keys), dtype=bool)
 
@@ -161,8 +162,12 @@ class ManagedTier:
         if not hasattr(self.backend, "put_size"):
             raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
         nbytes = as_count(nbytes, "nbytes")
+        _require_key_list(keys)
         ks = [_key(k) for k in keys]
-        flags = np.asarray(write, dtype=bool)
+        try:
+            flags = np.asarray(write, dtype=bool)
+        except (TypeError, ValueError):
+            raise BadInputError(f"write must be one flag per key ({len(ks)}), got {write!r:.60}") from None
         if flags.shape != (len(ks),):
             raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
         if nbytes > self.backend.capacity_bytes and flags.any():
@@ -254,6 +259,11 @@ def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> 
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
         raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
+
+
+def _require_key_list(keys: Any) -> None:
+    if isinstance(keys, (str, bytes, int, np.integer)) or not hasattr(keys, "__iter__"):
+        raise DTypeError(f"keys must be a list of keys, got {type(keys).__name__} {keys!r:.60}")
 
 
 def _key(key: Any) -> Hashable:
