@@ -36,6 +36,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("vtoken", "kvmm.reproduce.vtoken"),
     ("working-set", "kvmm.reproduce.efficientagent"),
     ("tempokv", "kvmm.reproduce.tempokv"),
+    ("pd", "kvmm.reproduce.pd"),
     ("triattention", "kvmm.reproduce.triattention"),
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.sim.models import ModelSpec
-from kvmm.sim.simulator import SimConfig
+from kvmm.sim.config import SimConfig, TierLevel
 from kvmm.tiers.spec import TierSpec
 from kvmm.traces.mooncake import MooncakeTrace
 
@@ -34,8 +34,43 @@ QUEUED_HIT = trace([
 
 
 def toy_config(policy: str, workload=QUEUED_HIT, **kw) -> SimConfig:
-    kw.setdefault("gpu_cache_bytes", 0)
+    """A toy run: trace timestamps as given (load=None), no GPU prefix cache, one slow tier."""
+    kw.setdefault("gpu_prefix_cache", False)
+    kw.setdefault("gpu_kv_bytes", 10**9)
+    kw.setdefault("load", None)
+    kw.setdefault("recompute_fallback", True)
     kw.setdefault("stage_efficiency", 1.0)
     kw.setdefault("model", TOY_MODEL)
     kw.setdefault("fast_tier", TOY_FAST)
-    return SimConfig(workload=workload, policy=policy, slow_tier=TOY_SLOW, **kw)
+    kw.setdefault("tiers", (TierLevel(TOY_SLOW),))
+    return SimConfig(workload=workload, policy=policy, **kw)
+
+
+def run_engine(cfg: SimConfig):
+    """``(SimResult, Engine)`` of a one-instance run (tests read the engine's per-request arrays)."""
+    from kvmm.sim.simulator import simulate
+
+    engines = []
+    res = simulate(cfg, engine_hook=engines.append)
+    return res, engines[0]
+
+
+def make_engine(cfg: SimConfig, **kw):
+    """An engine built but not run (tests drive its pieces)."""
+    from kvmm.policies.ledger import CommitmentLedger
+    from kvmm.sim.engine import Engine
+    from kvmm.sim.load import arrival_times
+    from kvmm.sim.models import model
+    from kvmm.sim.simulator import resolve_trace
+
+    t = resolve_trace(cfg.workload, cfg.max_requests)
+    m = model(cfg.model)
+    return Engine(cfg, m, t, arrival_times(t, m, cfg), CommitmentLedger, None, **kw)
+
+
+def finish(eng):
+    """Run a built engine to the end and return its SimResult."""
+    from kvmm.sim.simulator import collect
+
+    end = eng.run()
+    return collect(eng.cfg, eng.model, [eng], eng.trace, eng.arrival, end)

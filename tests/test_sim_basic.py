@@ -18,11 +18,9 @@ R2_COMPUTE = LOAD_S + 512 / 1000  # r2's step: load the hit, prefill the 512 new
 
 
 def ttft_of_r2(res_cfg):
-    from kvmm.sim.simulator import _Engine, _resolve_trace
-    from kvmm.policies.ledger import CommitmentLedger
+    from tests.sim_helpers import run_engine
 
-    eng = _Engine(res_cfg, _resolve_trace(res_cfg.workload, None), CommitmentLedger, None)
-    res = eng.run()
+    res, eng = run_engine(res_cfg)
     return res, eng.first_token - eng.arrival
 
 
@@ -69,7 +67,7 @@ def test_no_slow_tier_hits_means_no_claims_and_identical_policies():
 
 def test_gpu_cache_hits_need_no_staging():
     res = simulate(toy_config("on-demand", workload=trace([(0, 1024, 1, [0, 1]), (5000, 1536, 1, [0, 1, 2])]),
-                              gpu_cache_bytes=10**9))
+                              gpu_prefix_cache=True))
     assert res.claims == 0 and res.gpu_hit_token_share == pytest.approx(1024 / 2560)
     assert res.ttft_mean == pytest.approx((1.024 + 0.512) / 2)  # r1 prefills its 512 new tokens only
 
@@ -90,7 +88,7 @@ def test_workload_run_is_conserving_and_deterministic(policy):
 
 def test_policy_ordering_on_a_loaded_workload():
     wl = Workload(num_requests=300, arrival_rate=4.0, seed=1)
-    r = {p: simulate(SimConfig(workload=wl, policy=p)) for p in ("on-demand", "immediate", "timely")}
+    r = {p: simulate(SimConfig(workload=wl, policy=p, load=1.1)) for p in ("on-demand", "immediate", "timely")}
     # immediate holds longest; on-demand is late every time; timely is mostly in time
     assert r["immediate"].protected_byte_seconds > 2 * r["timely"].protected_byte_seconds
     assert r["on-demand"].ready_in_time == 0
@@ -106,7 +104,8 @@ def test_progress_callback_counts_every_request():
 def test_plain_python_ledger_gives_the_same_result():
     from tests.naive.ledger import NaiveLedger
 
-    cfg = SimConfig(workload=Workload(num_requests=120, arrival_rate=4.0, seed=2), policy="timely")
+    cfg = SimConfig(workload=Workload(num_requests=120, arrival_rate=4.0, seed=2), policy="timely", load=1.1,
+                    gpu_prefix_cache=False)
     fast, ref = simulate(cfg), simulate(cfg, ledger_factory=NaiveLedger)
     assert (fast.ttft_p50, fast.ttft_p99, fast.claims, fast.ready_in_time, fast.ready_late) == \
         (ref.ttft_p50, ref.ttft_p99, ref.claims, ref.ready_in_time, ref.ready_late)
@@ -115,14 +114,14 @@ def test_plain_python_ledger_gives_the_same_result():
 
 
 def test_max_requests_and_time_scale():
-    cfg = toy_config("timely", time_scale=2.0, max_requests=2)
+    cfg = toy_config("timely", load=None, time_scale=2.0, max_requests=2)
     res = simulate(cfg)
     assert res.requests == 2 and res.claims == 0  # r1 arrives at 10 s; r2 (the hit) is cut off
 
 
 @pytest.mark.parametrize("kwargs", [
     dict(policy="eager"), dict(time_scale=0.0), dict(time_scale=-1.0), dict(max_requests=0),
-    dict(stage_efficiency=float("nan")), dict(gpu_cache_bytes=-1), dict(model="gpt-9"),
+    dict(stage_efficiency=float("nan")), dict(gpu_kv_bytes=-1), dict(load=0.0), dict(load=0.5, time_scale=2.0), dict(model="gpt-9"),
     dict(fast_tier="cxl"), dict(workload=3.5), dict(poll_interval_s=0.0), dict(margin_s=-1.0),
     dict(recompute_fallback="yes"), dict(high_priority_share=1.5), dict(priority_seed=-1),
 ])
@@ -163,16 +162,14 @@ def test_workload_generator_is_seeded_and_hits_its_ratio():
 
 
 def test_admission_stays_work_conserving_when_the_window_waits_for_held_capacity():
-    from kvmm.policies.ledger import CommitmentLedger
-    from kvmm.sim.simulator import _Engine, _resolve_trace
-    from tests.sim_helpers import TOY_FAST, TOY_MODEL
+    from tests.sim_helpers import TOY_FAST, TOY_MODEL, make_engine
 
     t = trace([(0, 1024, 1, [0, 1]), (0, 1024, 1, [5, 6]), (1000, 1536, 1, [0, 1, 2]), (1000, 1536, 1, [5, 6, 7])])
     cfg = toy_config("on-demand", workload=t, model=TOY_MODEL.with_(max_batch=1),
                      fast_tier=TOY_FAST.with_capacity(1_500_000), recompute_fallback=False)
-    eng = _Engine(cfg, _resolve_trace(t, None), CommitmentLedger, None)
+    eng = make_engine(cfg)
     for b in (0, 1, 5, 6):
-        eng.slow_cache[b] = None
+        eng.hier.tiers[0].put_size(b, eng.block_bytes)
     waiting: list[int] = []
     eng._arrive(2, waiting)
     eng._arrive(3, waiting)
@@ -213,7 +210,7 @@ def test_immediate_holds_capacity_from_arrival_and_the_next_claim_waits_for_it()
 
 def _shared_context_in_queue(policy, **kw):
     """r2 and r3 queue behind r1 (5.0-9.096 s) and both hit context [0, 1] in the slow tier only
-    (the 3-block GPU cache lost it to rX).  One request per step: r2 runs at 9.096 and puts the
+    (r1's 8 blocks took the whole 8-block GPU pool).  One request per step: r2 runs at 9.096 and puts the
     context on the GPU, so at r3's scheduling (9.7104) its claim is not needed any more."""
     t = trace([
         (0, 1024, 1, [0, 1]),  # 0-1.024 s: context [0, 1] in both caches
@@ -221,7 +218,8 @@ def _shared_context_in_queue(policy, **kw):
         (5000, 4096, 1, list(range(10, 18))),  # r1
         (5001, 1536, 1, [0, 1, 2]), (5002, 1536, 1, [0, 1, 3]),  # r2, r3
     ])
-    cfg = toy_config(policy, workload=t, model=TOY_MODEL.with_(max_batch=1), gpu_cache_bytes=3 * 512 * 1000, **kw)
+    cfg = toy_config(policy, workload=t, model=TOY_MODEL.with_(max_batch=1), gpu_prefix_cache=True,
+                     gpu_kv_bytes=8 * 512 * 1000, **kw)
     return ttft_of_r2(cfg)
 
 
@@ -253,3 +251,16 @@ def test_unknown_workload_path_is_a_clear_error(tmp_path):
 
     with pytest.raises(BadInputError, match="neither a file nor a bundled trace name"):
         simulate(SimConfig(workload=str(tmp_path / "missing.jsonl")))
+
+
+def test_the_trace_block_size_sets_the_pool_block_size():
+    """A format with 16-token blocks (Qwen-Bailian, vLLM) replays with 16-token GPU blocks."""
+    import dataclasses
+
+    from tests.sim_helpers import run_engine
+
+    t = dataclasses.replace(trace([(0, 32, 1, [0, 1]), (5000, 48, 1, [0, 1, 2])]), block_tokens=16)
+    res, eng = run_engine(toy_config("on-demand", workload=t, gpu_prefix_cache=True))
+    assert eng.hier.pool.block_size == 16 and eng.block_bytes == 16 * 1000
+    assert res.gpu_hit_token_share == pytest.approx(32 / 80)
+    assert (eng.first_token - eng.arrival)[1] == pytest.approx(16 / 1000)  # only the third block is computed

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from kvmm.policies.ledger import STAGING, CommitmentLedger
-from kvmm.sim.simulator import _Engine, _resolve_trace
-from tests.sim_helpers import TOY_FAST, TOY_MODEL, toy_config, trace
+from kvmm.policies.ledger import STAGING
+from tests.sim_helpers import TOY_FAST, TOY_MODEL, finish, make_engine, run_engine, toy_config, trace
 
 STAGE_S = 0.01 + 1_024_000 / 1e6
 LOAD_S = 1_024_000 / 1e7
 
 
 def run(cfg):
-    eng = _Engine(cfg, _resolve_trace(cfg.workload, None), CommitmentLedger, None)
-    res = eng.run()
+    res, eng = run_engine(cfg)
     return res, eng.first_token - eng.arrival
 
 
@@ -72,9 +70,9 @@ def test_a_request_waiting_for_its_kv_takes_no_prefill_budget():
     # hit) behind it runs in this step.  Before, r2 reserved 512 of the 1024.
     t = trace([(0, 1024, 1, [0, 1]), (0, 1024, 1, [7, 8]), (1000, 1536, 1, [0, 1, 2]), (1000, 1024, 1, [30, 31])])
     cfg = toy_config("on-demand", workload=t, model=TOY_MODEL.with_(max_prefill_tokens=1024), recompute_fallback=False)
-    eng = _Engine(cfg, _resolve_trace(t, None), CommitmentLedger, None)
+    eng = make_engine(cfg)
     for b in (0, 1):
-        eng.slow_cache[b] = None
+        eng.hier.tiers[0].put_size(b, eng.block_bytes)
     waiting: list[int] = []
     eng._arrive(2, waiting)
     eng._arrive(3, waiting)
@@ -86,9 +84,9 @@ def test_a_request_waiting_for_its_kv_takes_no_prefill_budget():
 def test_a_waiting_request_still_takes_a_batch_slot():
     t = trace([(0, 1024, 1, [0, 1]), (1000, 1536, 1, [0, 1, 2]), (1000, 1024, 1, [30, 31])])
     cfg = toy_config("on-demand", workload=t, model=TOY_MODEL.with_(max_batch=1), recompute_fallback=False)
-    eng = _Engine(cfg, _resolve_trace(t, None), CommitmentLedger, None)
+    eng = make_engine(cfg)
     for b in (0, 1):
-        eng.slow_cache[b] = None
+        eng.hier.tiers[0].put_size(b, eng.block_bytes)
     waiting: list[int] = []
     eng._arrive(1, waiting)
     eng._arrive(2, waiting)
@@ -103,7 +101,7 @@ def test_recomputed_claims_are_accounted_on_a_workload():
 
     w = Workload(num_requests=150, arrival_rate=3.0, prefix_ratio=0.7, seed=4)
     for policy in ("on-demand", "immediate", "timely"):
-        r = simulate(SimConfig(workload=w, policy=policy, fast_tier=preset("cxl", 2 * GiB), gpu_cache_bytes=0))
+        r = simulate(SimConfig(workload=w, policy=policy, fast_tier=preset("cxl", 2 * GiB), gpu_prefix_cache=False))
         assert r.ready_in_time + r.ready_late + r.claims_cancelled + r.claims_recomputed == r.claims > 0
         assert 0 < r.slow_hit_token_share < 1
 
@@ -111,7 +109,7 @@ def test_recomputed_claims_are_accounted_on_a_workload():
 # ---------------------------------------------------------------------- priority classes
 def _priority_engine(policy, rows, classes, **kw):
     cfg = toy_config(policy, workload=trace(rows), model=TOY_MODEL.with_(max_batch=1), **kw)
-    eng = _Engine(cfg, _resolve_trace(cfg.workload, None), CommitmentLedger, None)
+    eng = make_engine(cfg)
     eng.priority_class[:] = classes  # 0 = high priority
     return eng
 
@@ -139,7 +137,7 @@ def test_immediate_capacity_held_for_a_request_pushed_back_forces_a_recompute():
     # 1.5 MB fast tier: immediate staging commits r3's 1,024,000 bytes at 5.001; r4 (used first)
     # cannot get capacity until r3 runs, so at 9.096 it recomputes (1.536 s), then r3 runs
     eng = _priority_engine("immediate", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
-    res = eng.run()
+    res = finish(eng)
     ttft = eng.first_token - eng.arrival
     assert ttft[4] == pytest.approx(9.096 + 1.536 - 5.002)
     assert ttft[3] == pytest.approx(9.096 + 1.536 + LOAD_S + 0.512 - 5.001)
@@ -152,7 +150,7 @@ def test_timely_stages_the_request_used_first():
     # timely staging learns r3 was pushed back (its work ahead grows by r4's 512 tokens), commits
     # r4's claim first (ready by 9.096), and r3's once r4's step has read its data
     eng = _priority_engine("timely", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
-    res = eng.run()
+    res = finish(eng)
     ttft = eng.first_token - eng.arrival
     assert ttft[4] == pytest.approx(9.096 + LOAD_S + 0.512 - 5.002)  # ready in time
     released = 9.096 + LOAD_S

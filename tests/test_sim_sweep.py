@@ -57,3 +57,24 @@ def test_bad_sweeps():
     assert sweep([]) == []
     with pytest.raises(BadInputError):
         sweep([CONFIGS[0], "not a config"])
+
+
+def test_a_sweep_takes_any_mix_of_tiers_policies_objects_and_pd():
+    """Names, user objects (pickled to the workers), several tiers, staging variants and PD in one sweep."""
+    from kvmm.policies.admission import StoreThreshold
+    from kvmm.sim import PDConfig, TierLevel
+    from tests.test_sim_compose import RecordingLRU
+
+    wl = Workload(num_requests=50, prefix_ratio=0.6, seed=7)
+    mix = [
+        SimConfig(workload=wl, policy="write-through-lru", tiers=(TierLevel("dram", capacity_bytes=4 * GiB, eviction="arc"),)),
+        SimConfig(workload=wl, policy="immediate-edf",
+                  tiers=(TierLevel("dram", capacity_bytes=4 * GiB, eviction=RecordingLRU(), admission=StoreThreshold(k=2)),
+                         TierLevel("nvme", eviction="lfu", admission="refill-filter"))),
+        SimConfig(workload=wl, tiers=(), pd=PDConfig(1, 1, "supernode")),
+    ]
+    with ProcessPoolExecutor(2) as ex:
+        got = sweep(mix, ex)
+    assert got == [simulate(c) for c in mix]
+    assert [r.policy for r in got] == ["write-through-lru", "immediate-edf", "pd"]
+    assert len(got[1].tier_block_hits) == 2 and got[2].kv_bytes_transferred > 0

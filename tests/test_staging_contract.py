@@ -9,6 +9,7 @@ from kvmm.errors import BadInputError
 from kvmm.policies.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.policies.staging import (
     STAGING_POLICIES,
+    ImmediateEDFStaging,
     ImmediateStaging,
     OnDemandStaging,
     TimelyStaging,
@@ -24,6 +25,10 @@ class TestOnDemand(StagingPolicyContract):
 
 class TestImmediate(StagingPolicyContract):
     make_policy, grants_far_claim, grants_imminent_claim = ImmediateStaging, True, True
+
+
+class TestImmediateEDF(StagingPolicyContract):
+    make_policy, grants_far_claim, grants_imminent_claim = ImmediateEDFStaging, True, True
 
 
 class TestTimely(StagingPolicyContract):
@@ -83,3 +88,10 @@ def test_every_registered_policy_has_a_contract_class():
 def test_unknown_policy_name():
     with pytest.raises(BadInputError, match="expected one of"):
         make_staging_policy("eager", CommitmentLedger(10, SLOW))
+
+
+def test_immediate_edf_grants_by_deadline_not_claim_order():
+    # the same queue of three: FIFO immediate staging grants a (found first, used last) and then
+    # blocks; EDF grants c (used now) and b (used in 0.5 s) first
+    led, pol, ids = _queue_of_three(ImmediateEDFStaging)
+    assert pol.due(0.0).tolist() == [ids[2], ids[1]]

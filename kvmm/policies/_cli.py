@@ -128,6 +128,11 @@ def _dask_histogram(args: argparse.Namespace):
             hist = distributed_mrc(chunks, client, parts=parts)
     else:
         try:
+            from distributed.comm.addressing import parse_address, parse_host_port
+
+            parse_host_port(parse_address(args.dask)[1])  # a malformed address fails here, before a Client
+            # (a half-built Client leaves its event loop to the garbage collector, which can stop the
+            # loop a later LocalCluster in this process is starting)
             client = Client(args.dask, timeout=30)
         except (OSError, ValueError, TypeError) as exc:
             raise BadInputError(f"cannot reach the Dask scheduler {args.dask!r}: {exc}") from None

@@ -1,6 +1,6 @@
 """Staging policies: *when* a claimed slow-tier hit is copied into the protected fast tier.
 
-All three speak :class:`kvmm.protocols.StagingPolicy` and drive the same
+All of them speak :class:`kvmm.protocols.StagingPolicy` and drive the same
 :class:`~kvmm.policies.ledger.CommitmentLedger`, so their protected byte-time is measured with
 the same accounting:
 
@@ -11,6 +11,8 @@ the same accounting:
   capacity in claim (arrival) order, FIFO, as it frees up: the data is ready early but holds
   protected capacity for the whole queueing time, and when capacity is short, the claims found
   first hold it, however far their use is;
+* :class:`ImmediateEDFStaging` asks at claim time too but grants earliest-deadline-first (the
+  fair variant of immediate staging: same grant order as timely, only the trigger differs);
 * :class:`TimelyStaging` (TempoKV) lets the ledger ask when the predicted time until use falls
   to the predicted time to make the data ready (plus the ledger's margin), and grants the
   requests earliest-deadline-first.
@@ -40,7 +42,7 @@ from kvmm.errors import BadInputError
 from kvmm.policies.ledger import CommitmentLedger
 from kvmm.protocols import StagingPolicy
 
-__all__ = ["StagingPolicy", "OnDemandStaging", "ImmediateStaging", "TimelyStaging", "STAGING_POLICIES",
+__all__ = ["StagingPolicy", "OnDemandStaging", "ImmediateStaging", "ImmediateEDFStaging", "TimelyStaging", "STAGING_POLICIES",
            "make_staging_policy"]
 
 
@@ -88,6 +90,23 @@ class ImmediateStaging(_LedgerDriven):
 
 
 @dataclass
+class ImmediateEDFStaging(_LedgerDriven):
+    """Ask for a commitment at claim time, like :class:`ImmediateStaging`, but grant
+    earliest-deadline-first (by predicted use time) within capacity: the strongest immediate
+    baseline when the order of use differs from the order of arrival."""
+
+    name: str = "immediate-edf"
+
+    def on_claim(self, claim_id: int, now: float) -> None:
+        """Request the commitment now.  Runtime complexity: O(1)."""
+        self.ledger.request([claim_id], now=now)
+
+    def due(self, now: float) -> np.ndarray:
+        """Grant requests by deadline within capacity.  Runtime complexity: one poll."""
+        return self.ledger.poll(now, timely=False)
+
+
+@dataclass
 class TimelyStaging(_LedgerDriven):
     """TempoKV: the ledger requests a commitment when time-until-use falls to time-to-ready."""
 
@@ -105,6 +124,7 @@ class TimelyStaging(_LedgerDriven):
 STAGING_POLICIES: dict[str, type] = {
     "on-demand": OnDemandStaging,
     "immediate": ImmediateStaging,
+    "immediate-edf": ImmediateEDFStaging,
     "timely": TimelyStaging,
 }
 

@@ -1,8 +1,9 @@
-"""kvmm.sim: an event-driven serving simulator for KV staging policies (TempoKV).
+"""kvmm.sim: a serving simulator composed from kvmm's own structures (TempoKV staging).
 
 ``simulate(SimConfig(...)) -> SimResult``; ``sweep(configs, executor=None)`` runs many on any
-``concurrent.futures.Executor`` (a process pool by default, a Dask cluster's executor when the
-``dist`` extra is installed).  Imports are lazy so ``import kvmm.sim`` compiles nothing.
+``concurrent.futures.Executor``.  The hierarchy is a ``BlockAllocator`` GPU pool plus
+``ManagedTier`` lower tiers (:class:`TierLevel`: spec + eviction + admission, by name or object);
+see docs/compose.md.  Imports are lazy so ``import kvmm.sim`` compiles nothing.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "SimConfig": "kvmm.sim.simulator",
+    "SimConfig": "kvmm.sim.config",
+    "TierLevel": "kvmm.sim.config",
+    "PDConfig": "kvmm.sim.config",
+    "GiB": "kvmm.sim.config",
     "SimResult": "kvmm.sim.simulator",
     "simulate": "kvmm.sim.simulator",
-    "GiB": "kvmm.sim.simulator",
+    "QueueGrowthWarning": "kvmm.sim.engine",
     "sweep": "kvmm.sim.sweep",
     "ModelSpec": "kvmm.sim.models",
     "MODELS": "kvmm.sim.models",
     "Workload": "kvmm.sim.workload",
+    "offered_seconds": "kvmm.sim.load",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,58 +1,164 @@
-"""``kvmm simulate``: replay a trace through the serving simulator under staging policies."""
+"""``kvmm simulate``: replay a trace through a hierarchy composed from kvmm's structures.
+
+Spelling (each flag's bad part is named in a one-line error)::
+
+    kvmm simulate --trace conversation --load 0.8 \\
+        --tier dram:64GiB:arc:write-all --tier nvme:2TiB:lru:refill-filter \\
+        --staging timely --scorer h2o --token-budget 2048
+
+``--token-budget N`` compresses every request to N live tokens (``--scorer``, ``--repack-interval``).
+``--pd PxD:LINK[:serial]``: P prefill and D decode instances joined by a link preset
+(``kvmm.tiers.spec.LINK_PRESETS``); ``:serial`` sends the KV after the prefill instead of layer by
+layer.  ``--tier PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` (repeatable, fastest first): a tier preset
+(``kvmm.tiers.PRESETS``), a size (``B``, ``KiB``..``TiB``, ``KB``..``TB``; ``-`` keeps the
+preset's), an eviction policy name (``lru``, ``fifo``, ``lfu``, ``arc``) and an admission policy
+name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``--staging``:
+``on-demand``, ``immediate``, ``immediate-edf``, ``timely``, ``write-through-lru`` or ``all``.
+``--load none`` replays the trace's own timestamps (times ``--time-scale``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 
-POLICIES = ("on-demand", "immediate", "timely")
+from kvmm.errors import BadInputError
+
+STAGING = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
+_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default="conversation",
-                        help="bundled trace name (conversation, synthetic) or a Mooncake JSONL path (default conversation)")
+                        help="bundled trace name (conversation, synthetic) or a trace file of any format kvmm reads "
+                             "(Mooncake, Qwen-Bailian, LMCache, vLLM KV events, libCacheSim oracleGeneral; default conversation)")
+    parser.add_argument("--format", default=None, metavar="FMT",
+                        help="trace format: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
     parser.add_argument("--workload-ratio", type=float, default=None, metavar="R",
                         help="instead of a trace, a seeded shared-prefix workload with prefix-cache ratio R")
-    parser.add_argument("--rate", type=float, default=3.0, help="arrivals per second of the seeded workload (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default 0)")
     parser.add_argument("--requests", type=int, default=1000, help="replay the first N requests (default 1000)")
-    parser.add_argument("--time-scale", type=float, default=1.0, help="multiply inter-arrival times (default 1)")
+    parser.add_argument("--load", default="0.7",
+                        help="target utilisation: arrivals rescaled so offered work / capacity = LOAD (default 0.7); "
+                             "'none' keeps the trace's timestamps")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="with --load none: multiply inter-arrival times")
     parser.add_argument("--model", default="llama3-8b", help="model spec name (default llama3-8b)")
-    parser.add_argument("--policy", default="all", choices=POLICIES + ("all",), help="staging policy (default: all three)")
-    parser.add_argument("--fast-gib", type=float, default=100.0, help="protected fast-tier capacity in GiB (default 100)")
-    parser.add_argument("--fast-tier", default="cxl", help="fast-tier preset (default cxl)")
-    parser.add_argument("--slow-tier", default="nvme", help="slow-tier preset (default nvme)")
-    parser.add_argument("--gpu-cache-gib", type=float, default=8.0, help="GPU prefix cache in GiB (default 8)")
+    parser.add_argument("--tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
+                        help="a lower tier, fastest first (repeatable; default nvme:-:lru:write-all)")
+    parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
+    parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
+                        help="protected staging tier (default cxl:100GiB)")
+    parser.add_argument("--gpu-kv", default="96GiB", metavar="SIZE", help="GPU memory for the KV pool (default 96GiB)")
+    parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
+    parser.add_argument("--instances", type=int, default=1, help="colocated instances, requests dealt round-robin (default 1)")
+    parser.add_argument("--pd", default=None, metavar="PxD:LINK[:serial]",
+                        help="prefill/decode disaggregation, e.g. 2x4:rdma400 (links: nvlink, supernode, rdma200, "
+                             "rdma400, cross-dc; ':serial' turns layer-wise overlap off)")
+    parser.add_argument("--token-budget", type=int, default=None, metavar="N",
+                        help="decode-time token compression: live tokens kept per request (TokenTable + scorer)")
+    parser.add_argument("--scorer", default="h2o", help="token scorer with --token-budget (h2o, scissorhands, snapkv, "
+                                                        "streamingllm, random; default h2o)")
+    parser.add_argument("--repack-interval", type=int, default=64, help="decode tokens between compressions (default 64)")
     parser.add_argument("--high-priority-share", type=float, default=0.0, metavar="F",
                         help="share of requests in a high-priority class that jumps the queue (default 0)")
-    parser.add_argument("--no-recompute", action="store_true",
-                        help="never recompute a hit instead of waiting for its staging (default: recompute when faster)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="recompute a hit instead of waiting for its staging when that is faster (default off)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (process pool) when several policies run")
     parser.add_argument("--json", action="store_true", help="print results as JSON lines")
     parser.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
 
 
+def parse_size(text: str, what: str) -> int:
+    """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise BadInputError(f"{what}: bad size {text!r}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def parse_tier(text: str):
+    """``PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` -> TierLevel."""
+    from kvmm.sim.config import TierLevel, check_admission, check_eviction
+    from kvmm.tiers.spec import PRESETS
+
+    parts = text.split(":")
+    if len(parts) > 4 or not parts[0]:
+        raise BadInputError(f"--tier {text!r}: expected PRESET[:SIZE[:EVICTION[:ADMISSION]]]")
+    if parts[0] not in PRESETS:
+        raise BadInputError(f"--tier {text!r}: unknown preset {parts[0]!r}; expected one of {sorted(PRESETS)}")
+    size = None if len(parts) < 2 or parts[1] in ("", "-") else parse_size(parts[1], f"--tier {text!r}")
+    eviction = parts[2] if len(parts) > 2 and parts[2] else "lru"
+    admission = parts[3] if len(parts) > 3 and parts[3] else "write-all"
+    for check, value, what in ((check_eviction, eviction, "eviction"), (check_admission, admission, "admission")):
+        try:
+            check(value)
+        except BadInputError:
+            raise BadInputError(f"--tier {text!r}: unknown {what} policy {value!r}") from None
+    return TierLevel(parts[0], eviction=eviction, admission=admission, capacity_bytes=size)
+
+
+def parse_pd(text: str):
+    """``PxD:LINK[:serial]`` -> PDConfig."""
+    from kvmm.sim.config import PDConfig
+    from kvmm.tiers.spec import LINK_PRESETS
+
+    m = re.fullmatch(r"(\d+)x(\d+):([\w.-]+)(:serial)?", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise BadInputError(f"--pd {text!r}: expected PxD:LINK[:serial] with P, D >= 1, e.g. 2x4:rdma400")
+    if m.group(3) not in LINK_PRESETS:
+        raise BadInputError(f"--pd {text!r}: unknown link {m.group(3)!r}; expected one of {sorted(LINK_PRESETS)}")
+    return PDConfig(int(m.group(1)), int(m.group(2)), m.group(3), layerwise_overlap=m.group(4) is None)
+
+
+def build_configs(args: argparse.Namespace) -> list:
+    """The SimConfigs the flags describe (one per staging policy)."""
+    from kvmm.sim.config import SimConfig
+    from kvmm.sim.workload import Workload
+    from kvmm.traces.formats import load_trace
+    from kvmm.tiers.spec import PRESETS, preset
+
+    if args.requests < 1 or args.jobs < 1 or args.instances < 1:
+        raise BadInputError("--requests, --jobs and --instances must be >= 1")
+    load = None
+    if args.load.lower() != "none":
+        try:
+            load = float(args.load)
+        except ValueError:
+            raise BadInputError(f"--load {args.load!r}: expected a number > 0 or 'none'") from None
+    staging = STAGING if args.staging == "all" else (args.staging,)
+    if args.staging != "all" and args.staging not in STAGING:
+        raise BadInputError(f"--staging {args.staging!r}: expected one of {', '.join(STAGING)} or all")
+    fast = args.fast_tier.split(":")
+    if fast[0] not in PRESETS or len(fast) > 2:
+        raise BadInputError(f"--fast-tier {args.fast_tier!r}: expected PRESET[:SIZE] with a preset in {sorted(PRESETS)}")
+    fast_spec = preset(fast[0], parse_size(fast[1], f"--fast-tier {args.fast_tier!r}") if len(fast) > 1 else None)
+    tiers = tuple(parse_tier(t) for t in (args.tier or ["nvme"]))
+    pd = parse_pd(args.pd) if args.pd else None
+    if pd is not None:
+        staging = ("timely",)  # PD runs model no lower tier and no staging: one run
+    workload = args.trace if args.format is None else load_trace(args.trace, args.format)
+    if args.workload_ratio is not None:
+        workload = Workload(num_requests=args.requests, prefix_ratio=args.workload_ratio, seed=args.seed)
+    return [SimConfig(workload=workload, max_requests=args.requests, load=load,
+                      time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=args.instances,
+                      gpu_kv_bytes=parse_size(args.gpu_kv, "--gpu-kv"), gpu_prefix_cache=not args.no_gpu_prefix_cache,
+                      tiers=tiers, fast_tier=fast_spec, policy=p, high_priority_share=args.high_priority_share,
+                      recompute_fallback=args.recompute, pd=pd, token_budget=args.token_budget, scorer=args.scorer,
+                      repack_interval=args.repack_interval)
+            for p in staging]
+
+
 def run(args: argparse.Namespace) -> int:
     from kvmm._progress import Progress
-    from kvmm.errors import BadInputError
     from kvmm.report import format_table
-    from kvmm.sim.simulator import GiB, SimConfig, simulate
+    from kvmm.sim.config import GiB
+    from kvmm.sim.simulator import simulate
     from kvmm.sim.sweep import sweep
-    from kvmm.sim.workload import Workload
-    from kvmm.tiers.spec import preset
 
-    if args.fast_gib <= 0 or args.gpu_cache_gib < 0 or args.requests < 1 or args.jobs < 1:
-        raise BadInputError("--fast-gib must be > 0, --gpu-cache-gib >= 0, --requests and --jobs >= 1")
-    if args.workload_ratio is not None:
-        workload = Workload(num_requests=args.requests, arrival_rate=args.rate, prefix_ratio=args.workload_ratio, seed=args.seed)
-    else:
-        workload = args.trace
-    policies = POLICIES if args.policy == "all" else (args.policy,)
-    configs = [SimConfig(workload=workload, max_requests=args.requests, time_scale=args.time_scale, model=args.model,
-                         policy=p, fast_tier=preset(args.fast_tier, int(args.fast_gib * GiB)),
-                         slow_tier=preset(args.slow_tier), gpu_cache_bytes=int(args.gpu_cache_gib * GiB),
-                         high_priority_share=args.high_priority_share, recompute_fallback=not args.no_recompute)
-               for p in policies]
+    configs = build_configs(args)
     if args.jobs > 1 and len(configs) > 1:
         with Progress(len(configs), "simulate (runs)", enabled=not args.no_progress) as bar:
             results = sweep(configs, max_workers=args.jobs, progress=bar.update)
@@ -65,9 +171,19 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(json.dumps(r.as_dict()))
         return 0
-    rows = [(r.policy, r.requests, round(r.output_tokens_per_s, 1), round(r.ttft_p50, 3), round(r.ttft_p95, 3),
-             round(r.ttft_p99, 3), round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),
-             f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}", r.claims_recomputed) for r in results]
-    print(format_table(["policy", "requests", "output tok/s", "TTFT p50 s", "TTFT p95 s", "TTFT p99 s",
-                        "protected GiB*s / req", "peak protected GiB", "ready in time", "recomputed"], rows))
+    if any(r.policy == "pd" for r in results):
+        print(format_table(["serving", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "TPOT p95 ms", "KV over links GiB",
+                            "busiest link busy"],
+                           [(r.label, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(1000 * r.tpot_p50, 1),
+                             round(1000 * r.tpot_p95, 1), round(r.kv_bytes_transferred / GiB, 1),
+                             f"{100 * r.link_busy_share:.1f} %") for r in results]))
+        return 0
+    rows = [(r.policy, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(r.tpot_p50 * 1000, 1),
+             round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),
+             f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}", round(r.gpu_hit_token_share, 3),
+             round(r.slow_hit_token_share, 3), " / ".join(f"{h}/{o}" for h, o in zip(r.tier_block_hits, r.tier_blocks_offered)))
+            for r in results]
+    print(format_table(["staging", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "protected GiB*s / req",
+                        "peak protected GiB", "ready in time", "GPU hit share", "lower-tier hit share",
+                        "tier block hits / offered"], rows))
     return 0

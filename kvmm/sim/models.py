@@ -34,6 +34,7 @@ class ModelSpec:
     max_batch: int
     max_prefill_tokens: int
     source: str = ""
+    layers: int = 32  # transformer layers (layer-wise KV transfer in PD disaggregation)
 
     def __post_init__(self) -> None:
         as_positive_float(self.prefill_tokens_per_s, "prefill_tokens_per_s")
@@ -42,6 +43,7 @@ class ModelSpec:
         as_count(self.kv_bytes_per_token, "kv_bytes_per_token", minimum=1)
         as_count(self.max_batch, "max_batch", minimum=1)
         as_count(self.max_prefill_tokens, "max_prefill_tokens", minimum=1)
+        as_count(self.layers, "layers", minimum=1)
 
     def decode_step_seconds(self, batch: int) -> float:
         return (1.0 + self.decode_batch_cost * (batch - 1)) / self.decode_tokens_per_s
@@ -58,7 +60,7 @@ MODELS: dict[str, ModelSpec] = {
     "qwen2.5-32b": ModelSpec(
         "qwen2.5-32b", prefill_tokens_per_s=6_000.0, decode_tokens_per_s=38.0, decode_batch_cost=0.02,
         kv_bytes_per_token=64 * 8 * 128 * 2 * 2, max_batch=64, max_prefill_tokens=16_384,
-        source="Qwen2.5-32B: 64 layers, 8 KV heads x 128 (256 KiB/token); H200 rates assumed"),
+        source="Qwen2.5-32B: 64 layers, 8 KV heads x 128 (256 KiB/token); H200 rates assumed", layers=64),
 }
 
 

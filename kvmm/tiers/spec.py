@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from kvmm._validate import as_positive_float
 from kvmm.errors import BadInputError
 
-__all__ = ["TierSpec", "PRESETS", "preset"]
+__all__ = ["TierSpec", "PRESETS", "preset", "LINK_PRESETS", "link_preset"]
 
 GB = 10**9
 TB = 10**12
@@ -89,3 +89,35 @@ def preset(name: str, capacity_bytes: int | None = None) -> TierSpec:
         raise BadInputError(f"unknown tier preset {name!r}; expected one of {sorted(PRESETS)}")
     spec = PRESETS[name]
     return spec if capacity_bytes is None else spec.with_capacity(capacity_bytes)
+
+
+#: Links between serving instances (prefill -> decode KV hand-off; kvmm.sim PD disaggregation).
+#: ``read_bandwidth`` = ``write_bandwidth`` = one direction's bandwidth; capacity is unused (0).
+LINK_PRESETS: dict[str, TierSpec] = {
+    "nvlink": TierSpec("nvlink", 0, 450 * GB, 450 * GB, 2e-6,
+                       source="NVIDIA H200 datasheet: NVLink 900 GB/s per GPU (both directions: 450 GB/s each way); "
+                              "intra-node, 2 us per transfer assumed"),
+    "supernode": TierSpec("supernode", 0, 350 * GB, 350 * GB, 1e-6,
+                          source="supernode unified bus: Alibaba Zhenwu 810E PPU 700 GB/s chip-to-chip interconnect, "
+                                 "128 cards in one unified-memory scale-up domain in the Zhenwu M890 supernode (Aug 2026); "
+                                 "Huawei Ascend 950DT 1024-card supernode with 256 TB unified memory addressing (Sep 2026); "
+                                 "'hundred-nanosecond chip P2P latency' (Lenovo WenTian supernode).  Half of 700 GB/s per "
+                                 "direction and 1 us per transfer assumed"),
+    "rdma200": TierSpec("rdma200", 0, 25 * GB, 25 * GB, 5e-6,
+                        source="200 Gb/s RDMA port (e.g. BlueField-3 / ConnectX-7 HDR; the TuringData appliance uses "
+                               "2 x 200 Gb/s per DPU): 25 GB/s nominal; 5 us per transfer assumed"),
+    "rdma400": TierSpec("rdma400", 0, 50 * GB, 50 * GB, 5e-6,
+                        source="400 Gb/s RDMA (ConnectX-7 NDR InfiniBand / RoCE): 50 GB/s nominal; 5 us assumed"),
+    "cross-dc": TierSpec("cross-dc", 0, 12.5 * GB, 12.5 * GB, 20e-3,
+                         source="cross-datacenter Ethernet as in Infinigence PDD (Prefill-RelayDecode-MainDecode), "
+                                "validated over ~4000 km between Hami and Shenzhen with China Telecom (Aug 2026): "
+                                "20 ms one way (light in fibre, ~5 us/km) and a 100 Gb/s path assumed (no bandwidth "
+                                "published)"),
+}
+
+
+def link_preset(name: str) -> TierSpec:
+    """A link preset by name (see :data:`LINK_PRESETS`)."""
+    if name not in LINK_PRESETS:
+        raise BadInputError(f"unknown link preset {name!r}; expected one of {sorted(LINK_PRESETS)}")
+    return LINK_PRESETS[name]

@@ -1,0 +1,242 @@
+"""Configuration of the composed serving simulator: :class:`SimConfig`, :class:`TierLevel`.
+
+Everything here is plain, frozen, picklable data (so :func:`kvmm.sim.sweep` can ship configs to
+other processes).  Policies are given by registered name or as any object that satisfies the
+Protocol (:class:`~kvmm.protocols.EvictionPolicy`, :class:`~kvmm.protocols.AdmissionPolicy`); an
+object is deep-copied for every run, so one config can be simulated twice with the same result.
+
+::
+
+    SimConfig(workload="conversation", load=0.8,
+              tiers=[TierLevel("dram", capacity_bytes=64 * GiB, eviction="arc", admission="write-all"),
+                     TierLevel(preset("nvme"), eviction=MyPolicy(), admission="refill-filter")],
+              policy="timely")
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvmm._validate import as_count, as_fraction, as_positive_float
+from kvmm.errors import BadInputError
+from kvmm.sim.models import model as resolve_model
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import TierSpec, preset
+from kvmm.traces.mooncake import MooncakeTrace
+
+__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
+
+GiB = 1 << 30
+
+#: registered admission names (kvmm.policies.admission); "refill-filter" gets the tier's capacity in blocks
+ADMISSION_NAMES = ("write-all", "store-threshold", "selective", "refill-filter")
+#: staging policies the simulator runs (kvmm.policies.staging, plus the write-through LRU baseline)
+STAGING_NAMES = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
+
+
+@dataclass(frozen=True)
+class TierLevel:
+    """One lower tier of the hierarchy: a :class:`TierSpec` (or preset name) plus its policies.
+
+    ``eviction``: a name in :data:`kvmm.policies.EVICTION_POLICIES` (``"lru"``, ``"fifo"``,
+    ``"lfu"``, ``"arc"``) or any EvictionPolicy object.  ``admission``: a name in
+    :data:`ADMISSION_NAMES` or any AdmissionPolicy object.  ``capacity_bytes`` resizes the spec.
+    """
+
+    spec: Any = "nvme"
+    eviction: Any = "lru"
+    admission: Any = "write-all"
+    capacity_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if isinstance(spec, str):
+            spec = preset(spec)
+        if not isinstance(spec, TierSpec):
+            raise BadInputError(f"TierLevel.spec must be a TierSpec or a preset name, got {type(self.spec).__name__}")
+        if self.capacity_bytes is not None:
+            spec = spec.with_capacity(as_count(self.capacity_bytes, "capacity_bytes"))
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "capacity_bytes", spec.capacity_bytes)
+        check_eviction(self.eviction)
+        check_admission(self.admission)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class PDConfig:
+    """Prefill/decode disaggregation: ``prefill_instances`` compute prompts and hand each
+    request's KV to one of ``decode_instances`` over ``link`` (a TierSpec or a name in
+    :data:`kvmm.tiers.spec.LINK_PRESETS`: bandwidth per direction and latency).  Each decode
+    instance has one ingress link, a FIFO queue.  ``layerwise_overlap``: layer ``i``'s KV is sent
+    while later layers are computed (only the last layer's share follows the prefill)."""
+
+    prefill_instances: int = 1
+    decode_instances: int = 1
+    link: Any = "rdma400"
+    layerwise_overlap: bool = True
+
+    def __post_init__(self) -> None:
+        as_count(self.prefill_instances, "prefill_instances", minimum=1)
+        as_count(self.decode_instances, "decode_instances", minimum=1)
+        link = self.link
+        if isinstance(link, str):
+            from kvmm.tiers.spec import link_preset
+
+            link = link_preset(link)
+        if not isinstance(link, TierSpec):
+            raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
+        object.__setattr__(self, "link", link)
+        if not isinstance(self.layerwise_overlap, bool):
+            raise BadInputError(f"layerwise_overlap must be a bool, got {self.layerwise_overlap!r}")
+
+    @property
+    def instances(self) -> int:
+        return self.prefill_instances + self.decode_instances
+
+
+def _default_tiers() -> tuple:
+    return (TierLevel(preset("nvme"), eviction="lru", admission="write-all"),)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation: workload, load, model, the memory hierarchy and the staging policy.
+
+    ``workload``: a bundled trace name (``"conversation"``, ``"synthetic"``), a Mooncake JSONL
+    path, a :class:`Workload` or a :class:`MooncakeTrace`.  ``load``: target utilisation, the
+    arrivals are rescaled so that the offered work (see :func:`kvmm.sim.load.offered_seconds`)
+    divided by the span of the arrivals equals it; ``None`` replays the trace's timestamps
+    (times ``time_scale``).  Picklable.
+    """
+
+    workload: Any = "conversation"
+    max_requests: int | None = None  # replay only the first N requests
+    load: float | None = 0.7  # target utilisation (None: trace timestamps x time_scale)
+    time_scale: float = 1.0  # multiply inter-arrival times (only with load=None)
+    model: Any = "llama3-8b"  # name in MODELS or a ModelSpec
+    instances: int = 1  # colocated serving instances (requests dealt round-robin)
+    # GPU memory for the KV pool: blocks = gpu_kv_bytes // (block tokens x model KV bytes per token).
+    # 96 GiB ~ one H200 (141 GB) at vLLM's 0.9 memory utilisation minus an 8B model's 16 GB of bf16
+    # weights and activation workspace (assumed)
+    gpu_kv_bytes: int = 96 * GiB
+    gpu_prefix_cache: bool = True  # finished requests' blocks stay cached in the pool (vLLM prefix caching)
+    tiers: tuple = field(default_factory=_default_tiers)  # lower tiers, fastest first
+    fast_tier: TierSpec = field(default_factory=lambda: preset("cxl", 100 * GiB))  # protected staging tier
+    policy: str = "timely"  # staging: see STAGING_NAMES
+    stage_efficiency: float = 0.85  # achieved / nominal lower-tier bandwidth when staging
+    margin_s: float = 0.0  # ledger trigger slack (0: no policy gets a tuned slack)
+    poll_interval_s: float = 0.005  # the staging controller's clock (it also polls every step)
+    initial_rate: float | None = None  # ledger's first progress-rate guess (default: model prefill rate)
+    recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
+    high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
+    priority_seed: int = 0  # seeds the draw of each request's class
+    pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.pd)
+    token_budget: int | None = None  # decode-time token compression: live tokens kept per request
+    scorer: Any = "h2o"  # with token_budget: a scorer name (kvmm.sim.compression.SCORER_NAMES) or TokenScorer object
+    repack_interval: int = 64  # with token_budget: decode tokens between compressions
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_requests is not None:
+            as_count(self.max_requests, "max_requests", minimum=1)
+        if self.load is not None:
+            as_positive_float(self.load, "load")
+            if self.time_scale != 1.0:
+                raise BadInputError("give load= or time_scale=, not both (load rescales the arrivals itself)")
+        as_positive_float(self.time_scale, "time_scale")
+        resolve_model(self.model)
+        as_count(self.instances, "instances", minimum=1)
+        as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
+        if not isinstance(self.gpu_prefix_cache, bool):
+            raise BadInputError(f"gpu_prefix_cache must be a bool, got {self.gpu_prefix_cache!r}")
+        tiers = self.tiers
+        if isinstance(tiers, TierLevel):
+            tiers = (tiers,)
+        try:
+            tiers = tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in tiers)
+        except TypeError:
+            raise BadInputError(f"tiers must be a sequence of TierLevel, got {type(self.tiers).__name__}") from None
+        object.__setattr__(self, "tiers", tiers)
+        if self.policy not in STAGING_NAMES:
+            raise BadInputError(f"unknown staging policy {self.policy!r}; expected one of {list(STAGING_NAMES)}")
+        if not isinstance(self.fast_tier, TierSpec):
+            raise BadInputError(f"fast_tier must be a TierSpec (kvmm.tiers.preset(...)), got {type(self.fast_tier).__name__}")
+        as_positive_float(self.stage_efficiency, "stage_efficiency")
+        as_positive_float(self.margin_s, "margin_s", allow_zero=True)
+        as_positive_float(self.poll_interval_s, "poll_interval_s")
+        if self.initial_rate is not None:
+            as_positive_float(self.initial_rate, "initial_rate")
+        as_fraction(self.high_priority_share, "high_priority_share", include_zero=True)
+        as_count(self.priority_seed, "priority_seed")
+        if not isinstance(self.recompute_fallback, bool):
+            raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
+        if self.token_budget is not None:
+            as_count(self.token_budget, "token_budget", minimum=1)
+        from kvmm.sim.compression import check_scorer
+
+        check_scorer(self.scorer)
+        as_count(self.repack_interval, "repack_interval", minimum=1)
+        if self.pd is not None and not isinstance(self.pd, PDConfig):
+            raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
+        if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
+            raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
+
+    def with_(self, **changes) -> "SimConfig":
+        return replace(self, **changes)
+
+
+# ---------------------------------------------------------------------- policy resolution
+def check_eviction(policy: Any) -> None:
+    """A registered eviction name or an object with the EvictionPolicy methods."""
+    if isinstance(policy, str):
+        from kvmm.policies.eviction import EVICTION_POLICIES
+
+        if policy.lower() not in EVICTION_POLICIES:
+            raise BadInputError(f"unknown eviction policy {policy!r}; expected one of {sorted(EVICTION_POLICIES)} "
+                                "or an object with on_insert/on_access/on_remove/victims")
+        return
+    missing = [m for m in ("on_insert", "on_access", "on_remove", "victims") if not callable(getattr(policy, m, None))]
+    if missing:
+        raise BadInputError(f"eviction policy {type(policy).__name__} lacks {missing}; expected a name or an "
+                            "EvictionPolicy (on_insert, on_access, on_remove, victims)")
+
+
+def check_admission(policy: Any) -> None:
+    """A registered admission name or an object with ``admit(request)``."""
+    if isinstance(policy, str):
+        if policy not in ADMISSION_NAMES:
+            raise BadInputError(f"unknown admission policy {policy!r}; expected one of {list(ADMISSION_NAMES)} "
+                                "or an object with admit(request)")
+        return
+    if not callable(getattr(policy, "admit", None)):
+        raise BadInputError(f"admission policy {type(policy).__name__} lacks admit(request); expected a name or an AdmissionPolicy")
+
+
+def make_eviction(policy: Any) -> Any:
+    """A fresh policy for one run: by name, or a deep copy of the given object."""
+    if isinstance(policy, str):
+        from kvmm.policies.eviction import make_eviction_policy
+
+        return make_eviction_policy(policy)
+    return copy.deepcopy(policy)
+
+
+def make_admission(policy: Any, capacity_blocks: int) -> Any:
+    """A fresh admission policy for one run (``refill-filter`` sized to the tier in blocks)."""
+    if not isinstance(policy, str):
+        return copy.deepcopy(policy)
+    from kvmm.policies import admission as A
+
+    if policy == "write-all":
+        return A.WriteAll()
+    if policy == "store-threshold":
+        return A.StoreThreshold()
+    if policy == "selective":
+        return A.SelectiveWriteThrough()
+    return A.RefillFilter(capacity_blocks=capacity_blocks)

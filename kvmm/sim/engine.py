@@ -1,0 +1,556 @@
+"""The colocated serving engine: continuous batching over a :class:`~kvmm.sim.hierarchy.Hierarchy`.
+
+What it models (one instance, FCFS or two-class priority admission):
+
+* **Arrival**: the prompt's 512-token blocks are looked up: the longest prefix held by the GPU
+  prefix cache (the pool's ``lookup``) or, block by block after it, by some lower tier.  The part
+  only in lower tiers must be **staged** into the protected fast tier before the prefill reads
+  it: one :class:`CommitmentLedger` claim per request (source: the slowest tier involved); the
+  :class:`StagingPolicy` decides when it takes capacity.  Granted copies share that tier's read
+  channel FIFO at ``stage_efficiency`` x each involved tier's nominal bandwidth.
+* **Scheduling** (a step): queued requests are admitted in queue order while the batch has room
+  (``max_batch``), the step's prefill budget (``max_prefill_tokens``) lasts and the GPU pool can
+  hold their blocks (prompt + output, reserved at admission; ``admit`` touches the GPU hits and
+  keys the new blocks).  A request whose staged data is not ready keeps its place and a batch
+  slot but takes no prefill budget; with ``recompute_fallback`` it recomputes its hit when that
+  is faster.  The prefix is looked up again at scheduling: if the GPU now holds the whole hit,
+  the claim is released unused (``claims_cancelled``); GPU blocks lost since arrival are
+  recomputed.  A step takes the time to read staged KV from the fast tier + prefill time + one
+  decode step of the running batch.  TTFT ends with the prefill step; the request then decodes
+  ``output_length - 1`` tokens, one per step, and frees its blocks into the prefix cache.
+* **Write-down**: after its prefill a request offers its blocks to every lower tier (the tier's
+  admission policy picks what is written; held blocks are accessed, in prefix order).
+* Decode-only stretches with an empty queue are advanced in one jump to the next event (an
+  arrival, a transfer, a finish): the same steps, without a Python iteration per token.
+
+The protected capacity of a claim is held from commit until the step that uses it has read the
+data.  ``write-through-lru`` is the no-staging-control baseline: the fast tier is an LRU cache
+(``ManagedTier`` + ``LRUPolicy``) written through with every prefilled block, lower-tier hits are
+read on the critical path and inserted there, and its protected byte-time is its occupancy x time.
+Everything is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import warnings
+
+import numpy as np
+
+from kvmm.policies.eviction import LRUPolicy
+from kvmm.policies.ledger import CLAIMED, CONSUMED, PENDING, READY, STAGING
+from kvmm.policies.staging import make_staging_policy
+from kvmm.sim.config import SimConfig
+from kvmm.sim.hierarchy import Hierarchy
+from kvmm.sim.models import ModelSpec
+from kvmm.tiers.managed import ManagedTier
+from kvmm.tiers.simulated import SimulatedTier
+from kvmm.traces.mooncake import MooncakeTrace
+
+__all__ = ["Engine", "QueueGrowthWarning"]
+
+
+
+class QueueGrowthWarning(UserWarning):
+    """The waiting queue grew without bound: the offered load exceeds the engine's capacity."""
+
+
+class Engine:
+    """The event loop.  Per-request state is structure-of-arrays indexed by request."""
+
+    def __init__(self, cfg: SimConfig, model: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray,
+                 ledger_factory, progress, *, record_ops: bool = False) -> None:
+        self.cfg, self.model, self.trace, self.progress = cfg, model, trace, progress
+        n = trace.num_requests
+        self.n = n
+        self.arrival = arrival
+        self.input_len = np.maximum(trace.input_length, 1)
+        self.output_len = np.maximum(trace.output_length, 1)
+        self.offsets = trace.block_offsets
+        self.ids = trace.block_ids.astype(np.int64)
+        self.keys = np.ones((self.ids.shape[0], 2), dtype=np.uint64)  # pool keys: (id, 1), never (0, 0)
+        self.keys[:, 0] = self.ids.astype(np.uint64)
+        self.bt = bt = int(getattr(trace, "block_tokens", 512))  # tokens per block of the trace's format
+        total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
+        self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
+        kvb = model.kv_bytes_per_token
+        self.kvb = kvb
+        self.block_bytes = bt * kvb
+        self.compressor = None
+        self.hier = Hierarchy(cfg, self.block_bytes, block_tokens=bt, record_ops=record_ops,
+                              prefix_cache=False if cfg.token_budget is not None else None)
+        if cfg.token_budget is not None:
+            from kvmm.sim.compression import Compressor
+
+            self.compressor = Compressor(self.hier.pool, cfg.scorer, cfg.token_budget, cfg.repack_interval,
+                                         seed=cfg.priority_seed)
+        biggest = int((np.diff(self.offsets) + self.extra_blocks).max()) if n else 0
+        if self.compressor is not None and n:
+            biggest = max(self.compressor.peak_blocks(int(i), int(o)) for i, o in zip(self.input_len, self.output_len))
+        if biggest > self.hier.num_blocks:
+            from kvmm.errors import BadInputError
+
+            raise BadInputError(f"a request needs {biggest} blocks of {self.block_bytes} bytes but the GPU pool holds "
+                                f"{self.hier.num_blocks} (gpu_kv_bytes={cfg.gpu_kv_bytes}); expected a larger gpu_kv_bytes")
+        self.prefill_tokens = np.zeros(n, dtype=np.int64)
+        self.gpu_at_arrival = np.zeros(n, dtype=np.int64)  # GPU prefix blocks found at arrival
+        self.gpu_at_take = np.zeros(n, dtype=np.int64)  # GPU prefix blocks the request took (its GPU hits)
+        self.staged_blocks = np.zeros(n, dtype=np.int64)  # lower-tier blocks claimed (after the GPU prefix)
+        self.staged_bytes = np.zeros(n, dtype=np.int64)
+        self.stage_seconds = np.zeros(n)  # copy time of the claim (per-tier bandwidths)
+        self.claim_source = np.zeros(n, dtype=np.int64)
+        self.claim_id = np.full(n, -1, dtype=np.int64)
+        self.claim_owner: dict[int, int] = {}
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.remaining = np.zeros(n, dtype=np.int64)
+        self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
+        draw = np.random.default_rng(cfg.priority_seed).random(n)
+        self.priority_class = np.where(draw < cfg.high_priority_share, 0, 1).astype(np.int8)
+        self.gpu_hit_tokens = 0
+        self.slow_hit_tokens = 0
+        self.max_waiting = 0
+
+        self.write_through = cfg.policy == "write-through-lru"
+        self.ledger = ledger_factory(
+            cfg.fast_tier.capacity_bytes, [lv.spec for lv in cfg.tiers] or [cfg.fast_tier], margin_s=cfg.margin_s,
+            initial_rate=cfg.initial_rate or model.prefill_tokens_per_s)
+        self.policy = None if self.write_through else make_staging_policy(cfg.policy, self.ledger)
+        self.grant_on_claim = cfg.policy in ("immediate", "immediate-edf")
+        self.timely = cfg.policy == "timely"
+        self.freed_since_poll = False
+        self.fast_lru = None
+        if self.write_through:
+            self.fast_lru = ManagedTier(SimulatedTier(cfg.fast_tier.capacity_bytes, spec=cfg.fast_tier), LRUPolicy())
+            self.lru_byte_seconds = 0.0
+            self.lru_clock = 0.0
+            self.lru_peak = 0
+        self.channel_free_at = np.zeros(max(len(cfg.tiers), 1))
+        self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
+        self.cancelled: set[int] = set()
+        self.transfer_done: dict[int, float] = {}
+        self.claims_made = self.claims_cancelled = self.claims_recomputed = self.transfer_seq = 0
+        self.step_end = 0.0
+        self.batch_in_flight = 0
+        self.ungranted = 0
+        self.next_poll = 0.0
+        self.steps = 0
+        self.next_arrival = 0
+        self.max_running = 0
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> float:
+        """Replay every request; returns the end time."""
+        m, ledger = self.model, self.ledger
+        waiting: list[int] = []
+        running: list[int] = []
+        self.next_arrival = 0
+        now = 0.0
+        done = 0
+        while done < self.n:
+            self._events_until(now, waiting)
+            if self.ungranted:
+                self._poll(now)
+            admitted = self._admit(waiting, len(running), now)
+            if not admitted and not running:
+                nxt = self._next_event_time()
+                if nxt is None:
+                    raise RuntimeError("simulator stalled: requests wait but no event is pending")  # pragma: no cover
+                now = max(now, nxt)
+                continue
+            if not admitted and not waiting:
+                # decode-only: jump over the steps before the next event or finish
+                now, done = self._decode_stretch(running, waiting, now, done)
+                continue
+            prefill = int(self.prefill_tokens[admitted].sum()) if admitted else 0
+            load_bytes = int(self.staged_bytes[admitted].sum()) if admitted else 0
+            load_s = 0.0
+            if self.write_through:
+                load_s = self._write_through_load(admitted, now)
+            elif load_bytes:
+                load_s = load_bytes / self.cfg.fast_tier.read_bandwidth + self.cfg.fast_tier.latency_s
+            dt = load_s + prefill / m.prefill_tokens_per_s
+            if running:
+                dt += m.decode_step_seconds(len(running))
+            self.step_end = now + dt
+            self.batch_in_flight = len(running) + len(admitted)
+            if waiting and self.ungranted + len(self.claim_owner):
+                self._update_work_ahead(waiting, len(running) + len(admitted), now, dt)
+            claims_done = [int(self.claim_id[r]) for r in admitted if self.claim_id[r] >= 0]
+            if claims_done:
+                self._events_until(now + load_s, waiting)
+                ledger.release(claims_done, now=now + load_s)
+                self.freed_since_poll = True
+                for cid in claims_done:
+                    self.claim_owner.pop(cid, None)
+            self._events_until(now + dt, waiting)
+            now += dt
+            self.steps += 1
+            if prefill:
+                ledger.observe_progress(prefill, dt)
+            finished = 0
+            if running:
+                run = np.asarray(running, dtype=np.int64)
+                if self.compressor is not None:
+                    self.compressor.grow(running, 1)
+                self.remaining[run] -= 1
+                fin = self.remaining[run] <= 0
+                if fin.any():
+                    finished += self._finish(run[fin].tolist(), now)
+                    running = run[~fin].tolist()
+            for r in admitted:
+                self.first_token[r] = now
+                self.remaining[r] = self.output_len[r] - 1
+                o0, o1 = self.offsets[r], self.offsets[r + 1]
+                self.hier.offer(self.ids[o0:o1], np.arange(o1 - o0) < self.gpu_at_take[r])
+                if self.compressor is not None:
+                    self.compressor.after_prefill(r)  # prefill-time compression to the budget
+                if self.write_through:
+                    self._lru_write(self.ids[o0:o1].tolist(), now)
+                if self.remaining[r] <= 0:
+                    finished += self._finish([r], now)
+                else:
+                    running.append(r)
+            self.max_running = max(self.max_running, len(running))
+            done += finished
+            if self.progress is not None and finished:
+                self.progress(finished)
+        if self.write_through:
+            self._lru_tick(now)
+        return now
+
+    def _decode_stretch(self, running: list[int], waiting: list[int], now: float, done: int) -> tuple[float, int]:
+        run = np.asarray(running, dtype=np.int64)
+        step_s = self.model.decode_step_seconds(len(running))
+        k = int(self.remaining[run].min())
+        if self.compressor is not None:
+            k = min(k, self.cfg.repack_interval)
+        nxt = self._next_event_time()
+        if nxt is not None:
+            k = max(1, min(k, int(np.ceil((nxt - now) / step_s - 1e-12))))
+        self.step_end = now + k * step_s
+        self.batch_in_flight = len(running)
+        self._events_until(now + k * step_s, waiting)
+        now += k * step_s
+        self.steps += k
+        if self.compressor is not None:
+            self.compressor.grow(running, k)
+        self.remaining[run] -= k
+        fin = self.remaining[run] <= 0
+        if fin.any():
+            finished = self._finish(run[fin].tolist(), now)
+            running[:] = run[~fin].tolist()
+            done += finished
+            if self.progress is not None:
+                self.progress(finished)
+        return now, done
+
+    def _finish(self, rs: list[int], now: float) -> int:
+        for r in rs:
+            self.finish[r] = now
+            if self.compressor is not None:
+                self.compressor.finish(r)
+            else:
+                self.hier.release(self.held.pop(r))
+        return len(rs)
+
+    # ------------------------------------------------------------------ events
+    def _events_until(self, t: float, waiting: list[int]) -> None:
+        """Process staging completions, arrivals and controller polls with time <= t, in time order."""
+        transfers = self.transfers
+        arrival = self.arrival
+        while True:
+            na = self.next_arrival
+            ta = arrival[na] if na < self.n else np.inf
+            tt = transfers[0][0] if transfers else np.inf
+            tp = self.next_poll if self.ungranted > 0 else np.inf
+            if ta > t and tt > t and tp > t:
+                return
+            if tt <= ta and tt <= tp:
+                done_at, _, cid = heapq.heappop(transfers)
+                self.transfer_done.pop(cid, None)
+                if cid in self.cancelled:
+                    self.cancelled.discard(cid)
+                else:
+                    self.ledger.mark_ready([cid], now=done_at)
+            elif ta <= tp:
+                self._arrive(na, waiting)
+                self.next_arrival = na + 1
+            else:
+                # the controller's clock.  Only timely staging triggers on time alone; the others
+                # grant pending claims as capacity frees, so a tick with no release since the last
+                # poll would grant nothing (skipped: same result, less work)
+                if self.timely or self.freed_since_poll:
+                    self._poll(tp)
+                self.next_poll = tp + self.cfg.poll_interval_s
+
+    def _next_event_time(self) -> float | None:
+        na = self.next_arrival
+        t = min(self.arrival[na] if na < self.n else np.inf, self.transfers[0][0] if self.transfers else np.inf)
+        return None if t == np.inf else float(t)
+
+    def _arrive(self, r: int, waiting: list[int]) -> None:
+        t = float(self.arrival[r])
+        o0, o1 = self.offsets[r], self.offsets[r + 1]
+        gpu, src = self.hier.lookup(self.keys[o0:o1], self.ids[o0:o1])
+        self.gpu_at_arrival[r] = gpu
+        inp = int(self.input_len[r])
+        bt = self.bt
+        gpu_tokens = min(gpu * bt, inp - 1)  # the last prompt token is always computed
+        hit_tokens = min((gpu + src.shape[0]) * bt, inp - 1)
+        slow_tokens = hit_tokens - gpu_tokens
+        self.prefill_tokens[r] = inp - hit_tokens
+        pos = len(waiting)
+        cls = self.priority_class[r]
+        while pos > 0 and self.priority_class[waiting[pos - 1]] > cls:
+            pos -= 1
+        waiting.insert(pos, r)
+        self.max_waiting = max(self.max_waiting, len(waiting))
+        if pos < len(waiting) - 1 and (self.claim_id[waiting[pos + 1:]] >= 0).any():
+            self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
+        if slow_tokens <= 0:
+            return
+        if self.write_through:
+            self.staged_blocks[r] = src.shape[0]  # read from the lower tiers at scheduling, no claim
+            return
+        nbytes = min(slow_tokens * self.kvb, self.ledger.capacity_bytes)  # a hit larger than the tier: in part
+        blocks = -(-(nbytes // self.kvb) // self.bt)
+        if nbytes <= 0:
+            self.prefill_tokens[r] += slow_tokens
+            return
+        self.staged_blocks[r] = blocks
+        self.staged_bytes[r] = nbytes
+        used = src[:blocks]
+        source = int(used.max())
+        per_tier = np.bincount(used, minlength=len(self.cfg.tiers)) * (nbytes / blocks)
+        eff = self.cfg.stage_efficiency
+        self.stage_seconds[r] = self.cfg.tiers[source].spec.latency_s + sum(
+            b / min(lv.spec.read_bandwidth * eff, self.cfg.fast_tier.write_bandwidth)
+            for b, lv in zip(per_tier.tolist(), self.cfg.tiers) if b)
+        self.claim_source[r] = source
+        queued = float(self.prefill_tokens[waiting[:pos]].sum()) if pos > 0 else 0.0
+        budget = self.model.max_prefill_tokens
+        ahead = (queued // budget) * budget
+        delay = max(self.step_end - t, 0.0)
+        cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay, source=source)
+        self.claim_id[r] = cid
+        self.claim_owner[cid] = r
+        self.claims_made += 1
+        if self.ungranted == 0 or self.next_poll < t:
+            self.next_poll = t + self.cfg.poll_interval_s
+        self.ungranted += 1
+        self.policy.on_claim(cid, t)
+        if self.grant_on_claim:
+            self._poll(t)
+        if nbytes < slow_tokens * self.kvb:
+            self.prefill_tokens[r] += slow_tokens - nbytes // self.kvb
+
+    def _poll(self, now: float) -> None:
+        self.freed_since_poll = False
+        self._start_transfers(self.policy.due(now), now)
+
+    def _start_transfers(self, granted, now: float) -> None:
+        for cid in np.asarray(granted, dtype=np.int64).tolist():
+            r = self.claim_owner[cid]
+            s = int(self.claim_source[r])
+            done_at = max(now, self.channel_free_at[s]) + self.stage_seconds[r]
+            self.channel_free_at[s] = done_at
+            heapq.heappush(self.transfers, (done_at, self.transfer_seq, cid))
+            self.transfer_done[cid] = done_at
+            self.transfer_seq += 1
+            self.ungranted -= 1
+
+    # ------------------------------------------------------------------ scheduling
+    def _update_work_ahead(self, waiting: list[int], n_running: int, now: float, step_s: float) -> None:
+        """Time until each queued claim's use = ``step_s`` (the step starting now, known) +
+        prefill tokens of the *later steps* before its own (at the ledger's learned rate).
+
+        The queue drains a step at a time (up to ``max_prefill_tokens`` and the free batch
+        room), so requests packed into the next step wait only for the current one.
+        """
+        w = np.asarray(waiting, dtype=np.int64)
+        cids = self.claim_id[w]
+        has = cids >= 0
+        if not has.any():
+            return
+        budget = self.model.max_prefill_tokens
+        room = self.model.max_batch - n_running
+        before = step_tokens = step_count = 0
+        ahead = np.empty(w.shape[0], dtype=np.float64)
+        for i, p in enumerate(self.prefill_tokens[w].tolist()):
+            if step_count and (step_tokens + p > budget or step_count >= room):
+                before += step_tokens
+                step_tokens = step_count = 0
+                room = self.model.max_batch
+            ahead[i] = before
+            step_tokens += p
+            step_count += 1
+        self.ledger.update(cids[has], ahead[has], now=now, delay_s=np.full(int(has.sum()), step_s))
+
+    def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
+        """Pick this step's prefills: in queue order within the batch room, the prefill budget
+        and the GPU pool.
+
+        Claims are asked for (``need``, which escalates them) only within the first step's window
+        of the queue (the requests whose prefills would fill one step's budget): the look-ahead
+        of on-demand staging.  Beyond it a claim runs only if already ready.
+        """
+        m = self.model
+        admitted: list[int] = []
+        budget = window = m.max_prefill_tokens
+        room = m.max_batch - n_running
+        if room <= 0 or not waiting:
+            return admitted
+        led = self.ledger
+        kept: list[int] = []
+        for i, r in enumerate(waiting):
+            if room <= 0:
+                kept.extend(waiting[i:])
+                break
+            in_window = window == m.max_prefill_tokens or self.prefill_tokens[r] <= window
+            window = window - int(self.prefill_tokens[r]) if in_window else -1
+            cid = int(self.claim_id[r])
+            if cid >= 0 and self._gpu_holds_hit(r):
+                self._drop_claim(r, cid, now)  # an earlier request put the context on the GPU meanwhile
+                self.claims_cancelled += 1
+                cid = -1
+            if cid >= 0 and not in_window and int(led.state_of([cid])[0]) != READY:
+                room -= 1
+                kept.append(r)
+                continue
+            if cid >= 0 and not bool(led.need([cid], now=now)[0]):
+                if int(led.state_of([cid])[0]) != STAGING:
+                    self._poll(now)
+                if not (self.cfg.recompute_fallback and self._recompute_is_faster(r, cid, now)):
+                    room -= 1
+                    kept.append(r)  # waits for its KV: a batch slot, no prefill budget
+                    continue
+                self._drop_claim(r, cid, now)
+                self.claims_recomputed += 1
+                cid = -1
+            if admitted and self.prefill_tokens[r] > budget:
+                kept.extend(waiting[i:])
+                break
+            if not self._take(r):
+                kept.extend(waiting[i:])  # the GPU pool is full: wait for running requests to finish
+                break
+            if cid >= 0:
+                led.consume([cid], now=now)
+            room -= 1
+            budget -= int(self.prefill_tokens[r])
+            admitted.append(r)
+        waiting[:] = kept
+        if not admitted and n_running == 0 and not self.transfers:
+            # nothing runs and nothing is in flight: stay work-conserving, run the first ready one
+            for i, r in enumerate(waiting):
+                cid = int(self.claim_id[r])
+                if (cid < 0 or bool(led.need([cid], now=now)[0])) and self._take(r):
+                    if cid >= 0:
+                        led.consume([cid], now=now)
+                    admitted.append(waiting.pop(i))
+                    break
+        return admitted
+
+    def _take(self, r: int) -> bool:
+        """Give ``r`` its GPU blocks and fix its prefill from the GPU hits found now."""
+        o0, o1 = self.offsets[r], self.offsets[r + 1]
+        if self.compressor is not None:  # the request's KV lives in the token table (no prefix cache)
+            if not self.compressor.start(r, int(self.input_len[r]), int(self.output_len[r])):
+                return False
+            h = 0
+        else:
+            got = self.hier.take(self.keys[o0:o1], int(self.extra_blocks[r]))
+            if got is None:
+                return False
+            self.held[r] = got[0]
+            h = got[1]
+        self.gpu_at_take[r] = h
+        g0, sb = int(self.gpu_at_arrival[r]), int(self.staged_blocks[r])
+        covered = h + max(0, g0 + sb - max(h, g0)) if sb else h  # GPU blocks + staged ones beyond them
+        inp = int(self.input_len[r])
+        gpu_tokens = min(h * self.bt, inp - 1)
+        hit_tokens = min(covered * self.bt, inp - 1)
+        self.prefill_tokens[r] = inp - hit_tokens
+        self.gpu_hit_tokens += gpu_tokens
+        self.slow_hit_tokens += hit_tokens - gpu_tokens
+        return True
+
+    def _gpu_holds_hit(self, r: int) -> bool:
+        """Is the whole prefix hit found at arrival now in the GPU prefix cache?"""
+        o0 = self.offsets[r]
+        end = int(self.gpu_at_arrival[r] + self.staged_blocks[r])
+        return self.hier.gpu_prefix(self.keys[o0:o0 + end]) >= end if self.hier.prefix_cache else False
+
+    def _recompute_is_faster(self, r: int, cid: int, now: float) -> bool:
+        """Would recomputing the claim's tokens finish before its copy is ready?  (Holders free
+        their capacity at their predicted use times, in that order.)"""
+        recompute_s = (int(self.staged_bytes[r]) // self.kvb) / self.model.prefill_tokens_per_s
+        done_at = self.transfer_done.get(cid)
+        if done_at is not None:
+            return bool(done_at - now > recompute_s)
+        led = self.ledger
+        stage_s = float(np.asarray(led.predicted_ready_seconds([cid]))[0])
+        missing = int(self.staged_bytes[r]) - int(led.free_bytes)
+        wait = 0.0
+        if missing > 0:
+            ids = np.asarray(led.open_ids(), dtype=np.int64)
+            states = np.asarray(led.state_of(ids))
+            holding = (states == STAGING) | (states == READY) | (states == CONSUMED)
+            holders = ids[holding]
+            frees_at = np.maximum(np.asarray(led.predicted_use_time(holders), dtype=np.float64), now)
+            frees_at[states[holding] == CONSUMED] = now
+            held = self.staged_bytes[[self.claim_owner[h] for h in holders.tolist()]]
+            order = np.argsort(frees_at, kind="stable")
+            enough = np.flatnonzero(np.cumsum(held[order]) >= missing)
+            wait = float(frees_at[order[enough[0]]]) - now if enough.size else np.inf
+        return bool(wait + stage_s > recompute_s)
+
+    def _drop_claim(self, r: int, cid: int, now: float) -> None:
+        """Release a claim that will not be used (its blocks are then GPU hits or recomputed)."""
+        state = int(self.ledger.state_of([cid])[0])
+        if state in (CLAIMED, PENDING):
+            self.ungranted -= 1
+        elif state == STAGING:
+            self.cancelled.add(cid)  # its copy is in flight: drop it when it completes
+        self.ledger.release([cid], now=now)
+        self.freed_since_poll = True
+        self.claim_owner.pop(cid, None)
+        self.staged_bytes[r] = 0
+        self.staged_blocks[r] = 0
+        self.claim_id[r] = -1
+
+    # ------------------------------------------------------------------ write-through LRU baseline
+    def _write_through_load(self, admitted: list[int], now: float) -> float:
+        """Seconds to bring the admitted requests' lower-tier hits to the GPU: from the fast LRU
+        tier when it holds them, else from the lower tier on the critical path (then cached)."""
+        fast = self.cfg.fast_tier
+        slow = self.cfg.tiers[-1].spec if self.cfg.tiers else fast
+        secs = 0.0
+        for r in admitted:
+            sb = int(self.staged_blocks[r])
+            if not sb:
+                continue
+            o0 = int(self.offsets[r] + self.gpu_at_arrival[r])
+            keys = self.ids[o0:o0 + sb].tolist()
+            in_fast = int(np.count_nonzero(self.fast_lru.contains_many(keys)))
+            slow_bytes = (sb - in_fast) * self.block_bytes
+            secs += fast.latency_s + sb * self.block_bytes / fast.read_bandwidth
+            if slow_bytes:
+                secs += slow.latency_s + slow_bytes / (slow.read_bandwidth * self.cfg.stage_efficiency)
+            self._lru_write(keys, now)
+        return secs
+
+    def _lru_write(self, keys: list, now: float) -> None:
+        self._lru_tick(now)
+        self.fast_lru.access_or_put_size_many(keys, self.block_bytes, np.ones(len(keys), dtype=bool))
+        self.lru_peak = max(self.lru_peak, self.fast_lru.used_bytes)
+
+    def _lru_tick(self, now: float) -> None:
+        self.lru_byte_seconds += self.fast_lru.used_bytes * max(now - self.lru_clock, 0.0)
+        self.lru_clock = max(now, self.lru_clock)
+
+    def warn_if_unbounded(self) -> None:
+        """One line when the queue grew without bound (a tenth of the requests waiting at once)."""
+        if self.n >= 200 and self.max_waiting > max(50, self.n // 10):
+            warnings.warn(f"kvmm.sim: the queue reached {self.max_waiting} waiting requests of {self.n}: the offered "
+                          "load exceeds capacity, TTFT measures the backlog (lower load=)", QueueGrowthWarning, stacklevel=3)

@@ -1,0 +1,149 @@
+"""One serving instance's KV memory, composed from kvmm's own structures.
+
+* **GPU pool**: a :class:`~kvmm.allocators.BlockAllocator` of the trace's blocks (Mooncake traces
+  hash 512-token blocks; other formats carry their own ``block_tokens``), ``gpu_kv_bytes // (512 x KV bytes per token)`` of them.  A
+  scheduled request takes its blocks with ``admit`` (prefix hits touched, the rest allocated
+  and keyed); a finished one frees them last-first into the prefix cache (vLLM semantics).
+* **Lower tiers**: one :class:`~kvmm.tiers.ManagedTier` per :class:`TierLevel`, a
+  :class:`~kvmm.tiers.SimulatedTier` (capacity and timing, no bytes) driven by the level's
+  eviction policy; the level's admission policy decides which of a prefilled request's blocks
+  are written to it.  Every level is written independently (write-through to each level its
+  admission admits; no demotion of victims).
+
+Nothing here keeps an eviction order of its own: the GPU order is the allocator's free queue,
+each tier's order is its policy's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvmm.allocators.block_allocator import BlockAllocator
+from kvmm.errors import BadInputError, OutOfBlocksError
+from kvmm.policies.admission import AdmissionRequest
+from kvmm.sim.config import SimConfig, make_admission, make_eviction
+from kvmm.tiers.managed import ManagedTier
+from kvmm.tiers.simulated import SimulatedTier
+
+__all__ = ["Hierarchy"]
+
+
+class Hierarchy:
+    """GPU pool + lower tiers of one instance.  ``record_ops`` logs every pool call (tests replay it).
+
+    Runtime complexity: pool calls O(blocks of the request) in numba; tier calls O(blocks)
+    policy events.
+    """
+
+    def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, gpu_kv_bytes: int | None = None,
+                 with_tiers: bool = True, prefix_cache: bool | None = None, record_ops: bool = False) -> None:
+        kv = cfg.gpu_kv_bytes if gpu_kv_bytes is None else gpu_kv_bytes
+        num_blocks = kv // block_bytes
+        if num_blocks < 1:
+            raise BadInputError(f"gpu_kv_bytes={kv} holds no {block_bytes}-byte block; expected at least one block")
+        self.block_bytes = block_bytes
+        self.pool = BlockAllocator(num_blocks, block_tokens, secret=bytes(16))
+        self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache
+        levels = cfg.tiers if with_tiers else ()
+        self.levels = levels
+        self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
+                      for lv in levels]
+        self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
+        self.tier_hits = np.zeros(len(levels), dtype=np.int64)  # blocks found when offered
+        self.tier_offered = np.zeros(len(levels), dtype=np.int64)  # blocks offered
+        self.ops: list | None = [] if record_ops else None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    # ------------------------------------------------------------------ lookups
+    def lookup(self, keys: np.ndarray, ids: np.ndarray) -> tuple[int, np.ndarray]:
+        """Longest prefix of the request's blocks found (``keys``: pool keys ``(n, 2)`` uint64;
+        ``ids``: the same blocks' trace ids, the tiers' keys): ``(gpu blocks, source tier of each next hit block)``.
+
+        The first ``gpu`` blocks are in the GPU prefix cache; the following ``len(src)`` blocks
+        are each in some lower tier (``src[i]``: the fastest that holds it).  No policy event: a
+        lookup is not an access (the blocks are accessed when the request offers them).
+        """
+        gpu = 0
+        if self.prefix_cache:
+            gpu = int(self.pool.lookup(keys).shape[0])
+            if self.ops is not None:
+                self.ops.append(("lookup", keys.copy(), gpu))
+        rest = ids[gpu:]
+        if not self.tiers or rest.shape[0] == 0:
+            return gpu, np.zeros(0, dtype=np.int64)
+        kl = rest.tolist()
+        src = np.full(rest.shape[0], -1, dtype=np.int64)
+        for i in range(len(self.tiers) - 1, -1, -1):  # fastest last: it wins
+            src[self.tiers[i].contains_many(kl)] = i
+        miss = np.flatnonzero(src < 0)
+        return gpu, src[: miss[0]] if miss.size else src
+
+    def gpu_prefix(self, keys: np.ndarray) -> int:
+        """Leading blocks of ``keys`` now in the GPU prefix cache."""
+        if not self.prefix_cache:
+            return 0
+        h = int(self.pool.lookup(keys).shape[0])
+        if self.ops is not None:
+            self.ops.append(("lookup", keys.copy(), h))
+        return h
+
+    # ------------------------------------------------------------------ GPU pool
+    def take(self, keys: np.ndarray, extra: int) -> tuple[np.ndarray, int] | None:
+        """The request's blocks: ``(ids, GPU prefix hits)``, or None when the pool cannot hold them."""
+        if not self.prefix_cache:
+            n = keys.shape[0] + extra
+            if n > self.pool.num_free:
+                return None
+            ids = self.pool.allocate(n)
+            if self.ops is not None:
+                self.ops.append(("allocate", n, ids.copy()))
+            return ids, 0
+        try:
+            ids, hits = self.pool.admit(keys, extra)
+        except OutOfBlocksError:
+            return None
+        if self.ops is not None:
+            self.ops.append(("admit", keys.copy(), extra, ids.copy(), hits))
+        return ids, hits
+
+    def release(self, ids: np.ndarray) -> None:
+        """A finished request frees its blocks last-first (cached ones join the eviction order)."""
+        rev = ids[::-1]
+        self.pool.free(rev)
+        if self.ops is not None:
+            self.ops.append(("free", rev.copy()))
+
+    # ------------------------------------------------------------------ lower tiers
+    def offer(self, ids: np.ndarray, gpu_hit: np.ndarray | None = None) -> None:
+        """Write a prefilled request's blocks down: each tier's admission picks the blocks to write;
+        blocks the tier holds are accessed, admitted ones written, in prefix order."""
+        if not self.tiers:
+            return
+        kl = ids.tolist()
+        n = ids.shape[0]
+        hit_mask = np.zeros(n, dtype=bool) if gpu_hit is None else gpu_hit
+        for i, tier in enumerate(self.tiers):
+            cached = tier.contains_many(kl)
+            write = _as_mask(self.admission[i].admit(AdmissionRequest(ids, cached, hit_mask)), n)
+            # a block cached at admission time but evicted by an earlier write of this request is
+            # written back (it was offered and the tier held it: the admission kept it)
+            hits = tier.access_or_put_size_many(kl, self.block_bytes, write | cached)
+            self.tier_hits[i] += int(np.count_nonzero(hits))
+            self.tier_offered[i] += n
+
+
+def _as_mask(decision: Any, n: int) -> np.ndarray:
+    """An admission decision (bool mask or index array) as a bool mask of length ``n``."""
+    arr = np.asarray(decision)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n,):
+            raise BadInputError(f"admission returned a mask of shape {arr.shape}; expected ({n},)")
+        return arr
+    mask = np.zeros(n, dtype=bool)
+    mask[arr.astype(np.int64)] = True
+    return mask

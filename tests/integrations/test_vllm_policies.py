@@ -1,0 +1,198 @@
+"""kvmm eviction policies inside the real vLLM 0.33.0 CPU offloading manager (vLLM venv only).
+
+Run by .ci/run in .ci/venvs/vllm; the main run does not collect tests/integrations.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+from vllm.v1.kv_offload.base import ReqContext
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus
+from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+import kvmm.integrations.vllm as kv
+from kvmm.errors import BadInputError
+from kvmm.policies import ARCPolicy, LFUPolicy, LRUPolicy
+from kvmm.traces import conversation_trace, load_mooncake
+from tests.integrations.vllm_replay import (
+    new_context, offload_key, replay_managed_tier, replay_vllm, request_keys, run_request)
+
+N_REQUESTS = 1500
+CAPACITY = 600  # blocks; the largest of these requests fits, the working set does not
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_mooncake("conversation")
+
+
+def manager(policy: str, capacity: int = CAPACITY, **kwargs) -> CPUOffloadingManager:
+    module = None if policy in ("lru", "arc") else kv.MODULE_PATH
+    return CPUOffloadingManager(capacity, cache_policy=policy, cache_policy_module_path=module, **kwargs)
+
+
+def test_vllm_version_is_the_pinned_one():
+    assert importlib.metadata.version("vllm") == "0.33.0"
+
+
+@pytest.mark.parametrize("name", ["KvmmLRU", "KvmmFIFO", "KvmmLFU", "KvmmARC"])
+def test_vllm_loads_each_policy_by_module_path(name):
+    cls = CachePolicyFactory.get_cache_policy_cls(name, kv.MODULE_PATH)
+    assert cls is getattr(kv, name) and issubclass(cls, CachePolicy)
+    assert type(manager(name, 8)._policy) is cls
+
+
+@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+def test_lru_replay_matches_vllm_lru_and_managed_tier(trace, source, capacity):
+    # The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
+    # multi-turn conversation trace (each turn reuses the session's prefix: many hits).
+    if source == "generated":
+        trace = conversation_trace(num_sessions=40, seed=3)
+    n = min(N_REQUESTS, trace.num_requests)
+    ours = manager("KvmmLRU", capacity)
+    kvmm_in_vllm = replay_vllm(ours, trace, n, check=ours._policy.check)
+    vllm_lru = replay_vllm(manager("lru", capacity), trace, n)
+    managed = replay_managed_tier(LRUPolicy(), capacity, trace, n)
+    # The same stores, hits and evictions, in the same order, request by request.
+    for i, (a, b, c) in enumerate(zip(kvmm_in_vllm, vllm_lru, managed)):
+        assert a == b, f"request {i}: KvmmLRU {a[0]} hits differs from vLLM lru {b[0]} hits"
+        assert a == c, f"request {i}: KvmmLRU differs from ManagedTier(LRUPolicy)"
+    # The comparison means something: hits and evictions both happen.
+    assert sum(r[0] for r in vllm_lru) > 500 and sum(len(r[2]) for r in vllm_lru) > 500
+    # The finished requests' tails went first: the first eviction of a stored prefix is its tail.
+    order = {key: i for i, key in enumerate(request_keys(trace, 0))}
+    first_evicted = [k for r in vllm_lru for k in r[2] if k in order]
+    assert first_evicted and first_evicted[0] == max(order, key=order.get)
+
+
+@pytest.mark.parametrize("a_finishes_first, expected", [
+    (False, {"lru": "a2", "KvmmLRU": "a1"}),
+    (True, {"lru": "x2", "KvmmLRU": "x2"}),
+])
+def test_in_flight_request_difference_is_pinned(a_finishes_first, expected):
+    """vLLM ranks an in-flight request's chunks with the rank it took when it started; kvmm
+    registers them when stored.  Request A stores a1, then (after request Y reused and finished
+    X's blocks) stores a2.  While A still runs, vLLM's lru evicts a2 (rank (R_A, -32), older than
+    Y's re-rank) and KvmmLRU evicts a1 (registered before Y's re-rank).  Once A has finished both
+    re-rank A's chunks head-most-recent and evict X's tail, x2."""
+    keys = dict(zip(["x1", "x2", "a1", "a2", "b1"], (offload_key(k) for k in range(1, 6))))
+    x, a = [keys["x1"], keys["x2"]], [keys["a1"], keys["a2"]]
+    for policy in ("lru", "KvmmLRU"):
+        m = manager(policy, 4)
+        run_request(m, "X", x)
+        ctx_a = new_context("A", a)
+        m.on_new_request(ctx_a)
+        m.complete_store(m.prepare_store(a[:1], ctx_a).keys_to_store, ctx_a)
+        assert run_request(m, "Y", x) == (2, [], [])
+        m.complete_store(m.prepare_store(a[1:], ctx_a).keys_to_store, ctx_a)
+        if a_finishes_first:
+            m.on_request_finished(ctx_a)
+        assert run_request(m, "B", [keys["b1"]])[2] == [keys[expected[policy]]], policy
+        m.on_request_finished(ctx_a)
+
+
+def test_arc_replay_end_to_end(trace):
+    ours = manager("KvmmARC")
+    result = replay_vllm(ours, trace, N_REQUESTS, check=lambda: (ours._policy.check(), ours._policy.policy.check()))
+    policy = ours._policy.policy
+    assert isinstance(policy, ARCPolicy) and policy.c == CAPACITY
+    hits = sum(r[0] for r in result)
+    assert hits > 1000 and sum(len(r[2]) for r in result) > 1000
+    lists = policy.lists()
+    # Reused blocks were promoted, evicted ones remembered as ghosts.
+    assert lists["T2"] and (lists["B1"] or lists["B2"])
+    assert len(lists["T1"]) + len(lists["T2"]) == len(ours._policy.chunks) <= CAPACITY
+
+
+def test_arc_reuse_promotes_and_ghost_hit_adapts():
+    k1, k2, k3 = (offload_key(k) for k in (1, 2, 3))
+    m = manager("KvmmARC", 2)
+    arc = m._policy.policy
+    run_request(m, "store", [k1, k2])
+    assert arc.lists() == {"T1": [k2, k1], "T2": [], "B1": [], "B2": []}  # tail first
+    assert run_request(m, "reuse", [k1]) == (1, [], [])
+    assert arc.lists() == {"T1": [k2], "T2": [k1], "B1": [], "B2": []}
+    assert run_request(m, "new", [k3]) == (0, [k3], [k2])  # |T1| = 1 > p = 0: T1's oldest
+    assert arc.lists() == {"T1": [k3], "T2": [k1], "B1": [k2], "B2": []}
+    assert run_request(m, "ghost", [k2]) == (0, [k2], [k3])
+    assert arc.p == 1.0  # the B1 ghost hit grew T1's target
+    assert arc.lists()["T2"] == [k1, k2]
+
+
+def test_lfu_counts_reuse_not_stores():
+    k1, k2, k3 = (offload_key(k) for k in (1, 2, 3))
+    m = manager("KvmmLFU", 2)
+    run_request(m, "store", [k1, k2])
+    run_request(m, "reuse", [k1])
+    lfu = m._policy.policy
+    assert isinstance(lfu, LFUPolicy) and (lfu.frequency(k1), lfu.frequency(k2)) == (2, 1)
+    assert run_request(m, "new", [k3])[2] == [k2]
+
+
+def test_fifo_ignores_reuse():
+    k1, k2, k3 = (offload_key(k) for k in (1, 2, 3))
+    m = manager("KvmmFIFO", 2)
+    run_request(m, "store", [k1, k2])   # registered tail first: k2 then k1
+    run_request(m, "reuse", [k2])
+    assert run_request(m, "new", [k3])[2] == [k2]
+
+
+def test_evict_is_all_or_nothing_and_skips_chunks_in_use():
+    policy = kv.KvmmLRU(3)
+    ctx = ReqContext("r")
+    keys = [offload_key(k) for k in range(3)]
+    for i, key in enumerate(keys):
+        policy.insert(key, ChunkStatus(i), ctx)
+    assert policy.evict(1, set()) is None  # stores in flight: nothing evictable
+    for key in keys:
+        policy.get(key).ref_cnt = 0
+        policy.mark_evictable(key)
+    policy.get(keys[0]).ref_cnt = 1
+    policy.mark_non_evictable(keys[0])
+    before = (policy.policy.keys(), dict(policy.chunks))
+    assert policy.evict(3, {keys[1]}) is None
+    assert (policy.policy.keys(), dict(policy.chunks)) == before
+    assert [k for k, _ in policy.evict(1, {keys[1]})] == [keys[2]]
+    policy.check()
+    policy.clear()
+    assert policy.chunks == {} and len(policy.policy) == 0
+
+
+def test_failed_store_is_forgotten():
+    m = manager("KvmmARC", 2)
+    ctx = new_context("r", [offload_key(1)])
+    m.prepare_store([offload_key(1)], ctx)
+    m.complete_store([offload_key(1)], ctx, success=False)
+    m.on_request_finished(ctx)
+    assert m._policy.chunks == {} and m._policy.policy.lists()["B1"] == []
+    m._policy.check()
+    retry = new_context("retry", [offload_key(1)])  # the same block stored again, successfully
+    m.complete_store(m.prepare_store([offload_key(1)], retry).keys_to_store, retry)
+    m.on_request_finished(retry)
+    m._policy.check()
+    assert m._policy.policy.lists()["T1"] == [offload_key(1)]
+
+
+def test_make_cache_policy_from_any_eviction_policy():
+    cls = kv.make_cache_policy(LRUPolicy(), name="TemplateLRU", refresh_stores=True)
+    a, b = cls(2), cls(2)
+    assert a.policy is not b.policy and issubclass(cls, kv.KvmmCachePolicy)
+    factory_cls = kv.make_cache_policy(lambda: ARCPolicy(ghost_limit=4))
+    assert factory_cls.__name__ == "KvmmARCPolicy" and factory_cls(8).policy.c == 8
+    with pytest.raises(BadInputError, match="EvictionPolicy"):
+        kv.make_cache_policy(object())
+    with pytest.raises(BadInputError, match="lacks the EvictionPolicy"):
+        kv.make_cache_policy(lambda: 3)
+
+
+def test_double_insert_is_refused_without_change():
+    policy = kv.KvmmLRU(2)
+    ctx = ReqContext("r")
+    policy.insert(offload_key(1), ChunkStatus(0), ctx)
+    with pytest.raises(BadInputError, match="already resident"):
+        policy.insert(offload_key(1), ChunkStatus(1), ctx)
+    assert policy.get(offload_key(1)).chunk_id == 0
+    policy.check()
