@@ -113,9 +113,23 @@ class BlockAllocator:
         self.meta[META_SEED] = int.from_bytes(os.urandom(8), "little") >> 1
         self.meta[META_TABLE_MASK] = table_size - 1
 
+        self._ref_view = self._read_only_ref_view()
+
+    def _read_only_ref_view(self) -> np.ndarray:
         ref = self.block_fields[REF].view()
         ref.flags.writeable = False
-        self._ref_view = ref
+        return ref
+
+    # copy.deepcopy and pickle copy a view as an array of its own: rebuild the view over the copy's
+    # block_fields, or the copy's ref_counts would stop following its pool
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_ref_view"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._ref_view = self._read_only_ref_view()
 
     # ----------------------------------------------------------------- read-only state
     @property
