@@ -157,7 +157,11 @@ def _wait(calls: list) -> None:
 
 
 def _as_keys(chunk: Any) -> np.ndarray:
-    arr = np.asarray(chunk)
+    try:
+        arr = np.asarray(chunk)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise BadInputError(f"each trace chunk must be a 1-D integer key array, got {type(chunk).__name__} "
+                            f"that is not one ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise BadInputError(f"each trace chunk must be a 1-D integer key array, got shape {arr.shape} dtype {arr.dtype}")
     return np.ascontiguousarray(arr.astype(np.uint64, copy=False).view(np.int64) if arr.dtype.kind == "u"
