@@ -31,6 +31,9 @@ from kvmm._progress import Progress
 
 __all__ = ["Report", "SECTIONS", "run_sections", "format_table"]
 
+#: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
+TRACE_SECTION = "allocator"
+
 #: (section name, module path).  The module defines ``reproduce(report)``.
 SECTIONS: list[tuple[str, str]] = [
     ("allocator", "kvmm.reproduce.prefix_cache"),
@@ -55,6 +58,9 @@ class Report:
     #: sections requested with ``--only`` (``None``: all), and the command-line flags, for the metadata
     only: Sequence[str] | None = None
     flags: Sequence[str] = ()
+    #: ``kvmm reproduce --trace PATH [--format FMT]``: the trace the TRACE_SECTION replays (None: bundled)
+    trace: str | None = None
+    trace_format: str | None = None
     #: sections that ran (set by :func:`run_sections`)
     sections: list[str] = field(default_factory=list)
 
