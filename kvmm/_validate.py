@@ -15,7 +15,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
-__all__ = ["as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -24,7 +24,7 @@ def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.nd
     Accepts Python ints, lists of ints and integer numpy arrays of any width; values must fit
     in ``dtype``.
     """
-    arr = _as_array(x, name)
+    arr = as_array(x, name)
     if arr.ndim == 0 and ndim == 1:
         arr = arr.reshape(1)
     if arr.size == 0 and arr.dtype.kind not in "iu":
@@ -56,7 +56,7 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
     Accepts an ``(n, 2)`` unsigned/signed 64-bit integer array, or a 1-D integer array of ``n``
     keys (each widened to ``(key, 0)``), e.g. a trace's block ids.
     """
-    arr = _as_array(x, name)
+    arr = as_array(x, name)
     if arr.size == 0 and arr.dtype.kind not in "iu":
         arr = arr.astype(np.uint64).reshape(0, 2)
     if arr.dtype.kind not in "iu":
@@ -70,21 +70,51 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
     return np.ascontiguousarray(arr.astype(np.uint64, copy=True))
 
 
-def as_count(x: Any, name: str, *, minimum: int = 0) -> int:
-    """Return ``x`` as a Python int ``>= minimum``; reject floats, bools and NaN."""
+def as_count(x: Any, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise DTypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
     if int(x) < minimum:
         raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
+    if maximum is not None and int(x) > maximum:
+        raise BadInputError(f"{name} must be <= {maximum}, got {int(x)}")
     return int(x)
+
+
+def as_hashable(key: Any, name: str = "key") -> Any:
+    """Return ``key`` if it can be a dict key; unhashable keys (lists, arrays) are a
+    :class:`DTypeError`; NaN and keys nested too deeply to hash or compare a :class:`BadInputError`.
+    Runtime complexity: O(size of the key)."""
+    if isinstance(key, (float, np.floating)) and key != key:
+        raise BadInputError(f"{name} is NaN, which never equals itself; expected a key that can be found again")
+    try:
+        hash(key)
+    except TypeError:
+        raise DTypeError(f"{name} must be hashable (an int, str, bytes or tuple), got {type(key).__name__}") from None
+    except RecursionError:
+        raise BadInputError(f"{name} is nested too deeply to use as a key") from None
+    return key
+
+
+def as_key_set(keys: Any, name: str = "protected") -> set | frozenset:
+    """Return an iterable of hashable keys as a set (a given set or frozenset as is).
+
+    A non-iterable (``5``) or text is a :class:`DTypeError`, as is an unhashable member."""
+    if isinstance(keys, (set, frozenset)):
+        return keys
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise DTypeError(f"{name} must be a collection of keys (set, list, tuple), got {type(keys).__name__}")
+    try:
+        return set(keys)
+    except TypeError:
+        raise DTypeError(f"{name} must hold hashable keys, got an unhashable member") from None
+    except RecursionError:
+        raise BadInputError(f"{name} holds a key nested too deeply to use as a key") from None
 
 
 def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
     """Return ``x`` as a float in ``(0, 1]`` (or ``[0, 1]``); reject NaN and out-of-range values."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise DTypeError(f"{name} must be a number in (0, 1], got {x!r}") from None
+    v = _as_real(x, name, "a number in (0, 1]")
     lo_ok = v >= 0.0 if include_zero else v > 0.0
     if math.isnan(v) or not lo_ok or v > 1.0:
         rng = "[0, 1]" if include_zero else "(0, 1]"
@@ -94,19 +124,43 @@ def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
 
 def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
     """Return ``x`` as a finite float ``> 0`` (or ``>= 0``)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise DTypeError(f"{name} must be a finite number, got {x!r}") from None
+    v = _as_real(x, name, "a finite number")
     if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
         want = ">= 0" if allow_zero else "> 0"
         raise BadInputError(f"{name} must be a finite number {want}, got {x!r}")
     return v
 
 
-def _as_array(x: Any, name: str) -> np.ndarray:
-    """``np.asarray`` that turns numpy's ragged-sequence ValueError into a ShapeError."""
+def _as_real(x: Any, name: str, want: str) -> float:
+    """``float(x)`` for a real number (Python or numpy, not bool); text and containers are refused."""
+    if isinstance(x, (str, bytes, bool, np.bool_)) or (isinstance(x, np.ndarray) and x.ndim != 0):
+        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})")
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})") from None
+
+
+def as_array(x: Any, name: str) -> np.ndarray:
+    """``np.asarray`` that refuses what numpy would silently convert or crash on.
+
+    A ragged sequence (numpy's ValueError) or one nested too deeply (RecursionError) is a
+    :class:`ShapeError`; a list holding booleans (``[0, True]`` silently becomes ``[0, 1]``)
+    is a :class:`DTypeError`.
+    """
+    if isinstance(x, (list, tuple)) and _holds_bool(x):
+        raise DTypeError(f"{name} holds booleans; expected numbers")
     try:
         return np.asarray(x)
-    except ValueError:
-        raise ShapeError(f"{name} is a ragged nested sequence; expected a flat array of integers") from None
+    except (ValueError, RecursionError):
+        raise ShapeError(f"{name} is a ragged or too deeply nested sequence; expected a flat array of numbers") from None
+
+
+def _holds_bool(x: list | tuple, depth: int = 2) -> bool:
+    """Whether a list (or a list of lists, ``depth`` levels) holds a bool."""
+    for v in x:
+        if isinstance(v, (bool, np.bool_)):
+            return True
+        if depth > 1 and isinstance(v, (list, tuple)) and _holds_bool(v, depth - 1):
+            return True
+    return False

@@ -35,14 +35,6 @@ def test_capacity_mismatch_is_rejected_and_closes_its_connection(pool, redis_url
     assert len(pool.client.client_list()) == connections
 
 
-def test_get_many_of_a_non_iterable_is_bad_input(pool):
-    pool.put("a", value(10))
-    for bad in (5, None, "a"):
-        with pytest.raises(BadInputError, match="keys must be a list"):
-            pool.get_many(bad)
-    assert pool.stats["gets"] == 0
-
-
 def _racer(url, prefix, worker, results):
     tier = RedisTier(url=url, prefix=prefix)
     stored = 0

@@ -142,3 +142,15 @@ def test_bad_urls_raise_bad_input(url):
 def test_a_client_that_is_not_a_redis_client_is_bad_input():
     with pytest.raises(BadInputError, match="redis.Redis"):
         RedisTier(10, client="redis://127.0.0.1", prefix="p")
+
+
+@pytest.mark.parametrize("keys", [5, 2.5, None])
+def test_get_many_of_a_non_list_is_a_clear_error_and_changes_nothing(pool, keys):
+    from kvmm.errors import KvmmError
+
+    pool.put("a", value(1))
+    before = (pool.used_bytes, pool.contains("a"))
+    with pytest.raises(KvmmError):
+        pool.get_many(keys)
+    assert (pool.used_bytes, pool.contains("a")) == before
+    assert np.array_equal(pool.get_many(["a"])[0], value(1))

@@ -40,7 +40,7 @@ import os
 import numpy as np
 from numba import njit
 
-from kvmm._validate import as_count, as_index_array, as_key_array
+from kvmm._validate import as_array, as_count, as_index_array, as_key_array
 from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, hash_many_block_keys, secret_words
 from kvmm.errors import BadInputError, DoubleFreeError, DTypeError, InvalidIdError, OutOfBlocksError, ShapeError
 
@@ -1049,8 +1049,9 @@ def _as_salt(salt) -> int:
 
 
 def _python_keys(x, name: str) -> np.ndarray:
-    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float."""
-    arr = np.asarray(x)
+    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float
+    (ragged lists: ShapeError)."""
+    arr = as_array(x, name)
     if arr.dtype.kind in "fO" and arr.size and not isinstance(x, np.ndarray):
         flat = np.asarray(x, dtype=object).ravel()
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):

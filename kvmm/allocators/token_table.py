@@ -100,7 +100,9 @@ class TokenTable:
         self.num_blocks_total = int(allocator.num_blocks)
         self.table_id = next(_TABLE_IDS)
         self.lock = threading.Lock()  # guards every array below against the planner's snapshot
-        rows = max(int(initial_sequences), 1)
+        # preallocation only (the arrays grow): bounded so nonsense fails clearly, not with MemoryError
+        rows = max(as_count(initial_sequences, "initial_sequences", maximum=1 << 24), 1)
+        initial_tokens = as_count(initial_tokens, "initial_tokens", maximum=1 << 28)
         self.row_of: dict[int, int] = {}
         # The same map as sorted arrays, for batched lookups (np.searchsorted).  Kept lazily:
         # add_sequence / free_sequence only note the change (O(1)); the next batched lookup merges
@@ -157,8 +159,8 @@ class TokenTable:
         key = _seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
-        if type(first_position) is not int or first_position < 0:  # plain non-negative ints skip the helper
-            first_position = as_count(first_position, "first_position")
+        if type(first_position) is not int or not 0 <= first_position <= 2**62:  # plain ints in range skip the helper
+            first_position = as_count(first_position, "first_position", maximum=2**62)  # int64 positions
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
                 self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
@@ -339,7 +341,7 @@ class TokenTable:
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
-        limit = -1 if budget is None else as_count(budget, "budget")
+        limit = -1 if budget is None else as_count(budget, "budget", maximum=2**63 - 1)
         bs = self.block_size
         with self.lock:
             # Only rows with sparse blocks need the planner; the others' plans (nothing to move,

@@ -207,7 +207,10 @@ def _as_request(request: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _as_mask(x: Any, name: str, n: int) -> np.ndarray:
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (ValueError, RecursionError):  # ragged, or nested deeper than numpy's 64 dimensions
+        raise ShapeError(f"request.{name} is a ragged or too deeply nested sequence; expected {n} booleans") from None
     if arr.size == 0 and arr.dtype != np.bool_:
         arr = arr.astype(np.bool_)  # an empty list arrives as float64; accept it like empty keys
     if arr.dtype != np.bool_:

@@ -36,13 +36,13 @@ O(n + number of protected keys skipped).  A size must be an integer ``>= 0``
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from itertools import count
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedDict
 
-from kvmm._validate import as_count
+from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
 
 __all__ = ["LRUPolicy", "FIFOPolicy", "LFUPolicy", "ARCPolicy", "EVICTION_POLICIES", "make_eviction_policy"]
@@ -75,6 +75,7 @@ class LRUPolicy:
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         as_count(incoming_size, "incoming_size")
+        as_hashable(incoming, "incoming")
         return _first_unprotected(iter(self._order), n, protected)
 
     def keys(self) -> list[Hashable]:
@@ -138,6 +139,7 @@ class LFUPolicy:
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         as_count(incoming_size, "incoming_size")
+        as_hashable(incoming, "incoming")
         return _first_unprotected(iter(self._order.values()), n, protected)
 
     def frequency(self, key: Hashable) -> int:
@@ -238,7 +240,7 @@ class ARCPolicy:
 
     def on_insert(self, key: Hashable, size: int = 1) -> None:
         size = as_count(size, "size")
-        if key in self._t1 or key in self._t2:
+        if as_hashable(key) in self._t1 or key in self._t2:
             raise BadInputError(f"ARCPolicy already tracks {key!r}; call on_access for a resident key")
         pending, self._pending = self._pending, None
         if key in self._b1 or key in self._b2:
@@ -255,7 +257,7 @@ class ARCPolicy:
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         if size is not None:
             size = as_count(size, "size")
-        if key in self._t1:
+        if as_hashable(key) in self._t1:
             old = self._pop(key, "T1")
         elif key in self._t2:
             old = self._pop(key, "T2")
@@ -268,7 +270,7 @@ class ARCPolicy:
             self._limit_ghosts(self.ghost_limit)
 
     def on_remove(self, key: Hashable) -> None:
-        if key not in self._t1 and key not in self._t2:
+        if as_hashable(key) not in self._t1 and key not in self._t2:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
@@ -298,6 +300,7 @@ class ARCPolicy:
         n = as_count(n, "n")
         incoming_size = as_count(incoming_size, "incoming_size")
         protected = _as_set(protected)
+        as_hashable(incoming, "incoming")
         in_b1 = incoming is not None and incoming in self._b1
         in_b2 = incoming is not None and incoming in self._b2
         p = self._adapted_p(incoming)
@@ -473,11 +476,20 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
 
 
 def make_eviction_policy(name: str, **kwargs: Any):
-    """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``)."""
+    """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.
+
+    Only ARC takes options (``capacity``, ``ghost_limit``); an option the policy does not take
+    is a :class:`BadInputError` naming the ones it does.
+    """
     try:
         factory = EVICTION_POLICIES[name.lower()]
     except (KeyError, AttributeError):
         raise BadInputError(f"unknown eviction policy {name!r}; expected one of {sorted(EVICTION_POLICIES)}") from None
+    accepted = sorted(f.name for f in fields(factory) if f.init) if is_dataclass(factory) else None
+    unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
+    if unknown:
+        raise BadInputError(f"eviction policy {name!r} takes no option {unknown[0]!r}; "
+                            f"it takes {accepted or 'no options'}")
     return factory(**kwargs)
 
 
@@ -501,14 +513,14 @@ def _check_size(size: int | None) -> None:
 
 
 def _as_set(protected: Iterable[Hashable]) -> set | frozenset:
-    return protected if isinstance(protected, (set, frozenset)) else set(protected)
+    return as_key_set(protected, "protected")
 
 
 def _require_present(table: Any, key: Hashable, policy: Any) -> None:
-    if key not in table:
+    if as_hashable(key) not in table:
         raise UnknownKeyError(f"{type(policy).__name__} does not track {key!r}; expected a key passed to on_insert")
 
 
 def _require_absent(table: Any, key: Hashable, policy: Any) -> None:
-    if key in table:
+    if as_hashable(key) in table:
         raise BadInputError(f"{type(policy).__name__} already tracks {key!r}; call on_access for a present key")

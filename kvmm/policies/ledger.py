@@ -54,16 +54,17 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import njit
-
-from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
+from kvmm._validate import as_array, as_count, as_fraction, as_index_array, as_key_array, as_positive_float
 from kvmm.errors import (
     BadInputError,
     CapacityExceededError,
     DoubleFreeError,
+    DTypeError,
     LedgerStateError,
+    ShapeError,
     UnknownKeyError,
 )
+from kvmm.policies._ledger_kernels import poll_kernel
 
 __all__ = [
     "CommitmentLedger",
@@ -74,6 +75,11 @@ __all__ = [
     "READY",
     "CONSUMED",
     "STATE_NAMES",
+    "MAX_CAPACITY_BYTES",
+    "RATE_BOUNDS",
+    "RATIO_BOUNDS",
+    "MAX_SECONDS",
+    "MAX_WORK",
 ]
 
 FREE, CLAIMED, PENDING, STAGING, READY, CONSUMED = 0, 1, 2, 3, 4, 5
@@ -81,6 +87,15 @@ STATE_NAMES = ("free", "claimed", "pending", "staging", "ready", "consumed")
 _HOLDING = (STAGING, READY, CONSUMED)  # states that hold protected capacity
 _SLOT_BITS = 32
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
+_MAX_SLOTS = 1 << 28  # a slot index must fit the id's 32 low bits; 2**28 open claims is plenty
+
+# Sane bounds: every int64 sum of byte counts (protected bytes, a source's queue + one claim)
+# stays below 2**63, and every time computed from the inputs stays finite.
+MAX_CAPACITY_BYTES = 1 << 62
+RATE_BOUNDS = (1e-6, 1e12)  # learned progress rate, tokens/s (an observation above the top is refused)
+RATIO_BOUNDS = (1e-3, 1e3)  # learned observed/predicted staging-time ratio (each observation clipped)
+MAX_SECONDS = 1e12  # now, delays, deadlines, leases (about 31,700 years)
+MAX_WORK = 1e15  # tokens of work ahead of a claim, or per progress observation
 
 
 class CommitmentLedger:
@@ -106,6 +121,16 @@ class CommitmentLedger:
         EWMA weights of new observations (progress rate; observed/predicted staging time).
     initial_slots:
         Slots allocated up front; the arrays double when they run out.
+    ready_lease_s:
+        Lease of a READY claim (as Mooncake Store leases objects): a READY claim that is not
+        consumed within ``ready_lease_s`` seconds of becoming ready (or of its latest
+        :meth:`need` / :meth:`update`) is released by the next :meth:`poll` (or
+        :meth:`expire`), its capacity freed and counted in ``stats["expired"]``.  ``None``
+        (default): no lease, a READY claim holds its capacity until released.
+
+    Bounds: ``capacity_bytes <= MAX_CAPACITY_BYTES`` (2**62, so int64 sums cannot overflow),
+    times ``<= MAX_SECONDS``, work ``<= MAX_WORK`` tokens, progress rates within
+    ``RATE_BOUNDS``; the learned staging ratio stays within ``RATIO_BOUNDS``.
     """
 
     def __init__(
@@ -118,13 +143,23 @@ class CommitmentLedger:
         rate_alpha: float = 0.2,
         ratio_alpha: float = 0.2,
         initial_slots: int = 1024,
+        ready_lease_s: float | None = None,
     ) -> None:
         capacity_bytes = as_count(capacity_bytes, "capacity_bytes")
-        margin_s = as_positive_float(margin_s, "margin_s", allow_zero=True)
-        initial_rate = as_positive_float(initial_rate, "initial_rate")
+        if capacity_bytes > MAX_CAPACITY_BYTES:
+            raise BadInputError(f"capacity_bytes must be <= 2**62 ({MAX_CAPACITY_BYTES}) so byte counts fit int64, "
+                                f"got {capacity_bytes}")
+        margin_s = _bounded_float(margin_s, "margin_s", 0.0, MAX_SECONDS)
+        initial_rate = _bounded_float(initial_rate, "initial_rate", *RATE_BOUNDS)
         rate_alpha = as_fraction(rate_alpha, "rate_alpha")
         ratio_alpha = as_fraction(ratio_alpha, "ratio_alpha")
         initial_slots = as_count(initial_slots, "initial_slots", minimum=1)
+        if initial_slots > _MAX_SLOTS:
+            raise BadInputError(f"initial_slots must be <= {_MAX_SLOTS}, got {initial_slots}")
+        if ready_lease_s is not None:
+            ready_lease_s = _bounded_float(ready_lease_s, "ready_lease_s", 0.0, MAX_SECONDS)
+            if ready_lease_s == 0.0:
+                raise BadInputError("ready_lease_s must be > 0 seconds (or None for no lease), got 0")
         src_list = list(sources) if isinstance(sources, (list, tuple)) else [sources]
         if not src_list:
             raise BadInputError("sources must name at least one slow tier (a TierSpec); got none")
@@ -134,6 +169,7 @@ class CommitmentLedger:
         self.margin_s = margin_s
         self.rate_alpha = rate_alpha
         self.ratio_alpha = ratio_alpha
+        self.ready_lease_s = ready_lease_s
         self._sources = src_list
         self.source_latency = np.array([s.latency_s for s in specs], dtype=np.float64)
         self.source_bandwidth = np.array([s.read_bandwidth for s in specs], dtype=np.float64)
@@ -164,6 +200,8 @@ class CommitmentLedger:
         self.consumed_in_time = 0
         self.consumed_late = 0
         self.released_byte_seconds = 0.0
+        self.expired_total = 0  # READY claims released because their lease ran out
+        self.expired_ids = np.zeros(0, dtype=np.int64)  # ids the latest poll / expire released
 
         n = initial_slots
         self._alloc_slots(n)
@@ -198,6 +236,7 @@ class CommitmentLedger:
             "protected_bytes": self.protected_bytes,
             "peak_protected_bytes": self.peak_protected_bytes,
             "released_byte_seconds": self.released_byte_seconds,
+            "expired": self.expired_total,
         }
 
     def protected_byte_seconds(self, now: float | None = None) -> float:
@@ -252,13 +291,16 @@ class CommitmentLedger:
         if k and int(nb.max()) > self._capacity:
             raise CapacityExceededError(
                 f"a claim of {int(nb.max())} bytes can never be committed: protected capacity is {self._capacity} bytes")
-        wa = np.zeros(k) if work_ahead is None else _as_float_array(work_ahead, "work_ahead", k)
-        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k)
+        wa = np.zeros(k) if work_ahead is None else _as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
+        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
         src = np.zeros(k, dtype=np.int32) if source is None else as_index_array(source, "source", dtype=np.int32)
         if src.shape[0] != k:
             raise BadInputError(f"source has {src.shape[0]} entries; expected {k}")
         if k and (int(src.min()) < 0 or int(src.max()) >= self.num_sources):
             raise BadInputError(f"source ids must be in [0, {self.num_sources}), got {src.tolist()[:8]}")
+        if self.open_claims + k > _MAX_SLOTS:
+            raise CapacityExceededError(f"{self.open_claims} open claims + {k} new ones exceed the ledger's "
+                                        f"{_MAX_SLOTS} slots; release claims first")
         now = self._check_now(now)
         # all input valid: change state
         self.clock = now
@@ -274,7 +316,9 @@ class CommitmentLedger:
         self.claimed_at[slots] = now
         self.committed_at[slots] = np.nan
         self.predicted_stage_s[slots] = np.nan
+        self.model_stage_s[slots] = np.nan
         self.ready_at[slots] = np.nan
+        self.lease_from[slots] = np.nan
         self.needed_at[slots] = np.nan
         self.seq[slots] = np.arange(self.next_seq, self.next_seq + k, dtype=np.int64)
         self.next_seq += k
@@ -286,47 +330,67 @@ class CommitmentLedger:
         """Report fresh runtime progress: after ``delay_s`` seconds (default 0), ``work_ahead``
         tokens remain before each claim's use.
 
+        A PENDING claim's deadline moves with its new predicted use time (a claim pushed back
+        must not keep the capacity priority of its old, early deadline), except a claim that
+        was :meth:`need`-ed, whose deadline stays the moment it was needed.  A READY claim's
+        lease (``ready_lease_s``) is renewed.  Each id at most once per call.
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids)
-        wa = _as_float_array(work_ahead, "work_ahead", slots.shape[0])
-        dl = np.zeros(slots.shape[0]) if delay_s is None else _as_float_array(delay_s, "delay_s", slots.shape[0])
+        slots = self._live_slots(claim_ids, unique=True)
+        k = slots.shape[0]
+        wa = _as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
+        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
         now = self._check_now(now)
         self.clock = now
-        if slots.shape[0]:
+        if k:
             old_use = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
-            shift = old_use - ((now + dl) + wa / self.rate)
+            new_use = (now + dl) + wa / self.rate
+            shift = old_use - new_use
             earlier = float(np.sum(shift[shift > 0.0]))
             horizon = float(np.sum(np.maximum(old_use - now, 0.0)))
             if earlier > 0.0 and horizon > 0.0:  # uses come sooner than predicted: widen the trigger
                 # a use cannot move before now, so each shift <= its horizon and the share <= 1
                 share = min(earlier / horizon, 1.0)
                 self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * share
+            st = self.state[slots]
+            pending = (st == PENDING) & np.isnan(self.needed_at[slots])
+            self.deadline[slots[pending]] = new_use[pending]
+            ready = st == READY
+            self.lease_from[slots[ready]] = now
         self.work_ahead[slots] = wa
         self.delay_s[slots] = dl
         self.updated_at[slots] = now
 
     def observe_progress(self, tokens: float, seconds: float) -> None:
-        """Learn the progress rate: ``tokens`` of work took ``seconds`` (EWMA of tokens/s)."""
-        tokens = as_positive_float(tokens, "tokens", allow_zero=True)
-        seconds = as_positive_float(seconds, "seconds")
-        self.rate = (1.0 - self.rate_alpha) * self.rate + self.rate_alpha * (tokens / seconds)
-        if self.rate <= 0.0:  # all-idle observations: keep a tiny positive rate (use_at -> far future)
-            self.rate = 1e-9
+        """Learn the progress rate: ``tokens`` of work took ``seconds`` (EWMA of tokens/s).
+
+        ``tokens`` in ``[0, MAX_WORK]``, ``seconds`` in ``(0, MAX_SECONDS]``; an observed rate
+        above ``RATE_BOUNDS[1]`` tokens/s is refused (``BadInputError``), and the learned rate
+        never falls below ``RATE_BOUNDS[0]`` (all-idle observations push use times far ahead).
+        """
+        tokens = _bounded_float(tokens, "tokens", 0.0, MAX_WORK)
+        seconds = _bounded_float(seconds, "seconds", 0.0, MAX_SECONDS)
+        if seconds == 0.0:
+            raise BadInputError("seconds must be > 0 (the time the tokens of progress took), got 0.0")
+        observed = tokens / seconds
+        if observed > RATE_BOUNDS[1]:
+            raise BadInputError(f"observed progress rate {tokens!r} tokens / {seconds!r} s = {observed:.3g} tokens/s "
+                                f"is above the sane bound {RATE_BOUNDS[1]:.0e} tokens/s")
+        rate = (1.0 - self.rate_alpha) * self.rate + self.rate_alpha * observed
+        self.rate = min(max(rate, RATE_BOUNDS[0]), RATE_BOUNDS[1])
 
     def request(self, claim_ids: Any, *, now: float, deadline: Any = None) -> None:
         """Ask for commitments now (immediate / on-demand staging), by deadline (default: predicted use).
 
-        Only CLAIMED or PENDING claims; a PENDING claim keeps the earlier deadline.
+        Only CLAIMED or PENDING claims, each at most once per call; a PENDING claim keeps the
+        earlier deadline.  Deadlines are times in ``[0, MAX_SECONDS]`` or ``inf`` (no deadline).
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids)
-        bad = ~np.isin(self.state[slots], (CLAIMED, PENDING))
-        if bad.any():
-            s = int(slots[bad][0])
-            raise LedgerStateError(f"claim in slot {s} is {STATE_NAMES[self.state[s]]}; "
-                                   "only claimed or pending claims can request a commitment")
-        dl = None if deadline is None else _as_float_array(deadline, "deadline", slots.shape[0], allow_inf=True)
+        slots = self._live_slots(claim_ids, unique=True)
+        self._require_state(slots, (CLAIMED, PENDING), "request a commitment for",
+                            "only claimed or pending claims can request a commitment")
+        dl = None if deadline is None else _as_float_array(deadline, "deadline", slots.shape[0], maximum=MAX_SECONDS,
+                                                           allow_inf=True)
         now = self._check_now(now)
         self.clock = now
         if dl is None:
@@ -336,70 +400,99 @@ class CommitmentLedger:
             self.state[s] = PENDING
 
     def poll(self, now: float, *, timely: bool = True, fifo: bool = False) -> np.ndarray:
-        """Trigger due claims (if ``timely``) and grant pending requests within free capacity.
+        """Expire READY leases, trigger due claims (if ``timely``), grant pending requests within free capacity.
 
         Grant order: earliest deadline first (ties in claim order), or, with ``fifo``, claim
         order only (immediate staging takes capacity in the order hits were found, whatever
         their deadlines).  Either way the first request that does not fit blocks the later ones.
         Returns the claim ids granted (now STAGING, capacity held), in grant order: the caller
-        starts their transfers and reports :meth:`mark_ready`.
+        starts their transfers and reports :meth:`mark_ready`.  The ids whose ready lease ran
+        out (released) are in :attr:`expired_ids` until the next poll.
         Runtime complexity: O(slots + p log p) for p pending requests (one numba call).
         """
         if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
             raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
         now = self._check_now(now)
-        self.clock = now
+        # all input valid; nothing below can fail
+        gap = self.poll_gap
         if self.last_poll >= 0.0 and now > self.last_poll:
-            self.poll_gap = (1.0 - self.rate_alpha) * self.poll_gap + self.rate_alpha * (now - self.last_poll)
+            gap = (1.0 - self.rate_alpha) * gap + self.rate_alpha * (now - self.last_poll)
+        self.clock = now
+        self.poll_gap = gap
         self.last_poll = now
-        s = self.n_slots
+        self.expire(now)
         out = self.poll_out
-        ng = _poll_kernel(
+        ng = poll_kernel(
             self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline,
-            self.seq, self.committed_at, self.predicted_stage_s, s, now, self.margin_s + self.poll_gap, self.use_slack,
-            self.rate,
+            self.seq, self.committed_at, self.predicted_stage_s, self.model_stage_s, self.n_slots, now,
+            self.margin_s + gap, self.use_slack, self.rate,
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
             self._capacity - self.protected_bytes, bool(timely), bool(fifo), out,
         )
         if ng == 0:
             return np.zeros(0, dtype=np.int64)
         slots = out[:ng].copy()
-        if ng:
-            granted = int(self.nbytes[slots].sum())
-            self.protected_bytes += granted
-            self.peak_protected_bytes = max(self.peak_protected_bytes, self.protected_bytes)
-            self.commits_total += ng
+        self.protected_bytes += int(self.nbytes[slots].sum())
+        self.peak_protected_bytes = max(self.peak_protected_bytes, self.protected_bytes)
+        self.commits_total += ng
         return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots
+
+    def expire(self, now: float) -> np.ndarray:
+        """Release READY claims whose lease (``ready_lease_s``) ran out by ``now``; return their ids.
+
+        A lease runs from :meth:`mark_ready`, renewed by :meth:`need` and :meth:`update`; it
+        expires when ``now >= lease start + ready_lease_s``.  Expired claims are released as by
+        :meth:`release` (their byte-seconds counted) and counted in ``stats["expired"]``.  No
+        lease (``ready_lease_s=None``): nothing expires.  Runtime complexity: O(slots).
+        """
+        now = self._check_now(now)
+        self.clock = now
+        self.expired_ids = np.zeros(0, dtype=np.int64)
+        if self.ready_lease_s is None:
+            return self.expired_ids.copy()
+        n = self.n_slots
+        due = np.flatnonzero((self.state[:n] == READY) & (self.lease_from[:n] + self.ready_lease_s <= now))
+        if due.shape[0]:
+            ids = (self.generation[due].astype(np.int64) << _SLOT_BITS) | due
+            self._release_slots(due, now)
+            self.expired_total += int(due.shape[0])
+            self.expired_ids = ids
+        return self.expired_ids.copy()
 
     def mark_ready(self, claim_ids: Any, *, now: float) -> None:
         """Staging finished: STAGING -> READY.  Learns observed/predicted staging time per source.
 
-        Runtime complexity: O(k).
+        The ratio learned is observed time / *bandwidth-model* time (``latency + (queue +
+        nbytes) / bandwidth``, without the correction itself), so it converges to the true
+        ratio (a tier at half its nominal speed is learned as 2); each observation is clipped
+        to ``RATIO_BOUNDS``.  Each id at most once per call.  Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids)
+        slots = self._live_slots(claim_ids, unique=True)
         self._require_state(slots, (STAGING,), "mark ready", "only staging claims can become ready")
         now = self._check_now(now)
         self.clock = now
         a = self.ratio_alpha
+        lo, hi = RATIO_BOUNDS
         for s in slots.tolist():
             src = int(self.source[s])
-            predicted = float(self.predicted_stage_s[s])
             observed = now - float(self.committed_at[s])
-            if predicted > 0.0:
-                # the ratio corrects the bandwidth model; it compares like with like (same queue)
-                self.source_ratio[src] = (1.0 - a) * self.source_ratio[src] + a * (observed / predicted)
+            # the ratio corrects the bandwidth model; it compares like with like (same queue)
+            sample = min(max(observed / float(self.model_stage_s[s]), lo), hi)
+            self.source_ratio[src] = min(max((1.0 - a) * self.source_ratio[src] + a * sample, lo), hi)
             self.queue_bytes[src] -= self.nbytes[s]
             self.ready_at[s] = now
+            self.lease_from[s] = now
             self.state[s] = READY
 
     def need(self, claim_ids: Any, *, now: float) -> np.ndarray:
         """The request wants the data now: record the moment, escalate unstaged claims.
 
         CLAIMED/PENDING claims become PENDING with deadline ``now`` (granted by the next
-        :meth:`poll` ahead of everything else).  Returns a bool mask: which are READY (or
-        CONSUMED).  Runtime complexity: O(k).
+        :meth:`poll` ahead of everything else); a READY claim's lease is renewed.  Returns a
+        bool mask: which are READY (or CONSUMED).  Each id at most once per call.
+        Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids)
+        slots = self._live_slots(claim_ids, unique=True)
         now = self._check_now(now)
         self.clock = now
         for s in slots.tolist():
@@ -408,15 +501,18 @@ class CommitmentLedger:
             if self.state[s] in (CLAIMED, PENDING):
                 self.deadline[s] = min(self.deadline[s], now) if self.state[s] == PENDING else now
                 self.state[s] = PENDING
+            elif self.state[s] == READY:
+                self.lease_from[s] = now
         return np.isin(self.state[slots], (READY, CONSUMED))
 
     def consume(self, claim_ids: Any, *, now: float) -> None:
         """The request reads the staged data: READY -> CONSUMED (capacity held until release).
 
         A claim is *in time* when it was ready by the moment it was first needed
-        (:meth:`need`, else now), *late* otherwise.  Runtime complexity: O(k).
+        (:meth:`need`, else now), *late* otherwise.  Each id at most once per call.
+        Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids)
+        slots = self._live_slots(claim_ids, unique=True)
         self._require_state(slots, (READY,), "consume", "stage it (poll, mark_ready) before consuming")
         now = self._check_now(now)
         self.clock = now
@@ -432,18 +528,23 @@ class CommitmentLedger:
     def release(self, claim_ids: Any, *, now: float) -> np.ndarray:
         """Free claims (cancel, abort or finish); return each one's protected byte-seconds.
 
-        Releasing an already released claim raises :class:`DoubleFreeError`.
-        Runtime complexity: O(k).
+        Releasing an already released (or lease-expired) claim, or one claim twice in a call,
+        raises :class:`DoubleFreeError`.  Runtime complexity: O(k).
         """
         ids = as_index_array(claim_ids, "claim_ids")
         for cid in ids.tolist():
             if self._is_released(cid):
-                raise DoubleFreeError(f"claim {cid} was already released; release each claim once")
+                what = "was already released (or its ready lease expired)" if self.ready_lease_s else "was already released"
+                raise DoubleFreeError(f"claim {cid} {what}; release each claim once")
         slots = self._live_slots(ids)
         if np.unique(slots).shape[0] != slots.shape[0]:
             raise DoubleFreeError(f"claim_ids {ids.tolist()[:8]} name a claim twice; release each claim once")
         now = self._check_now(now)
         self.clock = now
+        return self._release_slots(slots, now)
+
+    def _release_slots(self, slots: np.ndarray, now: float) -> np.ndarray:
+        """Free validated, distinct live ``slots`` at ``now``; return their byte-seconds."""
         out = np.zeros(slots.shape[0], dtype=np.float64)
         for i, s in enumerate(slots.tolist()):
             st = self.state[s]
@@ -508,7 +609,7 @@ class CommitmentLedger:
         # every protected byte belongs to exactly one committed claim
         assert int(self.nbytes[:s][holding].sum()) == self.protected_bytes, "protected bytes not accounted for"
         # protected capacity is never exceeded
-        assert 0 <= self.protected_bytes <= self._capacity, "protected bytes over capacity"
+        assert 0 <= self.protected_bytes <= self._capacity <= MAX_CAPACITY_BYTES, "protected bytes over capacity"
         assert self.peak_protected_bytes >= self.protected_bytes, "peak below current"
         assert self.peak_protected_bytes <= self._capacity, "peak over capacity"
         # the staging queue of each source is exactly its STAGING claims' bytes
@@ -539,10 +640,19 @@ class CommitmentLedger:
         # keys are stored only for live slots
         assert all(self.state[k] != FREE for k in self._keys), "keys kept for a released claim"
         # estimators stay positive and finite
-        assert self.rate > 0.0 and math.isfinite(self.rate), "bad progress rate"
+        assert RATE_BOUNDS[0] <= self.rate <= RATE_BOUNDS[1], "progress rate outside its bounds"
         assert self.poll_gap >= 0.0 and math.isfinite(self.poll_gap), "bad poll gap"
         assert 0.0 <= self.use_slack <= 1.0, "use slack is a share of the time until use"
-        assert np.all(self.source_ratio > 0.0) and np.all(np.isfinite(self.source_ratio)), "bad staging ratio"
+        lo, hi = RATIO_BOUNDS
+        assert np.all((self.source_ratio >= lo) & (self.source_ratio <= hi)), "staging ratio outside its bounds"
+        # times stay within their bounds (finite arithmetic)
+        assert 0.0 <= self.clock <= MAX_SECONDS, "clock out of bounds"
+        assert np.all(self.work_ahead[:s][lv] <= MAX_WORK) and np.all(self.delay_s[:s][lv] <= MAX_SECONDS), "time until use out of bounds"
+        # committed claims know their bandwidth-model staging time; READY claims their lease start
+        assert np.all(self.model_stage_s[:s][holding] > 0.0), "committed claim without a model staging time"
+        assert np.all(self.lease_from[:s][st == READY] >= self.ready_at[:s][st == READY]), "lease before ready"
+        # expired claims were released
+        assert 0 <= self.expired_total <= self.released_total, "more expired than released claims"
         assert self.released_byte_seconds >= 0.0, "negative byte-seconds"
         # per-request byte-seconds add up to the released total
         assert math.isclose(sum(self._request_byte_seconds.values()), self.released_byte_seconds,
@@ -563,13 +673,15 @@ class CommitmentLedger:
         self.claimed_at = np.full(n, np.nan, dtype=np.float64)
         self.committed_at = np.full(n, np.nan, dtype=np.float64)
         self.predicted_stage_s = np.full(n, np.nan, dtype=np.float64)
+        self.model_stage_s = np.full(n, np.nan, dtype=np.float64)  # bandwidth-model staging time, no ratio
+        self.lease_from = np.full(n, np.nan, dtype=np.float64)  # READY: when the lease (re)started
         self.ready_at = np.full(n, np.nan, dtype=np.float64)
         self.needed_at = np.full(n, np.nan, dtype=np.float64)
         self.free_stack = np.zeros(n, dtype=np.int64)
         self.poll_out = np.zeros(n, dtype=np.int64)  # scratch: slots granted by one poll
 
     _SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "delay_s", "updated_at",
-                    "deadline", "claimed_at", "committed_at", "predicted_stage_s", "ready_at", "needed_at",
+                    "deadline", "claimed_at", "committed_at", "predicted_stage_s", "model_stage_s", "lease_from", "ready_at", "needed_at",
                     "free_stack", "poll_out")
 
     def _take_slots(self, k: int) -> np.ndarray:
@@ -598,7 +710,8 @@ class CommitmentLedger:
             new[old.shape[0]:] = fill
             setattr(self, name, new)
 
-    def _live_slots(self, claim_ids: Any) -> np.ndarray:
+    def _live_slots(self, claim_ids: Any, *, unique: bool = False) -> np.ndarray:
+        """Slots of the open claims ``claim_ids`` (``unique``: each id at most once)."""
         ids = as_index_array(claim_ids, "claim_ids")
         slots = ids & _SLOT_MASK
         gens = ids >> _SLOT_BITS
@@ -608,6 +721,11 @@ class CommitmentLedger:
             cid = int(ids[~ok][0])
             what = "was released" if self._is_released(cid) else "was never issued"
             raise UnknownKeyError(f"claim {cid} {what}; expected the id of an open claim")
+        if unique and ids.shape[0] > 1:
+            uniq, counts = np.unique(ids, return_counts=True)
+            if uniq.shape[0] != ids.shape[0]:
+                raise BadInputError(f"claim_ids name claim {int(uniq[counts > 1][0])} more than once; "
+                                    "expected each claim at most once per call")
         return slots
 
     def _is_released(self, cid: int) -> bool:
@@ -631,68 +749,12 @@ class CommitmentLedger:
         return source
 
     def _check_now(self, now: Any) -> float:
-        if type(now) is float and self.clock <= now < math.inf:  # fast path (hot in simulations)
+        if type(now) is float and self.clock <= now <= MAX_SECONDS:  # fast path (hot in simulations)
             return now
-        t = as_positive_float(now, "now", allow_zero=True)
+        t = _bounded_float(now, "now", 0.0, MAX_SECONDS)
         if t < self.clock:
             raise BadInputError(f"now={t} is earlier than the ledger clock {self.clock}; time must not go backwards")
         return t
-
-
-# ---------------------------------------------------------------------- kernels
-@njit(cache=True, nogil=True)
-def _poll_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, deadline, seq, committed_at, predicted_stage_s,
-                 n_slots, now, margin, use_slack, rate, src_latency, src_bandwidth, src_ratio, queue_bytes, free_bytes,
-                 timely, fifo, out):
-    """Trigger due claims, then grant pending ones within ``free_bytes``; return the count.
-
-    Trigger (timely only): CLAIMED slot with
-    ``use_at - ready_s - use_slack * max(use_at - now, 0) <= now + margin`` becomes
-    PENDING with deadline ``use_at``, where ``use_at = updated_at + delay_s + work_ahead / rate`` and
-    ``ready_s = ratio * (latency + (queue_bytes + nbytes) / bandwidth)`` (queue at poll start).
-    Grant: pending slots in (deadline, seq) order, or seq order if ``fifo``; stop at the first
-    that does not fit.
-    Granted slots become STAGING with ``committed_at = now`` and their predicted staging time
-    (the queue grows with each grant); their slots are written to ``out``.
-    """
-    npend = 0
-    for s in range(n_slots):
-        st = state[s]
-        if st == 1 and timely:  # CLAIMED
-            src = source[s]
-            use_at = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
-            ready_s = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])
-            if use_at - ready_s - use_slack * max(use_at - now, 0.0) <= now + margin:
-                state[s] = 2
-                deadline[s] = use_at
-                st = 2
-        if st == 2:
-            npend += 1
-    if npend == 0:
-        return 0
-    cand = np.empty(npend, dtype=np.int64)
-    j = 0
-    for s in range(n_slots):
-        if state[s] == 2:
-            cand[j] = s
-            j += 1
-    # order by (deadline, seq): sort by seq, then a stable sort by deadline; fifo: seq only
-    by_seq = cand[np.argsort(seq[cand])]
-    order = by_seq if fifo else by_seq[np.argsort(deadline[by_seq], kind="mergesort")]
-    ng = 0
-    for j in range(npend):
-        s = order[j]
-        if nbytes[s] > free_bytes:
-            break  # strict order: a request that does not fit blocks later ones (no starvation)
-        free_bytes -= nbytes[s]
-        src = source[s]
-        predicted_stage_s[s] = src_ratio[src] * (src_latency[src] + (queue_bytes[src] + nbytes[s]) / src_bandwidth[src])
-        queue_bytes[src] += nbytes[s]
-        committed_at[s] = now
-        state[s] = 3
-        out[ng] = s
-        ng += 1
-    return ng
 
 
 # ---------------------------------------------------------------------- helpers
@@ -706,16 +768,28 @@ def _spec_of(source: Any, i: int):
     return spec
 
 
-def _as_float_array(x: Any, name: str, k: int, *, allow_inf: bool = False) -> np.ndarray:
-    arr = np.asarray(x)
+def _as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool = False) -> np.ndarray:
+    """``x`` (a number or ``k`` numbers) as a new float64 array of values in ``[0, maximum]`` (or inf)."""
+    arr = as_array(x, name)
     if arr.ndim == 0:
         arr = np.full(k, arr)
-    if arr.dtype.kind not in "iuf" or arr.dtype == np.bool_:
-        raise BadInputError(f"{name} must be numbers, got dtype {arr.dtype}")
+    if arr.dtype.kind not in "iuf":
+        raise DTypeError(f"{name} must be numbers, got dtype {arr.dtype}")
     arr = arr.astype(np.float64, copy=True)
     if arr.shape != (k,):
-        raise BadInputError(f"{name} has shape {arr.shape}; expected ({k},)")
-    bad = np.isnan(arr) | (arr < 0) | (~np.isfinite(arr) & (not allow_inf))
+        raise ShapeError(f"{name} has shape {arr.shape}; expected ({k},)")
+    bad = np.isnan(arr) | (arr < 0) | ((arr > maximum) & ~(np.isinf(arr) & allow_inf))
     if bad.any():
-        raise BadInputError(f"{name} must be finite numbers >= 0, got {arr[bad][0]!r}")
+        what = f"numbers in [0, {maximum:.0e}]" + (" or inf" if allow_inf else "")
+        raise BadInputError(f"{name} must be {what}, got {arr[bad][0]!r}")
     return arr
+
+
+def _bounded_float(x: Any, name: str, lo: float, hi: float) -> float:
+    """``x`` as a float in ``[lo, hi]``; rejects bools, NaN, inf and non-numbers."""
+    if isinstance(x, (bool, np.bool_)):
+        raise DTypeError(f"{name} must be a number, got {x!r}")
+    v = as_positive_float(x, name, allow_zero=True)
+    if not lo <= v <= hi:
+        raise BadInputError(f"{name} must be in [{lo:g}, {hi:g}], got {x!r}")
+    return v

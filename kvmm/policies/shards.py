@@ -63,7 +63,7 @@ class ShardsTracker(StackDistanceTracker):
             super().__init__(initial_keys)
         else:
             self.rate = None
-            self.fixed_size = as_count(fixed_size, "fixed_size", minimum=1)
+            self.fixed_size = as_count(fixed_size, "fixed_size", minimum=1, maximum=1 << 26)  # its heap is preallocated
             super().__init__(min(as_count(initial_keys, "initial_keys", minimum=1), self.fixed_size + 1))
             self._id_hash = np.zeros(self._id_keys.shape[0], dtype=np.uint64)
             self._heap = np.zeros(self.fixed_size + 1, dtype=np.int64)

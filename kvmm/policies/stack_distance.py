@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count, as_fraction, as_index_array
+from kvmm._validate import as_array, as_count, as_fraction, as_index_array
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 
 __all__ = ["StackDistanceTracker", "DistanceHistogram"]
+
+MAX_INITIAL_KEYS = 1 << 24  # keys preallocated at construction (about 1 GiB of tables); more grow on demand
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ class StackDistanceTracker:
     """
 
     def __init__(self, initial_keys: int = 1024) -> None:
-        initial_keys = as_count(initial_keys, "initial_keys", minimum=1)
+        # preallocation only (the tables grow): bounded so nonsense fails clearly, not with MemoryError
+        initial_keys = as_count(initial_keys, "initial_keys", minimum=1, maximum=MAX_INITIAL_KEYS)
         cap = max(16, _next_pow2(initial_keys))
         self._slots = np.zeros(4 * cap, dtype=np.uint64)  # 2*cap slots, 2 words each
         self._id_keys = np.zeros(cap, dtype=np.uint64)
@@ -215,7 +218,9 @@ class StackDistanceTracker:
 
     def group_histogram(self, group: int) -> DistanceHistogram:
         """Distance histogram restricted to the references tagged ``group`` (distances still
-        measured in the shared stream).  Unknown group: an empty histogram."""
+        measured in the shared stream).  Unknown group: an empty histogram; a group that is not
+        an integer (``None``, ``1.5``): :class:`~kvmm.errors.DTypeError`."""
+        group = as_count(group, "group", minimum=-(2**63), maximum=2**63 - 1)
         lo = int(np.searchsorted(self._group_ids, group, side="left"))
         hi = int(np.searchsorted(self._group_ids, group, side="right"))
         dist = self._group_dist[lo:hi]
@@ -342,7 +347,7 @@ class StackDistanceTracker:
 
 def _as_key_words(keys: Any) -> np.ndarray:
     """Keys as a contiguous uint64 array (a view when already int64/uint64)."""
-    arr = np.asarray(keys)
+    arr = as_array(keys, "keys")
     if arr.size == 0 and arr.dtype.kind not in "iu":
         arr = arr.astype(np.uint64)
     if arr.dtype.kind not in "iu":

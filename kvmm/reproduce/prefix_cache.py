@@ -18,6 +18,7 @@ from collections import deque
 
 import numpy as np
 
+from kvmm.allocators import prefix_secret
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import OutOfBlocksError
 
@@ -40,7 +41,7 @@ def replay(block_offsets: np.ndarray, block_ids: np.ndarray, num_blocks: int, *,
     Runtime complexity: O(total blocks) allocator operations.
     """
     if allocator is None:
-        allocator = BlockAllocator(num_blocks, 512, secret=bytes(16))
+        allocator = BlockAllocator(num_blocks, 512, secret=prefix_secret())
     r_total = block_offsets.shape[0] - 1 if num_requests is None else num_requests
     keys_all = np.zeros((block_ids.shape[0], 2), dtype=np.uint64)
     keys_all[:, 0] = block_ids.astype(np.uint64)

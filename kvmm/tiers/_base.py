@@ -5,7 +5,7 @@ Keys
 Every tier accepts the same keys, so a policy or a simulator can move an entry between tiers
 unchanged: Python ``int`` (numpy integers are normalised to ``int``, so ``np.uint64(5)`` and
 ``5`` are one key), ``str``, ``bytes`` (``np.str_`` / ``np.bytes_`` become ``str`` / ``bytes``),
-and tuples of these (nested tuples allowed).  Bools,
+and tuples of these (nested tuples allowed, at most ``MAX_KEY_DEPTH`` = 32 levels).  Bools,
 floats and other objects raise :class:`~kvmm.errors.DTypeError`: ``True == 1`` and NaN would
 make two different keys collide or never match.  File and remote tiers store the key as the
 UTF-8 ``repr`` of its normalised form (``encode_key``), which ``decode_key`` reads back.
@@ -24,13 +24,14 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from kvmm._validate import as_count
+from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.tiers.spec import TierSpec, preset
 
-__all__ = ["TierBase", "normalize_key", "encode_key", "decode_key", "as_value_array", "resolve_spec"]
+__all__ = ["TierBase", "normalize_key", "normalize_keys", "encode_key", "decode_key", "as_value_array", "resolve_spec"]
 
 _VALUE_KINDS = "biufc"
+MAX_KEY_DEPTH = 32  # nesting of tuple keys: deeper keys would overflow Python's recursion in repr/eval
 
 
 class TierBase:
@@ -72,7 +73,7 @@ class TierBase:
         All-or-nothing: an unknown key raises before any value is returned.  Remote tiers
         override this with one round trip.  Runtime complexity: O(total bytes).
         """
-        ks = [normalize_key(k) for k in keys]
+        ks = normalize_keys(keys)
         for k in ks:
             if not self.contains(k):
                 raise UnknownKeyError(f"tier {self.name!r} holds no entry {k!r}")
@@ -114,9 +115,10 @@ def resolve_spec(spec: TierSpec | str, capacity_bytes: int | None) -> TierSpec:
     return spec
 
 
-def normalize_key(key: Any) -> Hashable:
+def normalize_key(key: Any, _depth: int = 0) -> Hashable:
     """The canonical form of a tier key (numpy ints -> int), or :class:`DTypeError`.
 
+    A tuple nested more than ``MAX_KEY_DEPTH`` levels is a :class:`BadInputError`.
     Runtime complexity: O(size of the key).
     """
     if isinstance(key, (bool, np.bool_)):
@@ -128,8 +130,17 @@ def normalize_key(key: Any) -> Hashable:
     if isinstance(key, bytes):
         return bytes(key)  # np.bytes_ -> bytes, likewise
     if isinstance(key, tuple):
-        return tuple(normalize_key(part) for part in key)
+        if _depth >= MAX_KEY_DEPTH:
+            raise BadInputError(f"tier keys may nest tuples at most {MAX_KEY_DEPTH} levels deep")
+        return tuple(normalize_key(part, _depth + 1) for part in key)
     raise DTypeError(f"tier keys must be int, str, bytes or tuples of them, got {type(key).__name__} {key!r}")
+
+
+def normalize_keys(keys: Any, name: str = "keys") -> list[Hashable]:
+    """A list of normalised keys from a list, tuple or 1-D array of keys (``5`` or text is a DTypeError)."""
+    if isinstance(keys, (str, bytes, int, np.integer)) or not hasattr(keys, "__iter__"):
+        raise DTypeError(f"{name} must be a list of keys, got {type(keys).__name__} {keys!r}")
+    return [normalize_key(k) for k in keys]
 
 
 def encode_key(key: Any) -> bytes:
@@ -143,8 +154,11 @@ def decode_key(raw: bytes) -> Hashable:
 
 
 def as_value_array(data: Any, name: str = "data") -> np.ndarray:
-    """``data`` as a C-contiguous numeric numpy array (no copy when it already is one)."""
-    arr = np.asarray(data)
+    """``data`` as a C-contiguous numeric numpy array (no copy when it already is one).
+
+    A ragged nested list is a :class:`~kvmm.errors.ShapeError`, text or objects a :class:`DTypeError`.
+    """
+    arr = data if isinstance(data, np.ndarray) else as_array(data, name)
     if arr.dtype.kind not in _VALUE_KINDS:
         raise DTypeError(f"{name} must be a numeric or bool array, got dtype {arr.dtype}; "
                          f"expected one of the kinds bool/int/uint/float/complex")

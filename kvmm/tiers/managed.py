@@ -36,8 +36,8 @@ from typing import Any, Hashable, Iterable
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, CapacityExceededError
-from kvmm.tiers._base import as_value_array, normalize_key
+from kvmm.errors import BadInputError, CapacityExceededError, DTypeError
+from kvmm.tiers._base import as_value_array, normalize_key, normalize_keys
 
 __all__ = ["ManagedTier"]
 
@@ -50,6 +50,10 @@ class ManagedTier:
     """
 
     def __init__(self, backend: Any, policy: Any) -> None:
+        _require_methods(backend, "backend", ("name", "capacity_bytes", "used_bytes", "put", "get", "get_many",
+                                              "delete", "contains", "keys", "nbytes_of"), "a tier (ArenaTier, ...)")
+        _require_methods(policy, "policy", ("on_insert", "on_access", "on_remove", "victims"),
+                         "an EvictionPolicy (LRUPolicy, ...)")
         self.backend = backend
         self.policy = policy
         self.name = backend.name
@@ -92,7 +96,7 @@ class ManagedTier:
         return self._put(normalize_key(key), nbytes, lambda k: self.backend.put_size(k, nbytes), protected)
 
     def _put(self, k: Hashable, nbytes: int, write: Any, protected: Iterable[Hashable]) -> list[Hashable]:
-        protected = {normalize_key(p) for p in protected}
+        protected = set(normalize_keys(protected, "protected"))
         capacity = self.backend.capacity_bytes
         if nbytes > capacity:
             raise CapacityExceededError(
@@ -131,7 +135,7 @@ class ManagedTier:
 
     def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
         """Several values in order (one round trip on remote tiers); each counts as an access."""
-        ks = [normalize_key(k) for k in keys]
+        ks = normalize_keys(keys)
         out = self.backend.get_many(ks)
         for k in ks:
             if k in self._sizes:
@@ -143,6 +147,7 @@ class ManagedTier:
 
         Runtime complexity: O(len(keys)).
         """
+        _require_key_list(keys)
         sizes = self._sizes
         return np.fromiter((_key(k) in sizes for k in keys), dtype=bool)
 
@@ -157,8 +162,12 @@ class ManagedTier:
         if not hasattr(self.backend, "put_size"):
             raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
         nbytes = as_count(nbytes, "nbytes")
+        _require_key_list(keys)
         ks = [_key(k) for k in keys]
-        flags = np.asarray(write, dtype=bool)
+        try:
+            flags = np.asarray(write, dtype=bool)
+        except (TypeError, ValueError):
+            raise BadInputError(f"write must be one flag per key ({len(ks)}), got {write!r:.60}") from None
         if flags.shape != (len(ks),):
             raise BadInputError(f"write must be one flag per key ({len(ks)}), got shape {flags.shape}")
         if nbytes > self.backend.capacity_bytes and flags.any():
@@ -244,6 +253,17 @@ class ManagedTier:
                     f"tier {self.name!r}: evicting every unprotected entry frees {freed} bytes; "
                     f"{need} more bytes are needed (protected: {len(protected)} keys)")
             n *= 2
+
+
+def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> None:
+    missing = [a for a in attrs if not hasattr(obj, a)]
+    if missing:
+        raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
+
+
+def _require_key_list(keys: Any) -> None:
+    if isinstance(keys, (str, bytes, int, np.integer)) or not hasattr(keys, "__iter__"):
+        raise DTypeError(f"keys must be a list of keys, got {type(keys).__name__} {keys!r:.60}")
 
 
 def _key(key: Any) -> Hashable:

@@ -44,7 +44,7 @@ import numpy as np
 
 from kvmm._validate import as_positive_float
 from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
-from kvmm.tiers._base import TierBase, as_value_array, decode_key, encode_key, normalize_key
+from kvmm.tiers._base import TierBase, as_value_array, decode_key, encode_key, normalize_key, normalize_keys
 from kvmm.tiers.spec import TierSpec
 
 __all__ = ["RedisTier"]
@@ -208,9 +208,7 @@ class RedisTier(TierBase):
 
         Runtime complexity: one round trip plus O(total bytes).
         """
-        if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-            raise BadInputError(f"keys must be a list (or other iterable) of tier keys, got {type(keys).__name__}")
-        ks = [normalize_key(k) for k in keys]
+        ks = normalize_keys(keys)  # a clear KvmmError for a non-list (get_many(5)), as every tier
 
         def fetch():
             pipe = self.client.pipeline(transaction=False)

@@ -8,6 +8,8 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
   (docs/allocator.md: free-queue order, ref counts, prefix cache, keyed block hashes);
 * :class:`~kvmm.testing.models.token_table.NaiveTokenTable`: ``TokenTable`` (docs/vtoken.md:
   logical views, dead tokens, two-phase repacking);
+* :class:`~kvmm.testing.models.ledger.LedgerModel`: ``CommitmentLedger`` (docs/tempokv.md:
+  claims, triggers, grants, estimators, leases; raises the documented KvmmErrors);
 * :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["NaiveBlockAllocator", "NaiveTokenTable", "siphash"]
+__all__ = ["NaiveBlockAllocator", "NaiveTokenTable", "LedgerModel", "siphash"]
 
 
 def __getattr__(name: str):
@@ -23,6 +25,8 @@ def __getattr__(name: str):
         return importlib.import_module("kvmm.testing.models.block_allocator").NaiveBlockAllocator
     if name == "NaiveTokenTable":
         return importlib.import_module("kvmm.testing.models.token_table").NaiveTokenTable
+    if name == "LedgerModel":
+        return importlib.import_module("kvmm.testing.models.ledger").LedgerModel
     if name == "siphash":
         return importlib.import_module("kvmm.testing.models.siphash")
     raise AttributeError(f"module 'kvmm.testing.models' has no attribute {name!r}")
