@@ -42,7 +42,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from kvmm._validate import as_count
+from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError
 from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker
 
@@ -160,11 +160,7 @@ def _wait(calls: list) -> None:
 
 
 def _as_keys(chunk: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(chunk)
-    except (ValueError, TypeError) as exc:  # ragged nested lists
-        raise BadInputError(f"each trace chunk must be a 1-D integer key array, got {type(chunk).__name__} "
-                            f"that is not one ({exc})") from None
+    arr = as_array(chunk, "trace chunk")  # ragged nested lists: ShapeError, not numpy's ValueError
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise BadInputError(f"each trace chunk must be a 1-D integer key array, got shape {arr.shape} dtype {arr.dtype}")
     return np.ascontiguousarray(arr.astype(np.uint64, copy=False).view(np.int64) if arr.dtype.kind == "u"
