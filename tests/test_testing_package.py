@@ -183,3 +183,20 @@ def test_a_machine_extended_by_subclassing_runs_its_new_rule():
     run_state_machine_as_test(Extended, settings=settings(max_examples=40, stateful_step_count=10, deadline=None,
                                                           derandomize=True, suppress_health_check=list(HealthCheck)))
     assert calls and set(calls) == {CountingAllocator}
+
+
+def test_tier_context_closes_every_tier_even_when_one_fails(tmp_path):
+    from kvmm.testing.tiers import LOCAL_TIER_KINDS, TierContext
+
+    class FailsToClose:
+        def close(self):
+            raise OSError("disk gone")
+
+    ctx = TierContext(tmp_path)
+    mmap = ctx.build(next(k for k in LOCAL_TIER_KINDS if k.name == "mmap"), 1000)
+    ctx.built.insert(0, FailsToClose())
+    with pytest.raises(OSError, match="disk gone"):
+        ctx.close()
+    with pytest.raises(KvmmError, match="closed"):  # closed although an earlier tier failed to close
+        mmap.put("a", np.zeros(1))
+    ctx.close()  # nothing left to close
