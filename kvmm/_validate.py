@@ -8,6 +8,7 @@ structure keeps its "a call that raises changes nothing" promise.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -34,7 +35,7 @@ def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.nd
     if arr.ndim != ndim:
         raise ShapeError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
     if arr.size:
-        info = np.iinfo(dtype)
+        info = _iinfo(dtype)
         lo, hi = arr.min(), arr.max()
         if int(lo) < info.min or int(hi) > info.max:
             raise BadInputError(f"{name} has values in [{lo}, {hi}] that do not fit {np.dtype(dtype).name}")
@@ -129,6 +130,12 @@ def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
         want = ">= 0" if allow_zero else "> 0"
         raise BadInputError(f"{name} must be a finite number {want}, got {x!r}")
     return v
+
+
+@functools.lru_cache(maxsize=None)
+def _iinfo(dtype) -> np.iinfo:
+    """``np.iinfo(dtype)``, built once per dtype (it is rebuilt on every call otherwise)."""
+    return np.iinfo(dtype)
 
 
 def _as_real(x: Any, name: str, want: str) -> float:

@@ -56,9 +56,11 @@ NUM_META = 10
 
 _INT32 = np.dtype(np.int32)
 _UINT64 = np.dtype(np.uint64)
+_INT64 = np.dtype(np.int64)
+_NO_EXTRA = np.zeros(0, dtype=np.int64)  # admit_many without num_extra: no extra blocks for any request
 
 # Kernel status codes (0 = success; nothing was changed otherwise).
-OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE = range(7)
+OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE, ERR_OFFSETS = range(8)
 
 
 class BlockAllocator:
@@ -240,7 +242,7 @@ class BlockAllocator:
         is checked first; nothing changes).  Runtime complexity: O(len(ids)).
         """
         ids = self._ids(ids, "ids")
-        status, where = _free(self.block_fields, self.meta, ids, 0, ids)
+        status, where = _free_in_order(self.block_fields, self.meta, ids)
         if status:
             self._raise_ids(status, where, ids, "ids")
 
@@ -251,8 +253,10 @@ class BlockAllocator:
         Runtime complexity: O(R + len(ids)).
         """
         ids = self._ids(ids, "ids")
-        offsets = self._offsets(offsets, ids.shape[0], "offsets")
-        status, where = _free(self.block_fields, self.meta, ids, 1, offsets.astype(np.int32))
+        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
+        status, where = _free(self.block_fields, self.meta, ids, 1, offsets, np.empty(ids.shape[0], dtype=_INT32))
+        if status == ERR_OFFSETS:
+            self._raise_offsets(offsets, ids.shape[0], "offsets")
         if status != OK:
             self._raise_ids(status, where, _reverse_segments(ids, offsets), "ids (last-first per request)")
 
@@ -429,28 +433,34 @@ class BlockAllocator:
         num_hits int64)`` for the admitted requests.  Runtime complexity: O(R + blocks).
         """
         keys = self._keys(keys, "keys")
-        offsets = self._offsets(offsets, keys.shape[0], "offsets")
-        r = offsets.shape[0] - 1
+        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
+        r = max(offsets.shape[0] - 1, 0)
         if num_extra is None:
-            extra = np.zeros(r, dtype=np.int64)
+            extra = _NO_EXTRA
+            size = keys.shape[0]
         else:
             extra = self._counts(num_extra, "num_extra")
             if extra.shape[0] != r:
                 raise ShapeError(f"num_extra must have one count per request ({r}), got {extra.shape[0]}")
-        block_offsets = np.zeros(r + 1, dtype=np.int64)
-        # The admitted requests take at most num_free new blocks plus one hit per key, and a request
-        # that does not fit writes only its hits: size the output by that, not by sum(num_extra)
-        # (which may be huge, or wrap around int64).
-        # Counts above num_free never fit: clip them to num_free + 1 (same outcome, and the kernel's
-        # int64 arithmetic cannot overflow).
-        num_free = int(self.meta[META_NUM_FREE])
-        extra = np.minimum(extra, num_free + 1)
-        block_ids = np.empty(keys.shape[0] + min(int(extra.sum()), num_free), dtype=np.int32)
+            # The admitted requests take at most num_free new blocks plus one hit per key, and a
+            # request that does not fit writes only its hits: size the output by that, not by
+            # sum(num_extra) (which may be huge, or wrap around int64).  Counts above num_free
+            # never fit: clip them to num_free + 1 (same outcome, and the kernel's int64
+            # arithmetic cannot overflow).
+            num_free = int(self.meta[META_NUM_FREE])
+            extra = np.minimum(extra, num_free + 1)
+            size = keys.shape[0] + min(int(extra.sum()), num_free)
+        block_offsets = np.empty(r + 1, dtype=np.int64)
+        block_ids = np.empty(size, dtype=np.int32)
         hits = np.empty(r, dtype=np.int64)
-        n = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
-                        block_offsets, block_ids, hits)
+        n, used = _admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
+                              block_offsets, block_ids, hits)
+        if n < 0:
+            self._raise_offsets(offsets, keys.shape[0], "offsets")
+        if n == r and used == size:  # every request admitted, every slot used: the buffers as they are
+            return n, block_offsets, block_ids, hits
         # views of this call's own buffers, not copies (the unused tails are small: see above)
-        return int(n), block_offsets[:n + 1], block_ids[:block_offsets[n]], hits[:n]
+        return n, block_offsets[:n + 1], block_ids[:used], hits[:n]
 
     # ----------------------------------------------------------------- invariants
     def check(self) -> None:
@@ -562,7 +572,11 @@ class BlockAllocator:
     def _keys(self, x, name: str) -> np.ndarray:
         if (type(x) is np.ndarray and (x.dtype is _UINT64 or x.dtype == np.uint64) and x.ndim == 2
                 and x.shape[1] == 2 and x.flags.c_contiguous):
-            return x if self._foreign(x) else self._unaliased(x)
+            root = x if x.base is None else x.base  # inlined _foreign (this is the per-call path)
+            if (type(root) is np.ndarray and root.base is None and root is not self.block_fields
+                    and root is not self.block_keys and root is not self.table and root is not self.meta):
+                return x
+            return self._unaliased(x)
         arr = _python_keys(x, name)
         if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
             raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
@@ -576,14 +590,22 @@ class BlockAllocator:
         return arr
 
     def _offsets(self, x, length: int, name: str) -> np.ndarray:
-        if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1 and self._foreign(x):
-            arr = x  # fast path: no copy; one small kernel checks the CSR shape
-        else:
-            arr = as_index_array(x, name, dtype=np.int64)
+        arr = self._offsets_array(x, name)
         if not _csr_offsets_ok(arr, length):
-            raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
-                                f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
+            self._raise_offsets(arr, length, name)
         return arr
+
+    def _offsets_array(self, x, name: str) -> np.ndarray:
+        """``x`` as an int64 array, no copy when it already is one (the CSR shape is checked by the
+        caller, in the kernel that reads it, or by :meth:`_offsets`)."""
+        if type(x) is np.ndarray and x.dtype is _INT64 and x.ndim == 1 and self._foreign(x):
+            return x
+        return as_index_array(x, name, dtype=np.int64)
+
+    @staticmethod
+    def _raise_offsets(arr: np.ndarray, length: int, name: str) -> None:
+        raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
+                            f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
 
     def _raise_ids(self, status: int, where: int, ids: np.ndarray, name: str) -> None:
         b = int(ids[where]) if 0 <= where < ids.shape[0] else -1
@@ -605,12 +627,17 @@ class BlockAllocator:
 
 
 # =================================================================== kernels
+# Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
+# atomic reference-count updates for the arrays passed to each helper call (its pruning pass
+# misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
+# Outputs and scratch buffers come from the caller.
+#
 # Free queue: doubly linked list through FREE_PREV / FREE_NEXT; head/tail in meta.  Kernels
 # keep head, tail and the free count in local variables and store them once at the end: stores
 # into meta inside the loop would alias the row views and cost about 20 ns per block.
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _unlink(prev, nxt, head, tail, b):
     """Remove ``b`` from the list; returns the new (head, tail)."""
     p = prev[b]
@@ -628,7 +655,7 @@ def _unlink(prev, nxt, head, tail, b):
     return head, tail
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _link_after(prev, nxt, head, tail, after, b):
     """Link ``b`` after block ``after`` (``after == -1``: at the head); returns (head, tail)."""
     if after == -1:
@@ -661,7 +688,7 @@ def _walk_free_queue(fields, meta):
 # Prefix-cache hash table: linear probing over slots; the slot's key is block_keys[first block].
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _slot_hash(k0, k1, seed):
     # splitmix64 finaliser over both words and the seed: keys from outside (trace ids 0, 1, 2, ...)
     # are far from uniform, SipHash keys already are.
@@ -674,7 +701,7 @@ def _slot_hash(k0, k1, seed):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _find_slot(block_keys, table, meta, k0, k1):
     """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted."""
     mask = meta[META_TABLE_MASK]
@@ -688,7 +715,7 @@ def _find_slot(block_keys, table, meta, k0, k1):
         s = (s + 1) & mask
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _cache_one(fields, block_keys, table, meta, b, k0, k1):
     s = _find_slot(block_keys, table, meta, k0, k1)
     block_keys[b, 0] = k0
@@ -709,7 +736,7 @@ def _cache_one(fields, block_keys, table, meta, b, k0, k1):
     meta[META_NUM_CACHED] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _uncache_one(fields, block_keys, table, meta, b):
     s = _find_slot(block_keys, table, meta, block_keys[b, 0], block_keys[b, 1])
     prev = fields[KEY_PREV, b]
@@ -734,7 +761,7 @@ def _uncache_one(fields, block_keys, table, meta, b):
     block_keys[b, 1] = 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _delete_slot(block_keys, table, meta, s):
     # Backward-shift deletion keeps linear probing free of tombstones: later members of the probe
     # run whose ideal slot is not in (s, j] move back into the hole.
@@ -760,7 +787,7 @@ def _delete_slot(block_keys, table, meta, s):
 # Operations.
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
     """Move the first ``n`` free blocks to out[out_start:] with ref 1, evicting cached ones."""
     ref = fields[REF]
@@ -787,7 +814,7 @@ def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
         meta[META_NUM_FREE] -= n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _allocate(fields, block_keys, table, meta, out):
     """Fill ``out`` from the free queue's head; False (nothing changed) if fewer blocks are free."""
     # Outputs are allocated by the caller: returning a new array from a kernel costs ~0.8 us.
@@ -797,9 +824,10 @@ def _allocate(fields, block_keys, table, meta, out):
     return True
 
 
-@njit(cache=True, nogil=True)
-def _free(fields, meta, ids, mode, offsets):
-    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1).
+@njit(cache=True, nogil=True, _nrt=False)
+def _free(fields, meta, ids, mode, offsets, buffer):
+    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``buffer`` is a
+    writable buffer of ``len(ids)`` for that order, mode 0 ignores it).
 
     Returns (status, position in freeing order).  The whole batch is validated first: ids in
     range, then no block freed more times than it is referenced (decrement all; on failure
@@ -810,12 +838,14 @@ def _free(fields, meta, ids, mode, offsets):
     if mode == 0:
         order = ids
     else:
-        order = np.empty(n, dtype=np.int32)
+        if not _csr_offsets_ok(offsets, n):
+            return ERR_OFFSETS, 0
         k = 0
         for r in range(offsets.shape[0] - 1):
             for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
-                order[k] = ids[i]
+                buffer[k] = ids[i]
                 k += 1
+        order = buffer
     ref = fields[REF]
     prev = fields[FREE_PREV]
     nxt = fields[FREE_NEXT]
@@ -852,7 +882,13 @@ def _free(fields, meta, ids, mode, offsets):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
+def _free_in_order(fields, meta, ids):
+    """``_free`` mode 0 (three arguments: each one costs the dispatcher ~30 ns per call)."""
+    return _free(fields, meta, ids, 0, ids, fields[REF, :0])  # ids may be read-only: never the buffer
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _touch(fields, meta, ids):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -863,7 +899,7 @@ def _touch(fields, meta, ids):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _touch_valid(fields, meta, ids, start, stop):
     ref = fields[REF]
     prev = fields[FREE_PREV]
@@ -882,7 +918,7 @@ def _touch_valid(fields, meta, ids, start, stop):
     meta[META_NUM_FREE] -= taken
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _cache_blocks(fields, block_keys, table, meta, ids, keys):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -918,7 +954,7 @@ def _cache_blocks(fields, block_keys, table, meta, ids, keys):
     return OK, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
     """Write the first cached block of each leading cached key into out; return the hit count."""
     h = 0
@@ -931,7 +967,7 @@ def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _lookup(block_keys, table, meta, keys, out):
     h = _prefix_hits(block_keys, table, meta, keys, 0, keys.shape[0], out, 0)
     meta[META_QUERIES] += keys.shape[0]
@@ -939,7 +975,7 @@ def _lookup(block_keys, table, meta, keys, out):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
     r = offsets.shape[0] - 1
     hit_offsets[0] = 0
@@ -951,7 +987,7 @@ def _lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
     return hit_offsets[r]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _evict(fields, block_keys, table, meta, ids):
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -968,7 +1004,7 @@ def _evict(fields, block_keys, table, meta, ids):
     return OK, count
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, out, out_start):
     """Admit one request (keys[start:stop]) writing its blocks at out[out_start:]; (ok, hits)."""
     n = stop - start
@@ -997,29 +1033,36 @@ def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, o
     return True, h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit(fields, block_keys, table, meta, keys, num_extra, out):
     ok, h = _admit_into(fields, block_keys, table, meta, keys, 0, keys.shape[0], num_extra, out, 0)
     return (OK if ok else ERR_OUT_OF_BLOCKS), h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block_offsets, out, hits):
+    """Admit requests in order until one does not fit; returns (admitted, blocks written), or
+    (-1, 0) with nothing changed when ``offsets`` is not CSR over ``keys``.  An empty
+    ``num_extra`` means no extra blocks for any request."""
+    if not _csr_offsets_ok(offsets, keys.shape[0]):
+        return -1, 0
     r = offsets.shape[0] - 1
     block_offsets[0] = 0
     admitted = 0
+    with_extra = num_extra.shape[0] != 0
     for i in range(r):
-        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], num_extra[i],
+        extra = num_extra[i] if with_extra else 0
+        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], extra,
                             out, block_offsets[i])
         if not ok:
             break
         hits[i] = h
-        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + num_extra[i]
+        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + extra
         admitted += 1
-    return admitted
+    return admitted, block_offsets[admitted]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _csr_offsets_ok(offsets, length):
     """True if ``offsets`` starts at 0, never decreases and ends at ``length``.  O(len)."""
     n = offsets.shape[0]
