@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="smaller workloads (for smoke tests); writes report-quick*.md, not report.md")
     rep.add_argument("--no-progress", action="store_true", help="do not draw progress bars")
     rep.add_argument("--trace", default=None, metavar="PATH",
-                     help="replay this trace (any format kvmm reads) in the trace-replay sections instead of the bundled ones")
+                     help="replay this trace (any format kvmm reads) in the allocator section instead of the bundled ones")
     rep.add_argument("--format", default=None, metavar="FMT",
                      help="format of --trace: mooncake, bailian, lmcache, vllm, oracle (default: detected)")
 
@@ -61,13 +61,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from kvmm.report import Report, run_sections
+    from kvmm.errors import BadInputError
+    from kvmm.report import TRACE_SECTION, Report, run_sections
 
     flags = (["--quick"] if args.quick else []) + [f"--only {name}" for name in args.only or []] + \
         ([f"--trace {args.trace}"] if args.trace else []) + ([f"--format {args.format}"] if args.format else []) + \
         ([f"--out {args.out}"] if args.out != Path("kvmm-report") else []) + (["--no-progress"] if args.no_progress else [])
-    report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress, only=args.only, flags=flags)
-    report.trace, report.trace_format = args.trace, args.format  # read by the trace-replay sections
+    if args.format is not None and args.trace is None:
+        raise BadInputError("--format names the format of --trace; give --trace PATH too")
+    if args.trace is not None and args.only and TRACE_SECTION not in args.only:
+        raise BadInputError(f"--trace is replayed by the {TRACE_SECTION} section only; add --only {TRACE_SECTION}")
+    report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress, only=args.only, flags=flags,
+                    trace=args.trace, trace_format=args.format)
     ran = run_sections(report, only=args.only)
     path = report.write()
     print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")

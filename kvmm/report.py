@@ -11,14 +11,15 @@ a partial run writes its own file so it never overwrites the full report: ``repo
 Every report starts with its metadata: kvmm version, git commit (when run from a checkout),
 date, command-line flags, and whether it is full, partial or quick.  Figures are PNGs beside
 it (written only when matplotlib is installed: the ``plot`` extra), named ``<name>.png`` for the
-full report and ``<report stem>-<name>.png`` otherwise; PNGs of the same report left over from an
-earlier run are removed when it is written.  Plots use plain tick labels (no axis offsets).
+full report and ``<report stem>-<name>.png`` otherwise; PNGs the previous file of the same report
+linked and this run did not draw are removed when it is written (no other file is touched).  Plots use plain tick labels (no axis offsets).
 """
 
 from __future__ import annotations
 
 import datetime
 import importlib
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,9 @@ from typing import Callable, Sequence
 from kvmm._progress import Progress
 
 __all__ = ["Report", "SECTIONS", "run_sections", "format_table"]
+
+#: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
+TRACE_SECTION = "allocator"
 
 #: (section name, module path).  The module defines ``reproduce(report)``.
 SECTIONS: list[tuple[str, str]] = [
@@ -54,6 +58,9 @@ class Report:
     #: sections requested with ``--only`` (``None``: all), and the command-line flags, for the metadata
     only: Sequence[str] | None = None
     flags: Sequence[str] = ()
+    #: ``kvmm reproduce --trace PATH [--format FMT]``: the trace the TRACE_SECTION replays (None: bundled)
+    trace: str | None = None
+    trace_format: str | None = None
     #: sections that ran (set by :func:`run_sections`)
     sections: list[str] = field(default_factory=list)
 
@@ -132,13 +139,17 @@ class Report:
         """Write ``<out>/<stem>.md`` (metadata first) and remove this report's stale PNGs."""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / f"{self.stem}.md"
+        # Stale PNGs are those the previous report of this stem linked and this run did not
+        # write: other PNGs in --out (the user's own, other reports') are never touched.
+        previous = set(_FIGURE_LINK.findall(path.read_text(encoding="utf-8"))) if path.is_file() else set()
         path.write_text("# kvmm reproduce\n\n" + self.metadata() + "\n" + "\n".join(self.chunks), encoding="utf-8")
-        written = {p.name for p in self.figures}
-        for png in self.out.glob("*.png"):
-            ours = png.name.startswith(f"{self.stem}-") if self.stem != "report" else not png.name.startswith("report-")
-            if ours and png.name not in written:
-                png.unlink()
+        for name in previous - {p.name for p in self.figures}:
+            (self.out / name).unlink(missing_ok=True)
         return path
+
+
+#: a figure link of a report (``![name](file.png)``), capturing a plain file name in ``out``
+_FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(([^()/\\]+\.png)\)")
 
 
 def git_commit() -> str | None:

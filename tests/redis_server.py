@@ -47,17 +47,19 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = self.client()
         deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                if client.ping():
-                    break
-            except self.redis.exceptions.ConnectionError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server on port {self.port} did not answer PING")
-            time.sleep(0.02)
-        client.close()
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        break
+                except self.redis.exceptions.ConnectionError:
+                    pass
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server on port {self.port} did not answer PING")
+                time.sleep(0.02)
+        finally:
+            client.close()
 
     def restart(self) -> None:
         """Kill the server and start an empty one on the same port (no persistence)."""

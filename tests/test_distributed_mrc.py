@@ -82,6 +82,8 @@ def test_pieces_are_applied_in_sequence_order():
 
 @pytest.mark.parametrize("chunks, kwargs, match", [
     ([np.zeros((2, 2), dtype=np.int64)], {}, "1-D integer key array"),
+    ([[[1, 2], [3]]], {}, "ragged"),  # a ShapeError, not numpy's ValueError
+    (5, {}, "iterable of key arrays"),
     ([np.array([1.5, 2.0])], {}, "1-D integer key array"),
     ([np.array([1, 2])], {"parts": 0}, "parts"),
     ([np.array([1, 2])], {"max_inflight": 0}, "max_inflight"),

@@ -1,5 +1,9 @@
 """The package skeleton: errors, Protocols, input validation, the CLI and the report."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -89,3 +93,25 @@ def test_ragged_input_is_a_shape_error():
         as_index_array([[1], [2, 3]], "ids")
     with pytest.raises(errors.ShapeError, match="ragged"):
         as_key_array([[1, 2], [3]])
+
+
+def test_import_kvmm_and_cli_help_load_no_heavy_module():
+    heavy = ("numba", "torch", "transformers", "dask", "redis", "pytest", "hypothesis", "matplotlib")
+    code = ("import sys, contextlib, io, kvmm, kvmm.compress\n"
+            "from kvmm.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main(['--help'])\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_public_name_of_kvmm_compress_loads_on_first_use():
+    import kvmm.compress
+
+    for name in kvmm.compress.__all__:
+        assert getattr(kvmm.compress, name).__module__.startswith("kvmm.compress."), name
+    assert set(kvmm.compress.__all__) <= set(dir(kvmm.compress))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        kvmm.compress.Nope  # noqa: B018

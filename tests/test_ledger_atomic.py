@@ -10,16 +10,7 @@ import pytest
 from kvmm.errors import BadInputError, DoubleFreeError, KvmmError, ShapeError
 from kvmm.policies.ledger import MAX_CAPACITY_BYTES, RATE_BOUNDS, CommitmentLedger
 from kvmm.tiers import preset
-from tests.ledger_helpers import SLOW, assert_same_snapshot, snapshot
-
-
-def raises_unchanged(led, exc, fn, *args, match=None, **kw):
-    before = snapshot(led)
-    with pytest.raises(exc, match=match) as info:
-        fn(*args, **kw)
-    assert isinstance(info.value, KvmmError)
-    assert_same_snapshot(before, snapshot(led))
-    led.check()
+from tests.ledger_helpers import SLOW, raises_unchanged
 
 
 def staging_claim():

@@ -9,12 +9,11 @@ from kvmm.errors import (
     CapacityExceededError,
     DoubleFreeError,
     DTypeError,
-    KvmmError,
     LedgerStateError,
     UnknownKeyError,
 )
 from kvmm.policies.ledger import CommitmentLedger
-from tests.ledger_helpers import SLOW, assert_same_snapshot, snapshot
+from tests.ledger_helpers import SLOW, raises_unchanged
 
 
 @pytest.fixture
@@ -31,15 +30,6 @@ def ledger():
     led.ids = ids  # claimed, staging, ready, consumed, released
     led.check()
     return led
-
-
-def raises_unchanged(led, exc, fn, *args, match=None, **kw):
-    before = snapshot(led)
-    with pytest.raises(exc, match=match) as info:
-        fn(*args, **kw)
-    assert isinstance(info.value, KvmmError)
-    assert_same_snapshot(before, snapshot(led))
-    led.check()
 
 
 @pytest.mark.parametrize("kwargs, exc", [

@@ -33,19 +33,23 @@ def test_metadata_and_file_names(tmp_path):
 
 def test_stale_pngs_of_the_same_report_are_removed_and_others_kept(tmp_path):
     pytest.importorskip("matplotlib")
-    for name in ("old_plot.png", "report-quick-old.png", "report-only-x-kept.png"):
+    for name in ("old_plot.png", "report-quick-old.png", "report-only-x-kept.png", "users_own.png"):
         (tmp_path / name).write_bytes(b"x")
+    # earlier runs of the full and the quick report drew old_plot / report-quick-old
+    (tmp_path / "report.md").write_text("![old_plot](old_plot.png)\n![plot](plot.png)\n")
+    (tmp_path / "report-quick.md").write_text("![old](report-quick-old.png)\n")
     quick = _report(tmp_path, quick=True)
     quick.figure("new", lambda ax: ax.plot([1, 2], [3, 4]))
     quick.write()
-    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    names = sorted(p.name for p in tmp_path.glob("*.png") if p.name != "users_own.png")
     assert names == ["old_plot.png", "report-only-x-kept.png", "report-quick-new.png"]
     full = _report(tmp_path)
     full.figure("plot", lambda ax: ax.plot([1, 2], [3, 4]))
     full.write()
-    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    names = sorted(p.name for p in tmp_path.glob("*.png") if p.name != "users_own.png")
     assert names == ["plot.png", "report-only-x-kept.png", "report-quick-new.png"]
     assert "![plot](plot.png)" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "users_own.png").read_bytes() == b"x"  # not a report's: never removed (--out .)
 
 
 def test_plots_have_no_axis_offset(tmp_path):

@@ -1,6 +1,7 @@
 """Every kvmm token scorer through kvmm.testing.TokenScorerContract.  A new scorer: one line."""
 
 import numpy as np
+import pytest
 
 from kvmm.compress import (
     H2OScorer,
@@ -54,3 +55,23 @@ class TestTriAttention(KvmmScorerContract):
         queries = np.random.default_rng(0).normal(size=(32, self.q_heads, self.head_dim)) + 1
         stats = calibrate(queries, rope=RopeConfig(self.head_dim))
         return TriAttentionPolicy(TriAttentionScorer(stats, normalize=False))
+
+    # The contract's evidence check feeds stale attention, which TriAttention never reads (it
+    # scores keys): not collected here (it would skip); bad keys are checked instead.
+    test_stale_attention_is_rejected = None
+
+    def test_bad_keys_are_rejected_and_change_nothing(self):
+        from kvmm.errors import KvmmError
+        from kvmm.testing.scorer_contract import decode_evidence
+
+        scorer = self.make_scorer()
+        live = self.drive(scorer)
+        before = scorer.scores(0)
+        rng = np.random.default_rng(9)
+        nan_keys = decode_evidence(rng, live + 1, 1, live)
+        nan_keys["keys"][0, 0, 0] = np.nan
+        wrong_heads = dict(decode_evidence(rng, live + 1, 1, live), keys=np.zeros((1, 3, self.head_dim)))
+        for bad in (nan_keys, wrong_heads):
+            with pytest.raises(KvmmError):
+                scorer.observe(0, **bad)
+        np.testing.assert_array_equal(scorer.scores(0), before)

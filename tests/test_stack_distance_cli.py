@@ -37,6 +37,11 @@ def test_mrc_errors_are_clear(tmp_path, capsys):
     assert main(["mrc", str(tmp_path / "missing.jsonl")]) == 2
     assert "neither a file nor a bundled trace name" in capsys.readouterr().err
     assert main(["mrc", "synthetic", "--fraction", "nan"]) == 2
+    assert main(["mrc", "synthetic", "--png", str(tmp_path)]) == 2  # a folder, not a traceback from savefig
+    assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["mrc", "synthetic", "--png", str(tmp_path / "file" / "mrc.png")]) == 2
+    assert "cannot create its folder" in capsys.readouterr().err
 
 
 def test_reproduce_section_quick(tmp_path, capsys):

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import rule, run_state_machine_as_test
 
 import kvmm.testing
+from kvmm.errors import KvmmError
 from kvmm.testing import strategies as kst
 from tests.test_docs_testing_example import ROOT, plugin_args
 
@@ -73,6 +74,17 @@ def test_replay_policy_counts_hits_like_the_lru_reference():
     keys = [1, 2, 3, 1, 4, 2, 5, 1, 3, 3, 6, 1]
     want = sum(1 for event in simulate_lru(keys, 3) if event[0] == "hit")
     assert replay_policy(LRUPolicy(), keys, 3) == want == 3
+    for bad in (0, -1, 2.5):
+        with pytest.raises(KvmmError, match="capacity"):
+            replay_policy(LRUPolicy(), keys, bad)
+
+
+def test_trace_keys_read_any_trace_format(tmp_path):
+    from kvmm.testing.benchmarks import trace_keys
+    from kvmm.traces import load_trace, save_trace
+
+    path = save_trace(load_trace("synthetic").head(50), tmp_path / "chats.jsonl", "bailian")
+    assert trace_keys(str(path)) == trace_keys("synthetic", 50)
 
 
 @FEW
@@ -171,3 +183,20 @@ def test_a_machine_extended_by_subclassing_runs_its_new_rule():
     run_state_machine_as_test(Extended, settings=settings(max_examples=40, stateful_step_count=10, deadline=None,
                                                           derandomize=True, suppress_health_check=list(HealthCheck)))
     assert calls and set(calls) == {CountingAllocator}
+
+
+def test_tier_context_closes_every_tier_even_when_one_fails(tmp_path):
+    from kvmm.testing.tiers import LOCAL_TIER_KINDS, TierContext
+
+    class FailsToClose:
+        def close(self):
+            raise OSError("disk gone")
+
+    ctx = TierContext(tmp_path)
+    mmap = ctx.build(next(k for k in LOCAL_TIER_KINDS if k.name == "mmap"), 1000)
+    ctx.built.insert(0, FailsToClose())
+    with pytest.raises(OSError, match="disk gone"):
+        ctx.close()
+    with pytest.raises(KvmmError, match="closed"):  # closed although an earlier tier failed to close
+        mmap.put("a", np.zeros(1))
+    ctx.close()  # nothing left to close

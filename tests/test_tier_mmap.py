@@ -234,6 +234,12 @@ def test_bad_construction(tmp_path, kwargs):
         MmapTier(tmp_path, **{"capacity_bytes": 100, **kwargs})
 
 
+@pytest.mark.parametrize("path", [None, 5, "a\0b"])
+def test_a_path_that_is_no_path_is_bad_input(path):
+    with pytest.raises(BadInputError, match="path|tier folder"):
+        MmapTier(path, 100)
+
+
 def test_sync_mode_and_oversized_entries(tmp_path):
     with MmapTier(tmp_path, 1 << 20, segment_bytes=100, sync=True) as tier:
         tier.put("big", value(5000))  # larger than a segment: gets one of its own

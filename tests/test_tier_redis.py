@@ -27,9 +27,12 @@ def test_two_clients_share_entries_and_one_capacity(pool, redis_url, redis_prefi
     other.close()
 
 
-def test_capacity_mismatch_is_rejected(pool, redis_url, redis_prefix):
-    with pytest.raises(BadInputError, match="capacity 10000"):
+def test_capacity_mismatch_is_rejected_and_closes_its_connection(pool, redis_url, redis_prefix):
+    connections = len(pool.client.client_list())
+    with pytest.raises(BadInputError, match="capacity 10000") as excinfo:
         RedisTier(5_000, url=redis_url, prefix=redis_prefix)
+    assert excinfo.tb is not None  # the traceback keeps the half-built tier (and its client) alive
+    assert len(pool.client.client_list()) == connections
 
 
 def _racer(url, prefix, worker, results):

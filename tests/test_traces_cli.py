@@ -78,3 +78,8 @@ def test_reproduce_allocator_section_on_a_given_trace(tmp_path, capsys):
     assert main(["reproduce", "--only", "allocator", "--quick", "--no-progress", "--out", str(tmp_path / "r"),
                  "--trace", str(tmp_path / "missing.jsonl")]) == 2
     assert "neither a file nor a bundled trace name" in capsys.readouterr().err
+    # --trace feeds the allocator section only: elsewhere it would be silently ignored
+    assert main(["reproduce", "--only", "working-set", "--quick", "--out", str(tmp_path / "r"), "--trace", str(path)]) == 2
+    assert "allocator section only" in capsys.readouterr().err
+    assert main(["reproduce", "--only", "allocator", "--quick", "--out", str(tmp_path / "r"), "--format", "bailian"]) == 2
+    assert "give --trace PATH too" in capsys.readouterr().err

@@ -53,6 +53,8 @@ def test_bailian_fixture_keeps_conversation_structure(tmp_path):
     np.testing.assert_array_equal(turns["think_time_s"], [np.nan, 11.75, np.nan, 17.875])
     with pytest.raises(BadInputError, match="chat_id and parent_chat_id"):
         conversation_turns(load_trace("synthetic"))
+    with pytest.raises(BadInputError, match="needs a KVTrace, got NoneType"):
+        conversation_turns(None)
 
 
 def test_head_keeps_columns_and_layout(tmp_path):
@@ -88,10 +90,10 @@ def test_every_request_format_round_trips_the_bundled_trace(tmp_path, fmt):
     if fmt == "oracle":  # one request per record; the request's arrival second on each record
         np.testing.assert_array_equal(back.timestamp_ms, np.repeat(src.timestamp_ms // 1000 * 1000,
                                                                    np.diff(src.block_offsets)))
-        return
-    for name in ("timestamp_ms", "input_length", "block_offsets"):
-        np.testing.assert_array_equal(getattr(back, name), getattr(src, name), err_msg=name)
-    if fmt != "lmcache":  # the lookup log has no output lengths
+    else:
+        for name in ("timestamp_ms", "input_length", "block_offsets"):
+            np.testing.assert_array_equal(getattr(back, name), getattr(src, name), err_msg=name)
+    if fmt not in ("oracle", "lmcache"):  # neither the records nor the lookup log have output lengths
         np.testing.assert_array_equal(back.output_length, src.output_length)
 
 
@@ -181,6 +183,10 @@ def test_save_trace_rejects_bad_arguments(tmp_path):
         save_trace(trace, tmp_path, "mooncake")
     with pytest.raises(BadInputError, match="unknown trace format"):
         save_trace(trace, tmp_path / "x.jsonl", "parquet")
+    for fmt in FORMATS:  # a missing folder: not a bare FileNotFoundError, nothing written
+        with pytest.raises(BadInputError, match="does not exist"):
+            save_trace(trace, tmp_path / "no-such-folder" / "x", fmt)
+    assert not (tmp_path / "no-such-folder").exists()
     broken = trace.head(3)
     broken.block_offsets = broken.block_offsets[::-1].copy()
     with pytest.raises(BadInputError, match="not a consistent KVTrace"):

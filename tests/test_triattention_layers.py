@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kvmm.compress import RopeConfig, TriAttentionPolicy, TriAttentionScorer, calibrate
-from kvmm.errors import BadInputError, ShapeError
+from kvmm.errors import BadInputError, KvmmError, ShapeError
 
 D, HEADS, KV, LAYERS = 8, 4, 2, 3
 
@@ -130,3 +130,19 @@ def test_bad_configuration_and_shapes():
     with pytest.raises(ShapeError, match="layers=3"):
         policy.observe(0, keys=np.ones((2, KV, D)))  # a one-layer shape for a three-layer policy
     assert policy._seqs == {}
+
+
+def test_bad_evictions_and_budgets_raise_and_change_nothing():
+    policy = TriAttentionPolicy.from_calibration(_calibration(), budget=4)
+    policy.observe(0, keys=np.random.default_rng(1).normal(size=(6, LAYERS, KV, D)))
+    before = (policy.live_positions(0), policy.keep_mask(0))
+    for bad in ([1, 1], [[1], [9]], [1.5], [True, False]):  # a repeat is not one eviction (as TokenScorerBase)
+        with pytest.raises(KvmmError):
+            policy.on_evict(0, bad)
+    for budget in (-1, 0, 1.5):
+        with pytest.raises(KvmmError, match="budget"):
+            policy.select(0, budget)
+    np.testing.assert_array_equal(policy.live_positions(0), before[0])
+    np.testing.assert_array_equal(policy.keep_mask(0), before[1])
+    policy.on_evict(0, [[1], [3]])  # any integer shape, raveled, as TokenScorerBase takes it
+    assert policy.live_positions(0).tolist() == [0, 2, 4, 5]

@@ -1,53 +1,52 @@
 """kvmm.compress: RoPE math, TriAttention calibration and scoring (docs/triattention.md), token-level
 KV eviction scorers and the eviction helper (docs/vtoken.md).
 
-Imports are cheap: numba kernels compile on first use, torch is imported only by
-:mod:`kvmm.compress.hf`.
+Imports are lazy, so ``import kvmm.compress`` (and ``kvmm calibrate --help``, which imports
+:mod:`kvmm.compress._cli`) loads neither numba nor the kernels; the first use of a name loads its
+module.  torch is imported only by :mod:`kvmm.compress.hf`.
 """
 
-from kvmm.compress.calibration import (
-    Calibration,
-    calibrate,
-    logit_curve,
-    mean_logit_by_distance,
-    pearson,
-    series_logits,
-)
-from kvmm.compress.eviction import evict_to_budget
-from kvmm.compress.rope import RopeConfig, RopeScaling, convert_layout
-from kvmm.compress.scorers import (
-    H2OScorer,
-    KeyNormScorer,
-    RandomScorer,
-    ScissorhandsScorer,
-    SnapKVScorer,
-    StreamingLLMScorer,
-    TokenScorerBase,
-    select_victims,
-)
-from kvmm.compress.triattention import TriAttentionScorer, default_offsets
-from kvmm.compress.triattention_policy import TriAttentionPolicy
+from __future__ import annotations
 
-__all__ = [
-    "RopeConfig",
-    "RopeScaling",
-    "convert_layout",
-    "Calibration",
-    "calibrate",
-    "logit_curve",
-    "mean_logit_by_distance",
-    "pearson",
-    "series_logits",
-    "TriAttentionScorer",
-    "TriAttentionPolicy",
-    "default_offsets",
-    "TokenScorerBase",
-    "H2OScorer",
-    "ScissorhandsScorer",
-    "SnapKVScorer",
-    "StreamingLLMScorer",
-    "KeyNormScorer",
-    "RandomScorer",
-    "select_victims",
-    "evict_to_budget",
-]
+import importlib
+
+_LAZY = {
+    # RoPE math
+    "RopeConfig": "kvmm.compress.rope",
+    "RopeScaling": "kvmm.compress.rope",
+    "convert_layout": "kvmm.compress.rope",
+    # TriAttention calibration and measurements
+    "Calibration": "kvmm.compress.calibration",
+    "calibrate": "kvmm.compress.calibration",
+    "logit_curve": "kvmm.compress.calibration",
+    "mean_logit_by_distance": "kvmm.compress.calibration",
+    "pearson": "kvmm.compress.calibration",
+    "series_logits": "kvmm.compress.calibration",
+    # TriAttention scoring
+    "TriAttentionScorer": "kvmm.compress.triattention",
+    "default_offsets": "kvmm.compress.triattention",
+    "TriAttentionPolicy": "kvmm.compress.triattention_policy",
+    # token-level eviction scorers (the TokenScorer Protocol)
+    "TokenScorerBase": "kvmm.compress.scorers",
+    "H2OScorer": "kvmm.compress.scorers",
+    "ScissorhandsScorer": "kvmm.compress.scorers",
+    "SnapKVScorer": "kvmm.compress.scorers",
+    "StreamingLLMScorer": "kvmm.compress.scorers",
+    "KeyNormScorer": "kvmm.compress.scorers",
+    "RandomScorer": "kvmm.compress.scorers",
+    "select_victims": "kvmm.compress.scorers",
+    # the eviction helper
+    "evict_to_budget": "kvmm.compress.eviction",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kvmm.compress' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -40,6 +40,7 @@ import numpy as np
 from kvmm._validate import as_count
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.rope import as_vectors
+from kvmm.compress.scorers import _as_indices
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError, UnknownSequenceError
 
@@ -163,11 +164,13 @@ class TriAttentionPolicy:
     def on_evict(self, seq_id: int, indices: Any) -> None:
         """Drop live-token ``indices`` (positions in the live order) from every head."""
         state = self._state(seq_id)
-        idx = np.asarray(indices)
-        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= state.n):
+        idx = _as_indices(indices, "indices")
+        if idx.size and (idx.min() < 0 or idx.max() >= state.n):
             raise BadInputError(f"indices must be live-token indices in [0, {state.n}), got {idx}")
+        if np.unique(idx).size != idx.size:  # as TokenScorerBase: a repeat is a caller's bug, not one eviction
+            raise BadInputError("indices repeats an index; expected distinct live-token indices")
         keep = np.ones(state.n, dtype=bool)
-        keep[idx.astype(np.int64)] = False
+        keep[idx] = False
         state.keep_only(np.flatnonzero(keep))
 
     def forget(self, seq_id: int) -> None:
@@ -221,6 +224,7 @@ class TriAttentionPolicy:
         still holds compete for it.
         """
         state = self._state(seq_id)
+        budget = as_count(budget, "budget", minimum=1)
         groups = self._aggregate(self.layer_scores(seq_id))  # (groups, live)
         held = self._group_view(state.held)  # (groups, live)
         out = np.zeros_like(held)

@@ -335,7 +335,10 @@ def load_admission(spec: str, kwargs: dict) -> Any:
     except (ImportError, AttributeError) as exc:
         raise BadInputError(f"kvmm_admission {spec!r}: cannot load {class_name!r} from {module_name!r} ({exc}); "
                             "expected a class of kvmm.policies.admission or 'package.module:Class'") from None
-    policy = cls(**kwargs)
+    try:
+        policy = cls(**kwargs)
+    except TypeError as exc:  # an unknown or missing keyword argument
+        raise BadInputError(f"kvmm_admission {spec!r} with kvmm_admission_args {kwargs!r}: {exc}") from None
     if not isinstance(policy, AdmissionPolicy):
         raise BadInputError(f"kvmm_admission {spec!r} built a {type(policy).__name__}, which has no admit(request)")
     return policy

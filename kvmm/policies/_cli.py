@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
     points = as_count(args.points, "--points", minimum=2)
+    if args.png:
+        _check_png_path(args.png)  # before the (possibly long) run, not a traceback at savefig
     if args.dask is not None:
         hist, name, summary = _dask_histogram(args)
         mode = f"exact per part, {args.parts} key partitions on Dask"
@@ -103,6 +105,21 @@ def _report(args, hist, fractions, points, name, mode) -> int:
         plt.close(fig)
         print(f"wrote {args.png}")
     return 0
+
+
+def _check_png_path(png: str) -> None:
+    """``--png`` must name a file whose folder exists (or can be created)."""
+    from pathlib import Path
+
+    from kvmm.errors import BadInputError
+
+    path = Path(png)
+    if path.is_dir():
+        raise BadInputError(f"--png {png!r} is a folder; expected a file name such as mrc.png")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"--png {png!r}: cannot create its folder ({exc})") from None
 
 
 def _dask_histogram(args: argparse.Namespace):

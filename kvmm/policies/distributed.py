@@ -42,7 +42,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from kvmm._validate import as_count
+from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError
 from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker
 
@@ -62,13 +62,17 @@ def distributed_mrc(trace_chunks: Iterable[Any], client: Any = None, *, parts: i
     """
     parts = as_count(parts, "parts", minimum=1)
     max_inflight = as_count(max_inflight, "max_inflight", minimum=1)
+    try:
+        chunks = iter(trace_chunks)
+    except TypeError:
+        raise BadInputError(f"trace_chunks must be an iterable of key arrays, got {type(trace_chunks).__name__}") from None
     if client is None:
         actors = [PartTracker(initial_keys) for _ in range(parts)]
     else:
         actors = _start_actors(client, parts, initial_keys)
     sent = [0] * parts
     inflight: deque = deque()
-    for chunk in trace_chunks:
+    for chunk in chunks:
         keys = _as_keys(chunk)
         part = key_parts(keys, parts)
         order = np.argsort(part, kind="stable")  # stable: each part keeps trace order
@@ -79,13 +83,12 @@ def distributed_mrc(trace_chunks: Iterable[Any], client: Any = None, *, parts: i
             if piece.size:
                 calls.append(actors[p].access(sent[p], piece))
                 sent[p] += 1
-        inflight.append(calls)
-        while client is not None and len(inflight) > max_inflight:
-            _wait(inflight.popleft())
-    while inflight:
-        calls = inflight.popleft()
-        if client is not None:
-            _wait(calls)
+        if client is not None:  # in process, each call has already run
+            inflight.append(calls)
+            while len(inflight) > max_inflight:
+                _wait(inflight.popleft())
+    for calls in inflight:
+        _wait(calls)
     results = [a.histogram() for a in actors]
     if client is not None:
         results = [r.result() for r in results]
@@ -157,7 +160,7 @@ def _wait(calls: list) -> None:
 
 
 def _as_keys(chunk: Any) -> np.ndarray:
-    arr = np.asarray(chunk)
+    arr = as_array(chunk, "trace chunk")  # ragged nested lists: ShapeError, not numpy's ValueError
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise BadInputError(f"each trace chunk must be a 1-D integer key array, got shape {arr.shape} dtype {arr.dtype}")
     return np.ascontiguousarray(arr.astype(np.uint64, copy=False).view(np.int64) if arr.dtype.kind == "u"

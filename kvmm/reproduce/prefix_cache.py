@@ -74,9 +74,8 @@ def replay(block_offsets: np.ndarray, block_ids: np.ndarray, num_blocks: int, *,
 def reproduce(report) -> None:
     from kvmm.traces import load_trace
 
-    user_trace = getattr(report, "trace", None)  # kvmm reproduce --trace PATH [--format FMT]
-    if user_trace is not None:
-        traces = [load_trace(user_trace, getattr(report, "trace_format", None))]
+    if report.trace is not None:  # kvmm reproduce --trace PATH [--format FMT]
+        traces = [load_trace(report.trace, report.trace_format)]
         report.heading(f"allocator: prefix-cache hit ratio vs pool size ({traces[0].name}, {traces[0].source_format})")
     else:
         traces = [load_trace(name) for name in ("conversation", "synthetic")]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+from kvmm._validate import as_count
+
 __all__ = ["BENCH_SCALES", "SMOKE_REQUESTS", "PolicyBenchmarkResult", "replay_policy", "trace_keys", "same_run_table"]
 
 #: ``--kvmm-bench-scale`` values: ``smoke`` replays the first :data:`SMOKE_REQUESTS` requests.
@@ -30,8 +32,7 @@ def replay_policy(policy: Any, keys: Sequence[Any], capacity: int) -> int:
     it), removes that victim (``on_remove``) and then inserts (``on_insert(key)``).  Nothing is
     protected.  Runtime complexity: O(len(keys)) policy calls.
     """
-    if capacity < 1:
-        raise ValueError(f"capacity must be at least one entry, got {capacity}")
+    capacity = as_count(capacity, "capacity", minimum=1)
     takes_incoming = "incoming" in inspect.signature(policy.victims).parameters
     on_access, on_insert, on_remove, victims = policy.on_access, policy.on_insert, policy.on_remove, policy.victims
     resident: set = set()
@@ -54,11 +55,11 @@ def replay_policy(policy: Any, keys: Sequence[Any], capacity: int) -> int:
 
 @lru_cache(maxsize=8)
 def trace_keys(trace: str, max_requests: int | None = None) -> tuple[int, ...]:
-    """The block keys of a bundled trace (or a Mooncake JSONL path) in request order, as ints;
-    only the first ``max_requests`` requests when given."""
-    from kvmm.traces import load_mooncake
+    """The block keys of a bundled trace (or a trace file of any format kvmm reads) in request
+    order, as ints; only the first ``max_requests`` requests when given."""
+    from kvmm.traces import load_trace
 
-    loaded = load_mooncake(trace)
+    loaded = load_trace(trace)
     end = loaded.block_offsets[min(max_requests, loaded.num_requests)] if max_requests is not None else None
     return tuple(loaded.block_ids[:end].tolist())
 

@@ -73,9 +73,9 @@ def kvmm_bench_scale(pytestconfig: Any) -> str:
 def kvmm_trace() -> Callable[[str], Any]:
     from functools import lru_cache
 
-    from kvmm.traces import load_mooncake
+    from kvmm.traces import load_trace
 
-    return lru_cache(maxsize=None)(load_mooncake)
+    return lru_cache(maxsize=None)(load_trace)
 
 
 @pytest.fixture(scope="session")

@@ -91,8 +91,16 @@ class TierContext:
         return tier
 
     def close(self) -> None:
-        for tier in self.built:
-            close_tier(tier)
+        """Close every tier built, even when closing one fails (the first error is re-raised)."""
+        built, self.built = self.built, []
+        errors = []
+        for tier in built:
+            try:
+                close_tier(tier)
+            except Exception as exc:  # noqa: BLE001 - keep closing the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 def close_tier(tier: Any) -> None:

@@ -91,10 +91,12 @@ class MmapTier(RecoveryMixin, TierBase):
         self.gc_bytes = self.segment_bytes if gc_bytes is None else as_count(gc_bytes, "gc_bytes")
         self.sync = bool(sync)
         self.verify = bool(verify)
+        if not isinstance(path, (str, os.PathLike)):
+            raise BadInputError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")
         self.path = Path(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
             raise BadInputError(f"cannot create tier folder {str(self.path)!r}: {exc}") from None
         self._closed, self._opened = True, False
         self._owner_pid = os.getpid()

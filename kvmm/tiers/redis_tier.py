@@ -142,6 +142,15 @@ class RedisTier(TierBase):
         self._put_script = self.client.register_script(_PUT_LUA)
         self._delete_script = self.client.register_script(_DELETE_LUA)
         self._repair_script = self.client.register_script(_REPAIR_LUA)
+        try:
+            self._open_pool(capacity_bytes)
+        except BaseException:
+            if client is None:  # the connection this call opened must not outlive the failed open
+                self.client.close()
+            raise
+
+    def _open_pool(self, capacity_bytes: int | None) -> None:
+        """Refuse an evicting server, then create the pool's capacity or check it against this tier's."""
         self._refuse_evicting_server()
         wanted = self.spec.capacity_bytes
         stored = self._call(lambda: (self.client.set(self._k_cap, wanted, nx=True), self.client.get(self._k_cap))[1])
@@ -149,7 +158,7 @@ class RedisTier(TierBase):
         if capacity_bytes is None:
             self.spec = self.spec.with_capacity(stored)
         elif stored != wanted:
-            raise BadInputError(f"pool {prefix!r} on the server has capacity {stored} bytes; this tier asked "
+            raise BadInputError(f"pool {self.prefix!r} on the server has capacity {stored} bytes; this tier asked "
                                 f"for {wanted} (open it with capacity_bytes=None or {stored})")
 
     @property

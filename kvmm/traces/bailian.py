@@ -87,6 +87,8 @@ def conversation_turns(trace: KVTrace) -> dict[str, np.ndarray]:
 
     Runtime complexity: O(requests + blocks).
     """
+    if not isinstance(trace, KVTrace):
+        raise BadInputError(f"conversation_turns needs a KVTrace, got {type(trace).__name__}")
     if "chat_id" not in trace.columns or "parent_chat_id" not in trace.columns:
         raise BadInputError("conversation_turns needs a trace with chat_id and parent_chat_id columns "
                             "(a Qwen-Bailian trace); this one has " + (", ".join(sorted(trace.columns)) or "none"))

@@ -210,6 +210,8 @@ def atomic_file(path: Any) -> Iterator[Any]:
     written to ``<path>.tmp``, synced, renamed over ``path``; on an error the temporary file
     is removed and ``path`` is untouched.  Every trace writer uses it, so no trace is left torn."""
     path = Path(path)
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write trace {str(path)!r}: its folder {str(path.parent)!r} does not exist")
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as fh:

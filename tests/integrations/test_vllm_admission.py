@@ -92,6 +92,8 @@ def test_bad_admission_config_is_a_clear_error():
         make_spec(8, **KVMM_SPEC, kvmm_admission="NoSuchPolicy").get_manager()
     with pytest.raises(BadInputError, match="has no admit"):
         make_spec(8, **KVMM_SPEC, kvmm_admission="kvmm.policies:LRUPolicy").get_manager()
+    with pytest.raises(BadInputError, match=r"kvmm_admission_args \{'j': 2\}.*unexpected keyword"):
+        make_spec(8, **KVMM_SPEC, kvmm_admission="StoreThreshold", kvmm_admission_args={"j": 2}).get_manager()
     with pytest.raises(BadInputError, match="AdmissionPolicy"):
         kv.KvmmAdmissionManager(8, admission=object())
 

@@ -8,11 +8,7 @@ import msgspec
 import pytest
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
-import kvmm.traces
-
-load_vllm_kv_events = getattr(kvmm.traces, "load_vllm_kv_events", None)
-if load_vllm_kv_events is None:  # the reader lands with the traces work (issue 10 item 3)
-    pytest.skip("kvmm.traces.load_vllm_kv_events is not in this branch yet", allow_module_level=True)
+from kvmm.traces import load_vllm_kv_events
 
 
 def stored(hashes, parent):
