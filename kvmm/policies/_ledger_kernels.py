@@ -1,5 +1,6 @@
 """numba kernels of :class:`kvmm.policies.ledger.CommitmentLedger`: trigger + grant in one pass
-(``poll_kernel``), and the polls a periodic poller can skip (``idle_polls_kernel``).
+(``poll_kernel``), the polls a periodic poller can skip (``idle_polls_kernel``), and the
+validation of a batch of claim ids (``check_claims_kernel``).
 
 State codes (see ``kvmm.policies.ledger``): 1 CLAIMED, 2 PENDING, 3 STAGING.
 """
@@ -119,3 +120,33 @@ def idle_polls_kernel(state, nbytes, source, work_ahead, delay_s, updated_at, de
         skipped += 1
         t = t + interval
     return t, poll_gap, last_poll, skipped
+
+
+@njit(cache=True, nogil=True)
+def check_claims_kernel(ids, state, generation, n_slots, unique, allowed_mask):
+    """Validate claim ids in one pass; return ``(code, value, slots)``.
+
+    ``slots[i] = ids[i] & (2**32 - 1)``.  Checks, in this order (the first failing one wins):
+    code 1: ``ids[i]`` is not an open claim (negative, slot never used, slot FREE or of another
+    generation), ``value`` = the first such id; code 2 (``unique`` only): an id appears twice,
+    ``value`` = the smallest such id; code 3: a slot's state is not in ``allowed_mask`` (bit
+    ``1 << state``), ``value`` = the first such slot.  Code 0: all valid.
+    Runtime complexity: O(k log k) with ``unique``, O(k) otherwise.
+    """
+    k = ids.shape[0]
+    slots = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        cid = ids[i]
+        s = cid & 0xFFFFFFFF
+        if cid < 0 or s >= n_slots or state[s] == 0 or generation[s] != (cid >> 32):
+            return 1, cid, slots
+        slots[i] = s
+    if unique and k > 1:
+        ordered = np.sort(ids)
+        for i in range(1, k):
+            if ordered[i] == ordered[i - 1]:
+                return 2, ordered[i], slots
+    for i in range(k):
+        if not (allowed_mask >> state[slots[i]]) & 1:
+            return 3, slots[i], slots
+    return 0, 0, slots

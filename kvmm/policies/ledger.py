@@ -67,7 +67,7 @@ from kvmm.errors import (
     ShapeError,
     UnknownKeyError,
 )
-from kvmm.policies._ledger_kernels import idle_polls_kernel, poll_kernel
+from kvmm.policies._ledger_kernels import check_claims_kernel, idle_polls_kernel, poll_kernel
 
 __all__ = [
     "CommitmentLedger",
@@ -88,6 +88,7 @@ __all__ = [
 FREE, CLAIMED, PENDING, STAGING, READY, CONSUMED = 0, 1, 2, 3, 4, 5
 STATE_NAMES = ("free", "claimed", "pending", "staging", "ready", "consumed")
 _HOLDING = (STAGING, READY, CONSUMED)  # states that hold protected capacity
+_ALL_STATES = (1 << 8) - 1  # check_claims_kernel's state mask that lets every state through
 _SLOT_BITS = 32
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
 _MAX_SLOTS = 1 << 28  # a slot index must fit the id's 32 low bits; 2**28 open claims is plenty
@@ -389,9 +390,8 @@ class CommitmentLedger:
         earlier deadline.  Deadlines are times in ``[0, MAX_SECONDS]`` or ``inf`` (no deadline).
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True)
-        self._require_state(slots, (CLAIMED, PENDING), "request a commitment for",
-                            "only claimed or pending claims can request a commitment")
+        slots = self._live_slots(claim_ids, unique=True, allowed=(CLAIMED, PENDING), verb="request a commitment for",
+                                 hint="only claimed or pending claims can request a commitment")
         dl = None if deadline is None else _as_float_array(deadline, "deadline", slots.shape[0], maximum=MAX_SECONDS,
                                                            allow_inf=True)
         now = self._check_now(now)
@@ -500,8 +500,8 @@ class CommitmentLedger:
         ratio (a tier at half its nominal speed is learned as 2); each observation is clipped
         to ``RATIO_BOUNDS``.  Each id at most once per call.  Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True)
-        self._require_state(slots, (STAGING,), "mark ready", "only staging claims can become ready")
+        slots = self._live_slots(claim_ids, unique=True, allowed=(STAGING,), verb="mark ready",
+                                 hint="only staging claims can become ready")
         now = self._check_now(now)
         self.clock = now
         a = self.ratio_alpha
@@ -536,7 +536,8 @@ class CommitmentLedger:
                 self.state[s] = PENDING
             elif self.state[s] == READY:
                 self.lease_from[s] = now
-        return np.isin(self.state[slots], (READY, CONSUMED))
+        st = self.state[slots]
+        return (st == READY) | (st == CONSUMED)
 
     def consume(self, claim_ids: Any, *, now: float) -> None:
         """The request reads the staged data: READY -> CONSUMED (capacity held until release).
@@ -545,8 +546,8 @@ class CommitmentLedger:
         (:meth:`need`, else now), *late* otherwise.  Each id at most once per call.
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True)
-        self._require_state(slots, (READY,), "consume", "stage it (poll, mark_ready) before consuming")
+        slots = self._live_slots(claim_ids, unique=True, allowed=(READY,), verb="consume",
+                                 hint="stage it (poll, mark_ready) before consuming")
         now = self._check_now(now)
         self.clock = now
         for s in slots.tolist():
@@ -569,9 +570,7 @@ class CommitmentLedger:
             if self._is_released(cid):
                 what = "was already released (or its ready lease expired)" if self.ready_lease_s else "was already released"
                 raise DoubleFreeError(f"claim {cid} {what}; release each claim once")
-        slots = self._live_slots(ids)
-        if np.unique(slots).shape[0] != slots.shape[0]:
-            raise DoubleFreeError(f"claim_ids {ids.tolist()[:8]} name a claim twice; release each claim once")
+        slots = self._live_slots(ids, unique=True, repeat_is_double_free=True)
         now = self._check_now(now)
         self.clock = now
         return self._release_slots(slots, now)
@@ -743,22 +742,29 @@ class CommitmentLedger:
             new[old.shape[0]:] = fill
             setattr(self, name, new)
 
-    def _live_slots(self, claim_ids: Any, *, unique: bool = False) -> np.ndarray:
-        """Slots of the open claims ``claim_ids`` (``unique``: each id at most once)."""
+    def _live_slots(self, claim_ids: Any, *, unique: bool = False, allowed: tuple = (), verb: str = "",
+                    hint: str = "", repeat_is_double_free: bool = False) -> np.ndarray:
+        """Slots of the open claims ``claim_ids`` (``unique``: each id at most once, else
+        :class:`BadInputError`, or :class:`DoubleFreeError` if ``repeat_is_double_free``;
+        ``allowed``: states the claims must be in, else :class:`LedgerStateError`).
+
+        One numba pass (``check_claims_kernel``) checks everything; the error is raised here.
+        """
         ids = as_index_array(claim_ids, "claim_ids")
-        slots = ids & _SLOT_MASK
-        gens = ids >> _SLOT_BITS
-        ok = (ids >= 0) & (slots < self.n_slots)
-        ok[ok] &= (self.state[slots[ok]] != FREE) & (self.generation[slots[ok]] == gens[ok])
-        if not ok.all():
-            cid = int(ids[~ok][0])
+        mask = _ALL_STATES if not allowed else sum(1 << a for a in allowed)
+        code, value, slots = check_claims_kernel(ids, self.state, self.generation, self.n_slots, unique, mask)
+        if code == 1:
+            cid = int(value)
             what = "was released" if self._is_released(cid) else "was never issued"
             raise UnknownKeyError(f"claim {cid} {what}; expected the id of an open claim")
-        if unique and ids.shape[0] > 1:
-            uniq, counts = np.unique(ids, return_counts=True)
-            if uniq.shape[0] != ids.shape[0]:
-                raise BadInputError(f"claim_ids name claim {int(uniq[counts > 1][0])} more than once; "
-                                    "expected each claim at most once per call")
+        if code == 2 and repeat_is_double_free:
+            raise DoubleFreeError(f"claim_ids {ids.tolist()[:8]} name a claim twice; release each claim once")
+        if code == 2:
+            raise BadInputError(f"claim_ids name claim {int(value)} more than once; "
+                                "expected each claim at most once per call")
+        if code == 3:
+            s = int(value)
+            raise LedgerStateError(f"cannot {verb} the claim in slot {s}: it is {STATE_NAMES[self.state[s]]}; {hint}")
         return slots
 
     def _is_released(self, cid: int) -> bool:
@@ -768,12 +774,6 @@ class CommitmentLedger:
         if slot >= self.n_slots:
             return False
         return gen < int(self.generation[slot])
-
-    def _require_state(self, slots: np.ndarray, allowed: tuple, verb: str, hint: str) -> None:
-        bad = ~np.isin(self.state[slots], allowed)
-        if bad.any():
-            s = int(slots[bad][0])
-            raise LedgerStateError(f"cannot {verb} the claim in slot {s}: it is {STATE_NAMES[self.state[s]]}; {hint}")
 
     def _check_source(self, source: Any) -> int:
         source = as_count(source, "source")
@@ -803,6 +803,12 @@ def _spec_of(source: Any, i: int):
 
 def _as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool = False) -> np.ndarray:
     """``x`` (a number or ``k`` numbers) as a new float64 array of values in ``[0, maximum]`` (or inf)."""
+    if type(x) is float and 0.0 <= x <= maximum:  # fast paths (hot in simulations)
+        return np.full(k, x)
+    if type(x) is np.ndarray and x.dtype == np.float64 and x.shape == (k,) and k:
+        lo, hi = x.min(), x.max()  # NaN fails both comparisons and takes the general path
+        if lo >= 0.0 and hi <= maximum:
+            return x.copy()
     arr = as_array(x, name)
     if arr.ndim == 0:
         arr = np.full(k, arr)
