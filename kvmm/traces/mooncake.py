@@ -89,11 +89,16 @@ def write_mooncake(trace: KVTrace, path: Any) -> Path:
                                    for r in range(trace.num_requests)))
 
 
+_INT_ONLY = {int}
+
+
 def _parse(obj: Any) -> MooncakeRecord:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     ts, il, ol = (field_int(obj, f, expected=_FIELDS) for f in ("timestamp", "input_length", "output_length"))
     ids = obj.get("hash_ids")
+    if type(ids) is list and (not ids or ({*map(type, ids)} == _INT_ONLY and min(ids) >= 0 and max(ids) <= UINT64_MASK)):
+        return MooncakeRecord(ts, il, ol, tuple(ids))  # fast path: plain ints in range (what json.loads gives)
     if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 or h > UINT64_MASK
                                         for h in ids):
         raise ValueError(f"field 'hash_ids' must be a list of non-negative integers below 2**64, got {str(ids)[:60]!r}")
