@@ -1,6 +1,6 @@
 """numba kernels of :class:`kvmm.policies.ledger.CommitmentLedger`: trigger + grant in one pass
-(``poll_kernel``), the polls a periodic poller can skip (``idle_polls_kernel``), and the
-validation of a batch of claim ids (``check_claims_kernel``).
+(``poll_kernel``), the polls a periodic poller can skip (``idle_polls_kernel``), the
+validation of a batch of claim ids (``check_claims_kernel``) and the progress report (``update_kernel``).
 
 State codes (see ``kvmm.policies.ledger``): 1 CLAIMED, 2 PENDING, 3 STAGING.
 """
@@ -150,3 +150,30 @@ def check_claims_kernel(ids, state, generation, n_slots, unique, allowed_mask):
         if not (allowed_mask >> state[slots[i]]) & 1:
             return 3, slots[i], slots
     return 0, 0, slots
+
+
+@njit(cache=True, nogil=True)
+def update_kernel(slots, work_ahead_new, delay_new, now, rate, state, needed_at, updated_at, delay_s, work_ahead,
+                  deadline, lease_from, shift_out, horizon_out):
+    """Record fresh progress for validated, distinct ``slots``.
+
+    Per slot: ``old_use = updated_at + delay_s + work_ahead / rate`` (before),
+    ``new_use = now + delay_new + work_ahead_new / rate``; ``shift_out = old_use - new_use``,
+    ``horizon_out = max(old_use - now, 0)`` (the caller sums them with numpy, as before).  A
+    PENDING slot never needed gets ``deadline = new_use``; a READY slot's lease restarts at
+    ``now``; then the slot's work_ahead, delay_s and updated_at take the new values.
+    Runtime complexity: O(k).
+    """
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        old_use = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
+        new_use = (now + delay_new[i]) + work_ahead_new[i] / rate
+        shift_out[i] = old_use - new_use
+        horizon_out[i] = max(old_use - now, 0.0)
+        if state[s] == 2 and np.isnan(needed_at[s]):  # PENDING, not needed yet
+            deadline[s] = new_use
+        elif state[s] == 4:  # READY
+            lease_from[s] = now
+        work_ahead[s] = work_ahead_new[i]
+        delay_s[s] = delay_new[i]
+        updated_at[s] = now

@@ -67,7 +67,7 @@ from kvmm.errors import (
     ShapeError,
     UnknownKeyError,
 )
-from kvmm.policies._ledger_kernels import check_claims_kernel, idle_polls_kernel, poll_kernel
+from kvmm.policies._ledger_kernels import check_claims_kernel, idle_polls_kernel, poll_kernel, update_kernel
 
 __all__ = [
     "CommitmentLedger",
@@ -265,6 +265,10 @@ class CommitmentLedger:
         request = as_count(request, "request")
         nbytes = as_count(nbytes, "nbytes", minimum=1)
         source = self._check_source(source)
+        if (keys is None and isinstance(work_ahead, float) and isinstance(delay_s, float) and 0.0 <= work_ahead <= MAX_WORK
+                and 0.0 <= delay_s <= MAX_SECONDS and nbytes <= self._capacity and self.open_claims < _MAX_SLOTS
+                and type(now) is float and self.clock <= now <= MAX_SECONDS):
+            return self._claim_one(request, nbytes, now, float(work_ahead), source, float(delay_s))  # all valid
         key_arr = None if keys is None else as_key_array(keys, "keys")
         if key_arr is not None and hasattr(self._sources[source], "contains"):
             tier = self._sources[source]
@@ -276,6 +280,27 @@ class CommitmentLedger:
         if key_arr is not None:
             self._keys[int(ids[0]) & _SLOT_MASK] = key_arr
         return int(ids[0])
+
+    def _claim_one(self, request: int, nbytes: int, now: float, work_ahead: float, source: int, delay_s: float) -> int:
+        """:meth:`claim_many` of one validated claim, with scalar writes (the simulator's hot path)."""
+        self.clock = now
+        s = int(self._take_slots(1)[0])
+        self.state[s] = CLAIMED
+        self.claim_request[s] = request
+        self.nbytes[s] = nbytes
+        self.source[s] = source
+        self.work_ahead[s] = work_ahead
+        self.delay_s[s] = delay_s
+        self.updated_at[s] = now
+        self.deadline[s] = np.inf
+        self.claimed_at[s] = now
+        for name in ("committed_at", "predicted_stage_s", "model_stage_s", "ready_at", "lease_from", "needed_at"):
+            getattr(self, name)[s] = np.nan
+        self.seq[s] = self.next_seq
+        self.next_seq += 1
+        self.open_claims += 1
+        self.claims_total += 1
+        return (int(self.generation[s]) << _SLOT_BITS) | s
 
     def claim_many(self, requests: Any, nbytes: Any, *, now: float, work_ahead: Any = None,
                    source: Any = None, delay_s: Any = None) -> np.ndarray:
@@ -347,23 +372,15 @@ class CommitmentLedger:
         now = self._check_now(now)
         self.clock = now
         if k:
-            old_use = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
-            new_use = (now + dl) + wa / self.rate
-            shift = old_use - new_use
+            shift, ahead_s = np.empty(k), np.empty(k)
+            update_kernel(slots, wa, dl, now, self.rate, self.state, self.needed_at, self.updated_at, self.delay_s,
+                          self.work_ahead, self.deadline, self.lease_from, shift, ahead_s)
             earlier = float(np.sum(shift[shift > 0.0]))
-            horizon = float(np.sum(np.maximum(old_use - now, 0.0)))
+            horizon = float(np.sum(ahead_s))
             if earlier > 0.0 and horizon > 0.0:  # uses come sooner than predicted: widen the trigger
                 # a use cannot move before now, so each shift <= its horizon and the share <= 1
                 share = min(earlier / horizon, 1.0)
                 self.use_slack = (1.0 - self.rate_alpha) * self.use_slack + self.rate_alpha * share
-            st = self.state[slots]
-            pending = (st == PENDING) & np.isnan(self.needed_at[slots])
-            self.deadline[slots[pending]] = new_use[pending]
-            ready = st == READY
-            self.lease_from[slots[ready]] = now
-        self.work_ahead[slots] = wa
-        self.delay_s[slots] = dl
-        self.updated_at[slots] = now
 
     def observe_progress(self, tokens: float, seconds: float) -> None:
         """Learn the progress rate: ``tokens`` of work took ``seconds`` (EWMA of tokens/s).
