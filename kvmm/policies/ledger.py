@@ -285,21 +285,7 @@ class CommitmentLedger:
         """:meth:`claim_many` of one validated claim, with scalar writes (the simulator's hot path)."""
         self.clock = now
         s = int(self._take_slots(1)[0])
-        self.state[s] = CLAIMED
-        self.claim_request[s] = request
-        self.nbytes[s] = nbytes
-        self.source[s] = source
-        self.work_ahead[s] = work_ahead
-        self.delay_s[s] = delay_s
-        self.updated_at[s] = now
-        self.deadline[s] = np.inf
-        self.claimed_at[s] = now
-        for name in ("committed_at", "predicted_stage_s", "model_stage_s", "ready_at", "lease_from", "needed_at"):
-            getattr(self, name)[s] = np.nan
-        self.seq[s] = self.next_seq
-        self.next_seq += 1
-        self.open_claims += 1
-        self.claims_total += 1
+        self._write_claims(s, request, nbytes, source, work_ahead, delay_s, now, self.next_seq, 1)
         return (int(self.generation[s]) << _SLOT_BITS) | s
 
     def claim_many(self, requests: Any, nbytes: Any, *, now: float, work_ahead: Any = None,
@@ -334,26 +320,27 @@ class CommitmentLedger:
         # all input valid: change state
         self.clock = now
         slots = self._take_slots(k)
+        self._write_claims(slots, req, nb, src, wa, dl, now, np.arange(self.next_seq, self.next_seq + k, dtype=np.int64), k)
+        return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots.astype(np.int64)
+
+    def _write_claims(self, slots: Any, request: Any, nbytes: Any, source: Any, work_ahead: Any, delay_s: Any,
+                      now: float, seq: Any, k: int) -> None:
+        """New CLAIMED records in ``slots`` (one slot and scalars, or ``k`` slots and arrays)."""
         self.state[slots] = CLAIMED
-        self.claim_request[slots] = req
-        self.nbytes[slots] = nb
-        self.source[slots] = src
-        self.work_ahead[slots] = wa
-        self.delay_s[slots] = dl
+        self.claim_request[slots] = request
+        self.nbytes[slots] = nbytes
+        self.source[slots] = source
+        self.work_ahead[slots] = work_ahead
+        self.delay_s[slots] = delay_s
         self.updated_at[slots] = now
         self.deadline[slots] = np.inf
         self.claimed_at[slots] = now
-        self.committed_at[slots] = np.nan
-        self.predicted_stage_s[slots] = np.nan
-        self.model_stage_s[slots] = np.nan
-        self.ready_at[slots] = np.nan
-        self.lease_from[slots] = np.nan
-        self.needed_at[slots] = np.nan
-        self.seq[slots] = np.arange(self.next_seq, self.next_seq + k, dtype=np.int64)
+        for name in ("committed_at", "predicted_stage_s", "model_stage_s", "ready_at", "lease_from", "needed_at"):
+            getattr(self, name)[slots] = np.nan
+        self.seq[slots] = seq
         self.next_seq += k
         self.open_claims += k
         self.claims_total += k
-        return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots.astype(np.int64)
 
     def update(self, claim_ids: Any, work_ahead: Any, *, now: float, delay_s: Any = None) -> None:
         """Report fresh runtime progress: after ``delay_s`` seconds (default 0), ``work_ahead``
