@@ -34,6 +34,7 @@ Everything is deterministic.
 from __future__ import annotations
 
 import heapq
+import math
 import warnings
 
 import numpy as np
@@ -66,6 +67,7 @@ class Engine:
         n = trace.num_requests
         self.n = n
         self.arrival = arrival
+        self.arrival_at = arrival.tolist()  # Python floats: the event loop compares them one at a time
         self.input_len = np.maximum(trace.input_length, 1)
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
@@ -233,7 +235,7 @@ class Engine:
             k = min(k, self.cfg.repack_interval)
         nxt = self._next_event_time()
         if nxt is not None:
-            k = max(1, min(k, int(np.ceil((nxt - now) / step_s - 1e-12))))
+            k = max(1, min(k, math.ceil((nxt - now) / step_s - 1e-12)))
         self.step_end = now + k * step_s
         self.batch_in_flight = len(running)
         self._events_until(now + k * step_s, waiting)
@@ -264,7 +266,7 @@ class Engine:
     def _events_until(self, t: float, waiting: list[int]) -> None:
         """Process staging completions, arrivals and controller polls with time <= t, in time order."""
         transfers = self.transfers
-        arrival = self.arrival
+        arrival = self.arrival_at
         while True:
             na = self.next_arrival
             ta = arrival[na] if na < self.n else np.inf
@@ -314,11 +316,11 @@ class Engine:
 
     def _next_event_time(self) -> float | None:
         na = self.next_arrival
-        t = min(self.arrival[na] if na < self.n else np.inf, self.transfers[0][0] if self.transfers else np.inf)
+        t = min(self.arrival_at[na] if na < self.n else np.inf, self.transfers[0][0] if self.transfers else np.inf)
         return None if t == np.inf else float(t)
 
     def _arrive(self, r: int, waiting: list[int]) -> None:
-        t = float(self.arrival[r])
+        t = self.arrival_at[r]
         o0, o1 = self.offsets[r], self.offsets[r + 1]
         gpu, src = self.hier.lookup(self.keys[o0:o1], self.ids[o0:o1])
         self.gpu_at_arrival[r] = gpu
