@@ -8,7 +8,7 @@ module.  torch is imported only by :mod:`kvmm.compress.hf`.
 
 from __future__ import annotations
 
-import importlib
+from kvmm._lazy import lazy_exports
 
 _LAZY = {
     # RoPE math
@@ -41,12 +41,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kvmm.compress' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

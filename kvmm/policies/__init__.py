@@ -7,7 +7,7 @@ its module.
 
 from __future__ import annotations
 
-import importlib
+from kvmm._lazy import lazy_exports
 
 _LAZY = {
     # eviction orders (the EvictionPolicy Protocol)
@@ -40,12 +40,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kvmm.policies' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

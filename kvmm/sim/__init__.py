@@ -8,7 +8,7 @@ see docs/compose.md.  Imports are lazy so ``import kvmm.sim`` compiles nothing.
 
 from __future__ import annotations
 
-import importlib
+from kvmm._lazy import lazy_exports
 
 _LAZY = {
     "SimConfig": "kvmm.sim.config",
@@ -27,8 +27,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kvmm.sim' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -27,7 +27,7 @@ pytest and hypothesis are imported only when one of these names is first used, s
 
 from __future__ import annotations
 
-import importlib
+from kvmm._lazy import lazy_exports
 
 #: public name -> submodule of kvmm.testing that defines it (loaded on first use).
 _EXPORTS = {
@@ -54,16 +54,5 @@ _SUBMODULES = {"strategies", "plugin", "benchmarks", "models", "tiers", "evictio
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"kvmm.testing.{_EXPORTS[name]}"), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"kvmm.testing.{name}")
-    raise AttributeError(f"module 'kvmm.testing' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"kvmm.testing.{module}" for name, module in _EXPORTS.items()},
+                                    globals(), frozenset(_SUBMODULES))
