@@ -35,9 +35,14 @@ def _bench(benchmark, factory, role, label, skip=True, monkeypatch=None):
     res = benchmark.pedantic(lambda: simulate(CONFIG, ledger_factory=factory), rounds=size(2, 1), iterations=1)
     assert res.requests == REQUESTS and res.steps > 0
     assert res.claims > 0 or SCALE == "smoke"  # 60 requests find no lower-tier hit
-    RESULTS[label] = res
-    if len(RESULTS) > 1:  # every variant simulates the same thing
-        assert len({r.as_dict().__repr__() for r in RESULTS.values()}) == 1
+    RESULTS[label] = (res, factory)
+    same_ledger = [r.as_dict() for r, f in RESULTS.values() if f is factory]
+    assert all(d == same_ledger[0] for d in same_ledger)  # same ledger: bit-identical results
+    first = next(iter(RESULTS.values()))[0].as_dict()
+    for other, _ in RESULTS.values():  # every variant simulates the same thing
+        # the reference ledger sums byte-seconds claim by claim, kvmm's release by release, so
+        # the byte-second totals may differ in the last bits; everything else is equal
+        assert other.as_dict() == pytest.approx(first, rel=1e-12)
 
 
 @pytest.mark.benchmark(group="simulate conversation trace (timely)")

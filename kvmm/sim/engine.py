@@ -416,7 +416,7 @@ class Engine:
             ahead[i] = before
             step_tokens += p
             step_count += 1
-        self.ledger.update(cids[has], ahead[has], now=now, delay_s=np.full(int(has.sum()), step_s))
+        self.ledger.update(cids[has], ahead[has], now=now, delay_s=float(step_s))  # one delay for all
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
         """Pick this step's prefills: in queue order within the batch room, the prefill budget
