@@ -30,7 +30,8 @@ RESULTS: dict = {}
 def _bench(benchmark, factory, role, label, skip=True, monkeypatch=None):
     if not skip:
         monkeypatch.setattr(Engine, "skip_idle_ticks", False)
-    simulate(SimConfig(workload="conversation", max_requests=20, policy="timely"), ledger_factory=factory)  # warm
+    # warm: 500 requests make claims, so every ledger kernel is compiled (or loaded) before timing
+    simulate(SimConfig(workload="conversation", max_requests=size(500, 20), policy="timely"), ledger_factory=factory)
     benchmark.extra_info.update(role=role, label=label, items=REQUESTS, unit="requests")
     res = benchmark.pedantic(lambda: simulate(CONFIG, ledger_factory=factory), rounds=size(2, 1), iterations=1)
     assert res.requests == REQUESTS and res.steps > 0
