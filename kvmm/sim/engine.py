@@ -404,18 +404,8 @@ class Engine:
         has = cids >= 0
         if not has.any():
             return
-        budget = self.model.max_prefill_tokens
-        room = self.model.max_batch - n_running
-        before = step_tokens = step_count = 0
-        ahead = np.empty(w.shape[0], dtype=np.float64)
-        for i, p in enumerate(self.prefill_tokens[w].tolist()):
-            if step_count and (step_tokens + p > budget or step_count >= room):
-                before += step_tokens
-                step_tokens = step_count = 0
-                room = self.model.max_batch
-            ahead[i] = before
-            step_tokens += p
-            step_count += 1
+        ahead = _queue_work_ahead(self.prefill_tokens[w], self.model.max_prefill_tokens,
+                                  self.model.max_batch - n_running, self.model.max_batch)
         self.ledger.update(cids[has], ahead[has], now=now, delay_s=float(step_s))  # one delay for all
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
@@ -589,3 +579,24 @@ def _first_tick_not_before(tp: float, interval: float, before: float, until: flo
     while tp < before and tp <= until:
         tp = tp + interval
     return tp
+
+
+@njit(cache=True, nogil=True)
+def _queue_work_ahead(prefill_tokens, budget, room, max_batch):
+    """Prefill tokens of the steps before each queued request's own step: the queue drains in
+    order, a step at a time, each step up to ``budget`` tokens and the batch room (``room``
+    now, ``max_batch`` in later steps); a step takes at least one request.
+    Runtime complexity: O(len(prefill_tokens)).
+    """
+    ahead = np.empty(prefill_tokens.shape[0], dtype=np.float64)
+    before = step_tokens = step_count = 0
+    for i in range(prefill_tokens.shape[0]):
+        p = prefill_tokens[i]
+        if step_count and (step_tokens + p > budget or step_count >= room):
+            before += step_tokens
+            step_tokens = step_count = 0
+            room = max_batch
+        ahead[i] = before
+        step_tokens += p
+        step_count += 1
+    return ahead
