@@ -8,8 +8,7 @@ Import the component you need; subpackages load on first use so ``import kvmm`` 
 
 from __future__ import annotations
 
-import importlib
-
+from kvmm._lazy import lazy_exports
 from kvmm.errors import KvmmError
 
 __version__ = "0.1.0"
@@ -17,8 +16,4 @@ __all__ = ["KvmmError", "__version__", "allocators", "policies", "compress", "ti
 
 _SUBPACKAGES = {"allocators", "policies", "compress", "tiers", "traces", "sim", "protocols", "errors", "report"}
 
-
-def __getattr__(name: str):
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"kvmm.{name}")
-    raise AttributeError(f"module 'kvmm' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {}, globals(), frozenset(_SUBPACKAGES))

@@ -15,18 +15,13 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
 
 from __future__ import annotations
 
-import importlib
+from kvmm._lazy import lazy_exports
 
-__all__ = ["NaiveBlockAllocator", "NaiveTokenTable", "LedgerModel", "siphash"]
+_LAZY = {
+    "NaiveBlockAllocator": "kvmm.testing.models.block_allocator",
+    "NaiveTokenTable": "kvmm.testing.models.token_table",
+    "LedgerModel": "kvmm.testing.models.ledger",
+}
+__all__ = [*_LAZY, "siphash"]
 
-
-def __getattr__(name: str):
-    if name == "NaiveBlockAllocator":
-        return importlib.import_module("kvmm.testing.models.block_allocator").NaiveBlockAllocator
-    if name == "NaiveTokenTable":
-        return importlib.import_module("kvmm.testing.models.token_table").NaiveTokenTable
-    if name == "LedgerModel":
-        return importlib.import_module("kvmm.testing.models.ledger").LedgerModel
-    if name == "siphash":
-        return importlib.import_module("kvmm.testing.models.siphash")
-    raise AttributeError(f"module 'kvmm.testing.models' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), frozenset({"siphash"}))
