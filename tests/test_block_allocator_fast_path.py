@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.allocators import BlockAllocator
-from kvmm.allocators.block_allocator import _csr_offsets_ok
+from kvmm.allocators._block_kernels import csr_offsets_ok as _csr_offsets_ok
 from kvmm.errors import BadInputError
 
 

@@ -1,0 +1,470 @@
+"""numba kernels of :class:`~kvmm.allocators.BlockAllocator` (the array layout is documented there).
+
+Every kernel that changes state validates its whole input first and returns a status code
+(``OK`` = 0, or one of the ``ERR_*`` codes with nothing changed); the class turns codes into
+:class:`~kvmm.errors.KvmmError` messages.  :func:`entry_point` hands the class the compiled
+function of a kernel for one fixed signature, so its per-request calls skip numba's dispatcher.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Rows of block_fields.
+REF, FREE_PREV, FREE_NEXT, KEY_PREV, KEY_NEXT, CACHED = range(6)
+NUM_FIELDS = 6
+# Slots of meta.
+META_FREE_HEAD, META_FREE_TAIL, META_NUM_FREE, META_NUM_CACHED, META_NUM_KEYS = range(5)
+META_QUERIES, META_HITS, META_EVICTIONS, META_SEED, META_TABLE_MASK = range(5, 10)
+NUM_META = 10
+
+# Kernel status codes (0 = success; nothing was changed otherwise).
+OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE, ERR_OFFSETS = range(8)
+
+# =================================================================== kernels
+# Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
+# atomic reference-count updates for the arrays passed to each helper call (its pruning pass
+# misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
+# Outputs and scratch buffers come from the caller.
+#
+# Free queue: doubly linked list through FREE_PREV / FREE_NEXT; head/tail in meta.  Kernels
+# keep head, tail and the free count in local variables and store them once at the end: stores
+# into meta inside the loop would alias the row views and cost about 20 ns per block.
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _unlink(prev, nxt, head, tail, b):
+    """Remove ``b`` from the list; returns the new (head, tail)."""
+    p = prev[b]
+    n = nxt[b]
+    if p == -1:
+        head = n
+    else:
+        nxt[p] = n
+    if n == -1:
+        tail = p
+    else:
+        prev[n] = p
+    prev[b] = -1
+    nxt[b] = -1
+    return head, tail
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _link_after(prev, nxt, head, tail, after, b):
+    """Link ``b`` after block ``after`` (``after == -1``: at the head); returns (head, tail)."""
+    if after == -1:
+        n = head
+        head = b
+    else:
+        n = nxt[after]
+        nxt[after] = b
+    prev[b] = after
+    nxt[b] = n
+    if n == -1:
+        tail = b
+    else:
+        prev[n] = b
+    return head, tail
+
+
+@njit(cache=True, nogil=True)
+def walk_free_queue(fields, meta):
+    out = np.empty(meta[META_NUM_FREE], dtype=np.int32)
+    b = meta[META_FREE_HEAD]
+    i = 0
+    while b != -1 and i < out.shape[0]:
+        out[i] = b
+        i += 1
+        b = fields[FREE_NEXT, b]
+    return out[:i]
+
+
+# Prefix-cache hash table: linear probing over slots; the slot's key is block_keys[first block].
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def slot_hash(k0, k1, seed):
+    # splitmix64 finaliser over both words and the seed: keys from outside (trace ids 0, 1, 2, ...)
+    # are far from uniform, SipHash keys already are.
+    h = np.uint64(k0) ^ (np.uint64(k1) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(seed)
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _find_slot(block_keys, table, meta, k0, k1):
+    """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted."""
+    mask = meta[META_TABLE_MASK]
+    s = np.int64(slot_hash(k0, k1, meta[META_SEED]) & np.uint64(mask))
+    while True:
+        b = table[0, s]
+        if b == -1:
+            return -s - 1
+        if block_keys[b, 0] == k0 and block_keys[b, 1] == k1:
+            return s
+        s = (s + 1) & mask
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cache_one(fields, block_keys, table, meta, b, k0, k1):
+    s = _find_slot(block_keys, table, meta, k0, k1)
+    block_keys[b, 0] = k0
+    block_keys[b, 1] = k1
+    fields[CACHED, b] = 1
+    fields[KEY_NEXT, b] = -1
+    if s < 0:  # new key: b starts its chain
+        s = -s - 1
+        table[0, s] = b
+        table[1, s] = b
+        fields[KEY_PREV, b] = -1
+        meta[META_NUM_KEYS] += 1
+    else:  # key already cached elsewhere: b joins the end of its chain (no de-duplication)
+        tail = table[1, s]
+        fields[KEY_NEXT, tail] = b
+        fields[KEY_PREV, b] = tail
+        table[1, s] = b
+    meta[META_NUM_CACHED] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _uncache_one(fields, block_keys, table, meta, b):
+    s = _find_slot(block_keys, table, meta, block_keys[b, 0], block_keys[b, 1])
+    prev = fields[KEY_PREV, b]
+    nxt = fields[KEY_NEXT, b]
+    if prev == -1:
+        table[0, s] = nxt
+    else:
+        fields[KEY_NEXT, prev] = nxt
+    if nxt == -1:
+        table[1, s] = prev
+    else:
+        fields[KEY_PREV, nxt] = prev
+    fields[KEY_PREV, b] = -1
+    fields[KEY_NEXT, b] = -1
+    fields[CACHED, b] = 0
+    meta[META_NUM_CACHED] -= 1
+    if table[0, s] == -1:
+        # The key's last block is gone: free the slot and repair the probe run behind it.
+        _delete_slot(block_keys, table, meta, s)
+        meta[META_NUM_KEYS] -= 1
+    block_keys[b, 0] = 0
+    block_keys[b, 1] = 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _delete_slot(block_keys, table, meta, s):
+    # Backward-shift deletion keeps linear probing free of tombstones: later members of the probe
+    # run whose ideal slot is not in (s, j] move back into the hole.
+    mask = meta[META_TABLE_MASK]
+    seed = meta[META_SEED]
+    hole = s
+    j = s
+    while True:
+        j = (j + 1) & mask
+        b = table[0, j]
+        if b == -1:
+            break
+        ideal = np.int64(slot_hash(block_keys[b, 0], block_keys[b, 1], seed) & np.uint64(mask))
+        # Move j into the hole unless its ideal slot lies cyclically in (hole, j].
+        if (j > hole and (ideal <= hole or ideal > j)) or (j < hole and (ideal <= hole and ideal > j)):
+            table[0, hole] = table[0, j]
+            table[1, hole] = table[1, j]
+            hole = j
+    table[0, hole] = -1
+    table[1, hole] = -1
+
+
+# Operations.
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _take_from_head(fields, block_keys, table, meta, n, out, out_start):
+    """Move the first ``n`` free blocks to out[out_start:] with ref 1, evicting cached ones."""
+    ref = fields[REF]
+    prev = fields[FREE_PREV]
+    nxt = fields[FREE_NEXT]
+    cached = fields[CACHED]
+    head = meta[META_FREE_HEAD]
+    for i in range(n):
+        b = head
+        head = nxt[b]
+        prev[b] = -1
+        nxt[b] = -1
+        if cached[b] == 1:
+            _uncache_one(fields, block_keys, table, meta, b)
+            meta[META_EVICTIONS] += 1
+        ref[b] = 1
+        out[out_start + i] = b
+    if n > 0:
+        meta[META_FREE_HEAD] = head
+        if head == -1:
+            meta[META_FREE_TAIL] = -1
+        else:
+            prev[head] = -1
+        meta[META_NUM_FREE] -= n
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def allocate(fields, block_keys, table, meta, out):
+    """Fill ``out`` from the free queue's head; False (nothing changed) if fewer blocks are free."""
+    # Outputs are allocated by the caller: returning a new array from a kernel costs ~0.8 us.
+    if out.shape[0] > meta[META_NUM_FREE]:
+        return False
+    _take_from_head(fields, block_keys, table, meta, out.shape[0], out, 0)
+    return True
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def free(fields, meta, ids, mode, offsets, buffer):
+    """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``buffer`` is a
+    writable buffer of ``len(ids)`` for that order, mode 0 ignores it).
+
+    Returns (status, position in freeing order).  The whole batch is validated first: ids in
+    range, then no block freed more times than it is referenced (decrement all; on failure
+    undo).  Runtime complexity: O(len(ids)).
+    """
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    if mode == 0:
+        order = ids
+    else:
+        if not csr_offsets_ok(offsets, n):
+            return ERR_OFFSETS, 0
+        k = 0
+        for r in range(offsets.shape[0] - 1):
+            for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
+                buffer[k] = ids[i]
+                k += 1
+        order = buffer
+    ref = fields[REF]
+    prev = fields[FREE_PREV]
+    nxt = fields[FREE_NEXT]
+    cached = fields[CACHED]
+    for k in range(n):
+        if order[k] < 0 or order[k] >= num_blocks:
+            return ERR_RANGE, k
+    for k in range(n):
+        b = order[k]
+        ref[b] -= 1
+        if ref[b] < 0:
+            for j in range(k + 1):
+                ref[order[j]] += 1
+            return ERR_DOUBLE_FREE, k
+    for k in range(n):
+        ref[order[k]] += 1
+    head = meta[META_FREE_HEAD]
+    tail = meta[META_FREE_TAIL]
+    freed = 0
+    last_uncached = -1  # this call's uncached blocks form a run at the head, in freeing order
+    for k in range(n):
+        b = order[k]
+        ref[b] -= 1
+        if ref[b] == 0:
+            freed += 1
+            if cached[b] == 1:
+                head, tail = _link_after(prev, nxt, head, tail, tail, b)
+            else:
+                head, tail = _link_after(prev, nxt, head, tail, last_uncached, b)
+                last_uncached = b
+    meta[META_FREE_HEAD] = head
+    meta[META_FREE_TAIL] = tail
+    meta[META_NUM_FREE] += freed
+    return OK, 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def free_in_order(fields, meta, ids):
+    """``_free`` mode 0 (three arguments: each one costs the dispatcher ~30 ns per call)."""
+    return free(fields, meta, ids, 0, ids, fields[REF, :0])  # ids may be read-only: never the buffer
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def touch(fields, meta, ids):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= num_blocks:
+            return ERR_RANGE, k
+    _touch_valid(fields, meta, ids, 0, n)
+    return OK, 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _touch_valid(fields, meta, ids, start, stop):
+    ref = fields[REF]
+    prev = fields[FREE_PREV]
+    nxt = fields[FREE_NEXT]
+    head = meta[META_FREE_HEAD]
+    tail = meta[META_FREE_TAIL]
+    taken = 0
+    for k in range(start, stop):
+        b = ids[k]
+        if ref[b] == 0:
+            head, tail = _unlink(prev, nxt, head, tail, b)
+            taken += 1
+        ref[b] += 1
+    meta[META_FREE_HEAD] = head
+    meta[META_FREE_TAIL] = tail
+    meta[META_NUM_FREE] -= taken
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def cache_blocks(fields, block_keys, table, meta, ids, keys):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        b = ids[k]
+        if b < 0 or b >= num_blocks:
+            return ERR_RANGE, k
+    for k in range(n):
+        b = ids[k]
+        # A block that already holds this very key is left as it is (vLLM's cache_full_blocks
+        # skips blocks that came from a prefix hit); another key is an error.
+        if fields[CACHED, b] == 1 and (block_keys[b, 0] != keys[k, 0] or block_keys[b, 1] != keys[k, 1]):
+            return ERR_ALREADY_CACHED, k
+        if fields[REF, b] <= 0:
+            return ERR_NOT_HELD, k
+    # Duplicates: every ref count is > 0 here; negate it to mark a block seen, then restore.
+    ref = fields[REF]
+    status, where = OK, 0
+    for k in range(n):
+        b = ids[k]
+        if ref[b] < 0:
+            status, where = ERR_DUPLICATE, k
+            break
+        ref[b] = -ref[b]
+    for k in range(n):
+        if ref[ids[k]] < 0:
+            ref[ids[k]] = -ref[ids[k]]
+    if status != OK:
+        return status, where
+    for k in range(n):
+        if fields[CACHED, ids[k]] == 0:
+            _cache_one(fields, block_keys, table, meta, ids[k], keys[k, 0], keys[k, 1])
+    return OK, 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
+    """Write the first cached block of each leading cached key into out; return the hit count."""
+    h = 0
+    for k in range(start, stop):
+        s = _find_slot(block_keys, table, meta, keys[k, 0], keys[k, 1])
+        if s < 0:
+            break
+        out[out_start + h] = table[0, s]
+        h += 1
+    return h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def lookup(block_keys, table, meta, keys, out):
+    h = _prefix_hits(block_keys, table, meta, keys, 0, keys.shape[0], out, 0)
+    meta[META_QUERIES] += keys.shape[0]
+    meta[META_HITS] += h
+    return h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
+    r = offsets.shape[0] - 1
+    hit_offsets[0] = 0
+    for i in range(r):
+        h = _prefix_hits(block_keys, table, meta, keys, offsets[i], offsets[i + 1], out, hit_offsets[i])
+        hit_offsets[i + 1] = hit_offsets[i] + h
+    meta[META_QUERIES] += keys.shape[0]
+    meta[META_HITS] += hit_offsets[r]
+    return hit_offsets[r]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def evict(fields, block_keys, table, meta, ids):
+    n = ids.shape[0]
+    num_blocks = fields.shape[1]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= num_blocks:
+            return ERR_RANGE, k
+    count = 0
+    for k in range(n):
+        b = ids[k]
+        if fields[CACHED, b] == 1:
+            _uncache_one(fields, block_keys, table, meta, b)
+            count += 1
+    meta[META_EVICTIONS] += count
+    return OK, count
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, out, out_start):
+    """Admit one request (keys[start:stop]) writing its blocks at out[out_start:]; (ok, hits)."""
+    n = stop - start
+    h = _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start)
+    # Hits that are free (ref 0) leave the free queue when touched; count each block once
+    # (a repeated key returns the same block) by marking it with ref -1 while counting.
+    free_hits = 0
+    for k in range(h):
+        b = out[out_start + k]
+        if fields[REF, b] == 0:
+            fields[REF, b] = -1
+            free_hits += 1
+    for k in range(h):
+        b = out[out_start + k]
+        if fields[REF, b] == -1:
+            fields[REF, b] = 0
+    need = n - h + num_extra
+    if need > meta[META_NUM_FREE] - free_hits:
+        return False, h
+    _touch_valid(fields, meta, out, out_start, out_start + h)
+    _take_from_head(fields, block_keys, table, meta, need, out, out_start + h)
+    for k in range(h, n):
+        _cache_one(fields, block_keys, table, meta, out[out_start + k], keys[start + k, 0], keys[start + k, 1])
+    meta[META_QUERIES] += n
+    meta[META_HITS] += h
+    return True, h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def admit(fields, block_keys, table, meta, keys, num_extra, out):
+    ok, h = _admit_into(fields, block_keys, table, meta, keys, 0, keys.shape[0], num_extra, out, 0)
+    return (OK if ok else ERR_OUT_OF_BLOCKS), h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block_offsets, out, hits):
+    """Admit requests in order until one does not fit; returns (admitted, blocks written), or
+    (-1, 0) with nothing changed when ``offsets`` is not CSR over ``keys``.  An empty
+    ``num_extra`` means no extra blocks for any request."""
+    if not csr_offsets_ok(offsets, keys.shape[0]):
+        return -1, 0
+    r = offsets.shape[0] - 1
+    block_offsets[0] = 0
+    admitted = 0
+    with_extra = num_extra.shape[0] != 0
+    for i in range(r):
+        extra = num_extra[i] if with_extra else 0
+        ok, h = _admit_into(fields, block_keys, table, meta, keys, offsets[i], offsets[i + 1], extra,
+                            out, block_offsets[i])
+        if not ok:
+            break
+        hits[i] = h
+        block_offsets[i + 1] = block_offsets[i] + offsets[i + 1] - offsets[i] + extra
+        admitted += 1
+    return admitted, block_offsets[admitted]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def csr_offsets_ok(offsets, length):
+    """True if ``offsets`` starts at 0, never decreases and ends at ``length``.  O(len)."""
+    n = offsets.shape[0]
+    if n < 1 or offsets[0] != 0 or offsets[n - 1] != length:
+        return False
+    for i in range(1, n):
+        if offsets[i] < offsets[i - 1]:
+            return False
+    return True
