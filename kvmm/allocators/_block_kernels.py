@@ -1,8 +1,7 @@
 """numba kernels of :class:`~kvmm.allocators.BlockAllocator` (the array layout is documented there).
 
-Every kernel that changes state validates its whole input first and returns a status code
-(``OK`` = 0, or one of the ``ERR_*`` codes with nothing changed); the class turns codes into
-:class:`~kvmm.errors.KvmmError` messages.  :func:`entry_point` hands the class the compiled
+Every kernel that changes state validates its whole input first; on bad input it changes nothing
+and returns a negative code (below) that the class turns into a :class:`~kvmm.errors.KvmmError`.  :func:`entry_point` hands the class the compiled
 function of a kernel for one fixed signature, so its per-request calls skip numba's dispatcher.
 """
 
@@ -19,8 +18,15 @@ META_FREE_HEAD, META_FREE_TAIL, META_NUM_FREE, META_NUM_CACHED, META_NUM_KEYS = 
 META_QUERIES, META_HITS, META_EVICTIONS, META_SEED, META_TABLE_MASK = range(5, 10)
 NUM_META = 10
 
-# Kernel status codes (0 = success; nothing was changed otherwise).
+# Kernel status codes.  A kernel that checks its input returns one int: a count >= 0 on success
+# (hits, evicted blocks; 0 when there is none), else ``-(status | where << STATUS_BITS)`` with
+# ``where`` the offending input's position (one int, not a tuple: less Python per call).
+# ERR_COPY: an input array cannot be read in place (it shares memory with state the kernel writes,
+# is misaligned, or keys are not (n, 2)); the caller validates it and retries with a copy.
 OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE, ERR_OFFSETS = range(8)
+ERR_COPY = 8
+STATUS_BITS = 4
+STATUS_MASK = (1 << STATUS_BITS) - 1
 
 # =================================================================== kernels
 # Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
@@ -225,17 +231,19 @@ def free(fields, meta, ids, mode, offsets, buffer):
     """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``buffer`` is a
     writable buffer of ``len(ids)`` for that order, mode 0 ignores it).
 
-    Returns (status, position in freeing order).  The whole batch is validated first: ids in
+    Returns the code of (status, position in freeing order).  The whole batch is validated first: ids in
     range, then no block freed more times than it is referenced (decrement all; on failure
     undo).  Runtime complexity: O(len(ids)).
     """
+    if _needs_copy(ids, fields, meta) or _needs_copy(offsets, fields, meta):
+        return -ERR_COPY
     n = ids.shape[0]
     num_blocks = fields.shape[1]
     if mode == 0:
         order = ids
     else:
         if not csr_offsets_ok(offsets, n):
-            return ERR_OFFSETS, 0
+            return -ERR_OFFSETS
         k = 0
         for r in range(offsets.shape[0] - 1):
             for i in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
@@ -248,14 +256,14 @@ def free(fields, meta, ids, mode, offsets, buffer):
     cached = fields[CACHED]
     for k in range(n):
         if order[k] < 0 or order[k] >= num_blocks:
-            return ERR_RANGE, k
+            return _error(ERR_RANGE, k)
     for k in range(n):
         b = order[k]
         ref[b] -= 1
         if ref[b] < 0:
             for j in range(k + 1):
                 ref[order[j]] += 1
-            return ERR_DOUBLE_FREE, k
+            return _error(ERR_DOUBLE_FREE, k)
     for k in range(n):
         ref[order[k]] += 1
     head = meta[META_FREE_HEAD]
@@ -275,24 +283,26 @@ def free(fields, meta, ids, mode, offsets, buffer):
     meta[META_FREE_HEAD] = head
     meta[META_FREE_TAIL] = tail
     meta[META_NUM_FREE] += freed
-    return OK, 0
+    return OK
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def free_in_order(fields, meta, ids):
-    """``_free`` mode 0 (three arguments: each one costs the dispatcher ~30 ns per call)."""
+    """``free`` mode 0 (three arguments: the per-request path)."""
     return free(fields, meta, ids, 0, ids, fields[REF, :0])  # ids may be read-only: never the buffer
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def touch(fields, meta, ids):
+    if _needs_copy(ids, fields, meta):
+        return -ERR_COPY
     n = ids.shape[0]
     num_blocks = fields.shape[1]
     for k in range(n):
         if ids[k] < 0 or ids[k] >= num_blocks:
-            return ERR_RANGE, k
+            return _error(ERR_RANGE, k)
     _touch_valid(fields, meta, ids, 0, n)
-    return OK, 0
+    return OK
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -316,20 +326,22 @@ def _touch_valid(fields, meta, ids, start, stop):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def cache_blocks(fields, block_keys, table, meta, ids, keys):
+    if _needs_copy_pool(ids, fields, block_keys, table, meta) or _needs_copy_pool(keys, fields, block_keys, table, meta):
+        return -ERR_COPY
     n = ids.shape[0]
     num_blocks = fields.shape[1]
     for k in range(n):
         b = ids[k]
         if b < 0 or b >= num_blocks:
-            return ERR_RANGE, k
+            return _error(ERR_RANGE, k)
     for k in range(n):
         b = ids[k]
         # A block that already holds this very key is left as it is (vLLM's cache_full_blocks
         # skips blocks that came from a prefix hit); another key is an error.
         if fields[CACHED, b] == 1 and (block_keys[b, 0] != keys[k, 0] or block_keys[b, 1] != keys[k, 1]):
-            return ERR_ALREADY_CACHED, k
+            return _error(ERR_ALREADY_CACHED, k)
         if fields[REF, b] <= 0:
-            return ERR_NOT_HELD, k
+            return _error(ERR_NOT_HELD, k)
     # Duplicates: every ref count is > 0 here; negate it to mark a block seen, then restore.
     ref = fields[REF]
     status, where = OK, 0
@@ -343,11 +355,11 @@ def cache_blocks(fields, block_keys, table, meta, ids, keys):
         if ref[ids[k]] < 0:
             ref[ids[k]] = -ref[ids[k]]
     if status != OK:
-        return status, where
+        return _error(status, where)
     for k in range(n):
         if fields[CACHED, ids[k]] == 0:
             _cache_one(fields, block_keys, table, meta, ids[k], keys[k, 0], keys[k, 1])
-    return OK, 0
+    return OK
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -365,6 +377,9 @@ def _prefix_hits(block_keys, table, meta, keys, start, stop, out, out_start):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def lookup(block_keys, table, meta, keys, out):
+    """Hits written to ``out``, or -ERR_COPY (nothing changed)."""
+    if _needs_copy(keys, meta, meta):  # the kernel writes only meta (and out, the caller's own buffer)
+        return -ERR_COPY
     h = _prefix_hits(block_keys, table, meta, keys, 0, keys.shape[0], out, 0)
     meta[META_QUERIES] += keys.shape[0]
     meta[META_HITS] += h
@@ -373,6 +388,9 @@ def lookup(block_keys, table, meta, keys, out):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
+    """Total hits written to ``out``, or -ERR_COPY (nothing changed)."""
+    if _needs_copy(keys, meta, meta) or _needs_copy(offsets, meta, meta):
+        return -ERR_COPY
     r = offsets.shape[0] - 1
     hit_offsets[0] = 0
     for i in range(r):
@@ -385,11 +403,13 @@ def lookup_many(block_keys, table, meta, offsets, keys, hit_offsets, out):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def evict(fields, block_keys, table, meta, ids):
+    if _needs_copy_pool(ids, fields, block_keys, table, meta):
+        return -ERR_COPY
     n = ids.shape[0]
     num_blocks = fields.shape[1]
     for k in range(n):
         if ids[k] < 0 or ids[k] >= num_blocks:
-            return ERR_RANGE, k
+            return _error(ERR_RANGE, k)
     count = 0
     for k in range(n):
         b = ids[k]
@@ -397,7 +417,7 @@ def evict(fields, block_keys, table, meta, ids):
             _uncache_one(fields, block_keys, table, meta, b)
             count += 1
     meta[META_EVICTIONS] += count
-    return OK, count
+    return count
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -431,17 +451,22 @@ def _admit_into(fields, block_keys, table, meta, keys, start, stop, num_extra, o
 
 @njit(cache=True, nogil=True, _nrt=False)
 def admit(fields, block_keys, table, meta, keys, num_extra, out):
+    if keys.shape[1] != 2 or _needs_copy_pool(keys, fields, block_keys, table, meta):
+        return -ERR_COPY
     ok, h = _admit_into(fields, block_keys, table, meta, keys, 0, keys.shape[0], num_extra, out, 0)
-    return (OK if ok else ERR_OUT_OF_BLOCKS), h
+    return h if ok else _error(ERR_OUT_OF_BLOCKS, h)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def admit_many(fields, block_keys, table, meta, offsets, keys, num_extra, block_offsets, out, hits):
     """Admit requests in order until one does not fit; returns (admitted, blocks written), or
-    (-1, 0) with nothing changed when ``offsets`` is not CSR over ``keys``.  An empty
-    ``num_extra`` means no extra blocks for any request."""
+    (-status, 0) with nothing changed: ``-ERR_OFFSETS`` when ``offsets`` is not CSR over ``keys``,
+    ``-ERR_COPY``.  An empty ``num_extra`` means no extra blocks for any request."""
+    if (keys.shape[1] != 2 or _needs_copy_pool(keys, fields, block_keys, table, meta)
+            or _needs_copy_pool(offsets, fields, block_keys, table, meta)):
+        return -ERR_COPY, 0
     if not csr_offsets_ok(offsets, keys.shape[0]):
-        return -1, 0
+        return -ERR_OFFSETS, 0
     r = offsets.shape[0] - 1
     block_offsets[0] = 0
     admitted = 0
@@ -468,3 +493,102 @@ def csr_offsets_ok(offsets, length):
         if offsets[i] < offsets[i - 1]:
             return False
     return True
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _error(status, where):
+    return -(status | (where << STATUS_BITS))
+
+
+# Input arrays read in place.  The class checks only their type, dtype and dimensions; kernels
+# check the rest in a few nanoseconds (in Python, ``flags`` and numpy's ``base`` chain cost
+# ~0.1 us per argument): the alignment numba's code assumes, and that the array shares no memory
+# with a state array the kernel writes (it would change under the kernel: ``free(ref_counts)``),
+# compared as byte ranges, as ``np.may_share_memory`` does.
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _needs_copy(x, written, also_written):
+    """True if ``x`` is misaligned or overlaps ``written`` or ``also_written``."""
+    return _misaligned(x) or _overlaps(x, written) or _overlaps(x, also_written)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _needs_copy_pool(x, fields, block_keys, table, meta):
+    return _needs_copy(x, fields, meta) or _overlaps(x, block_keys) or _overlaps(x, table)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _misaligned(x):
+    """True if an element of ``x`` is not aligned to its size (``not x.flags.aligned``)."""
+    bits = np.intp(x.ctypes.data)
+    for d in range(x.ndim):
+        bits |= x.strides[d]
+    return bits % x.itemsize != 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _memory_span(x):
+    """The byte addresses ``[lo, hi)`` that the elements of ``x`` span (any strides); (0, 0) when empty."""
+    lo = np.intp(x.ctypes.data)
+    hi = lo
+    for d in range(x.ndim):
+        if x.shape[d] == 0:
+            return np.intp(0), np.intp(0)
+        extent = (x.shape[d] - 1) * x.strides[d]
+        if extent < 0:
+            lo += extent
+        else:
+            hi += extent
+    return lo, hi + x.itemsize
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _overlaps(x, y):
+    """True if the byte ranges of ``x`` and ``y`` overlap (``np.may_share_memory``)."""
+    x_lo, x_hi = _memory_span(x)
+    y_lo, y_hi = _memory_span(y)
+    return x_lo < y_hi and y_lo < x_hi
+
+
+# Entry points.  numba's dispatcher types every argument of every call (~50 ns plus ~13 ns per
+# array) before it calls the compiled function; the per-request methods call that function
+# directly, with arguments whose types they have checked to be exactly the signature's
+# (``_ids``, ``_keys``, ``_offsets_array`` in the class; the state arrays never change type).
+_F, _K, _T, _M = "int32[:, ::1]", "uint64[:, ::1]", "int32[:, ::1]", "int64[::1]"  # the state arrays
+SIGNATURES = {
+    "admit": f"({_F}, {_K}, {_T}, {_M}, uint64[:, :], int64, int32[::1])",
+    "admit_many": f"({_F}, {_K}, {_T}, {_M}, int64[:], uint64[:, :], int64[::1], int64[::1], int32[::1], int64[::1])",
+    "allocate": f"({_F}, {_K}, {_T}, {_M}, int32[::1])",
+    "free": f"({_F}, {_M}, int32[:], int64, int64[:], int32[::1])",
+    "free_in_order": f"({_F}, {_M}, int32[:])",
+}
+
+
+def entry_point(kernel, signature: str):
+    """The compiled function of ``kernel`` for ``signature`` (loaded from numba's cache, or compiled).
+
+    It skips the dispatcher: a caller must pass exactly the signature's types (an array of
+    another dtype or dimension would be read as if it had them).  Where numba cannot hand it out
+    (``NUMBA_DISABLE_JIT``, compilation disabled) the kernel itself is returned: it dispatches as
+    usual.
+    """
+    try:
+        return kernel.compile(signature)
+    except Exception:  # noqa: BLE001 - any failure: the dispatcher (which reports real errors when called)
+        return kernel
+
+
+class EntryPoints:
+    """``FAST.name``: :func:`entry_point` of kernel ``name`` for ``SIGNATURES[name]``, looked up on
+    first use (so ``import kvmm`` compiles or loads nothing)."""
+
+    def __getattr__(self, name: str):
+        if name not in SIGNATURES:
+            raise AttributeError(f"no entry point for {name!r}")
+        fn = entry_point(globals()[name], SIGNATURES[name])
+        setattr(self, name, fn)  # later lookups find the attribute and never come here
+        return fn
+
+
+FAST = EntryPoints()

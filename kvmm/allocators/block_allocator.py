@@ -41,11 +41,11 @@ import numpy as np
 
 from kvmm._validate import as_array, as_count, as_index_array, as_key_array
 from kvmm.allocators import _block_kernels as kernels
-from kvmm.allocators._block_kernels import (CACHED, ERR_ALREADY_CACHED, ERR_DOUBLE_FREE, ERR_DUPLICATE, ERR_NOT_HELD,
-                                            ERR_OFFSETS, ERR_RANGE, FREE_NEXT, FREE_PREV, KEY_NEXT, KEY_PREV,
-                                            META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS,
+from kvmm.allocators._block_kernels import (CACHED, ERR_ALREADY_CACHED, ERR_COPY, ERR_DOUBLE_FREE, ERR_DUPLICATE,
+                                            ERR_NOT_HELD, ERR_OFFSETS, ERR_RANGE, FREE_NEXT, FREE_PREV, KEY_NEXT,
+                                            KEY_PREV, META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS,
                                             META_NUM_CACHED, META_NUM_FREE, META_NUM_KEYS, META_QUERIES, META_SEED,
-                                            META_TABLE_MASK, NUM_FIELDS, NUM_META, OK, REF)
+                                            META_TABLE_MASK, NUM_FIELDS, NUM_META, REF, STATUS_BITS, STATUS_MASK)
 from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, hash_many_block_keys, secret_words
 from kvmm.errors import BadInputError, DoubleFreeError, DTypeError, InvalidIdError, OutOfBlocksError, ShapeError
 
@@ -55,6 +55,7 @@ _INT32 = np.dtype(np.int32)
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
 _NO_EXTRA = np.zeros(0, dtype=np.int64)  # admit_many without num_extra: no extra blocks for any request
+_FAST = kernels.FAST  # compiled kernels called without the dispatcher (arguments of checked types)
 
 
 class BlockAllocator:
@@ -210,8 +211,8 @@ class BlockAllocator:
         if type(n) is not int or n < 0:  # fast path for plain ints; full checks otherwise
             n = _as_count(n, "n")
         # the kernel checks n against the free count; the output is bounded by the pool size
-        if n > self.num_blocks or not kernels.allocate(self.block_fields, self.block_keys, self.table, self.meta,
-                                                out := np.empty(n, dtype=_INT32)):
+        if n > self.num_blocks or not _FAST.allocate(self.block_fields, self.block_keys, self.table, self.meta,
+                                                     out := np.empty(n, _INT32)):
             raise OutOfBlocksError(f"asked for {n} blocks but only {self.num_free} of {self.num_blocks} are free")
         return out
 
@@ -237,7 +238,7 @@ class BlockAllocator:
         offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         out = np.empty(total, dtype=np.int32)
-        kernels.allocate(self.block_fields, self.block_keys, self.table, self.meta, out)  # fits: checked above
+        _FAST.allocate(self.block_fields, self.block_keys, self.table, self.meta, out)  # fits: checked above
         return offsets, out
 
     def free(self, ids) -> None:
@@ -249,10 +250,13 @@ class BlockAllocator:
         reference).  Raises :class:`DoubleFreeError` if a block would go below 0 (the whole batch
         is checked first; nothing changes).  Runtime complexity: O(len(ids)).
         """
-        ids = self._ids(ids, "ids")
-        status, where = kernels.free_in_order(self.block_fields, self.meta, ids)
-        if status:
-            self._raise_ids(status, where, ids, "ids")
+        if not (type(ids) is np.ndarray and (ids.dtype is _INT32 or ids.dtype == np.int32) and ids.ndim == 1):
+            ids = self._copy_ids(ids, "ids")  # (the test of _ids, inlined: this is the per-request path)
+        code = _FAST.free_in_order(self.block_fields, self.meta, ids)
+        if code:
+            if code == -ERR_COPY:  # e.g. free(ref_counts): ids share memory with the pool's state
+                return self.free(self._copy_ids(ids, "ids"))
+            self._raise_ids(code, ids, "ids")
 
     def free_requests(self, offsets, ids) -> None:
         """Free many requests' blocks (CSR ``offsets``/``ids``), each request's blocks last-first.
@@ -262,11 +266,13 @@ class BlockAllocator:
         """
         ids = self._ids(ids, "ids")
         offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
-        status, where = kernels.free(self.block_fields, self.meta, ids, 1, offsets, np.empty(ids.shape[0], dtype=_INT32))
-        if status == ERR_OFFSETS:
-            self._raise_offsets(offsets, ids.shape[0], "offsets")
-        if status != OK:
-            self._raise_ids(status, where, _reverse_segments(ids, offsets), "ids (last-first per request)")
+        code = _FAST.free(self.block_fields, self.meta, ids, 1, offsets, np.empty(len(ids), _INT32))
+        if code:
+            if code == -ERR_COPY:
+                return self.free_requests(offsets.copy(), self._copy_ids(ids, "ids"))
+            if code == -ERR_OFFSETS:
+                self._raise_offsets(offsets, len(ids), "offsets")
+            self._raise_ids(code, _reverse_segments(ids, offsets), "ids (last-first per request)")
 
     def touch(self, ids) -> None:
         """Increment the ref counts of ``ids`` (prefix-cache hits taken by a request).
@@ -275,9 +281,11 @@ class BlockAllocator:
         queue.  Runtime complexity: O(len(ids)).
         """
         ids = self._ids(ids, "ids")
-        status, where = kernels.touch(self.block_fields, self.meta, ids)
-        if status != OK:
-            self._raise_ids(status, where, ids, "ids")
+        code = kernels.touch(self.block_fields, self.meta, ids)
+        if code == -ERR_COPY:
+            return self.touch(self._copy_ids(ids, "ids"))
+        if code:
+            self._raise_ids(code, ids, "ids")
 
     # ----------------------------------------------------------------- prefix cache
     def hash_blocks(self, tokens, parent=None, extra=None, *, salt: int | None = None) -> np.ndarray:
@@ -347,9 +355,11 @@ class BlockAllocator:
         keys = self._keys(keys, "keys")
         if keys.shape[0] != ids.shape[0]:
             raise ShapeError(f"ids and keys must have the same length, got {ids.shape[0]} ids and {keys.shape[0]} keys")
-        status, where = kernels.cache_blocks(self.block_fields, self.block_keys, self.table, self.meta, ids, keys)
-        if status != OK:
-            self._raise_ids(status, where, ids, "ids")
+        code = kernels.cache_blocks(self.block_fields, self.block_keys, self.table, self.meta, ids, keys)
+        if code == -ERR_COPY:
+            return self.cache_blocks(self._copy_ids(ids, "ids"), keys.copy())
+        if code:
+            self._raise_ids(code, ids, "ids")
 
     def lookup(self, keys) -> np.ndarray:
         """Block ids (int32) of the longest cached prefix of ``keys`` (stops at the first miss).
@@ -360,6 +370,8 @@ class BlockAllocator:
         keys = self._keys(keys, "keys")
         out = np.empty(keys.shape[0], dtype=np.int32)
         h = kernels.lookup(self.block_keys, self.table, self.meta, keys, out)
+        if h < 0:  # -ERR_COPY: keys share memory with the pool's state
+            return self.lookup(keys.copy())
         return out if h == keys.shape[0] else out[:h].copy()
 
     def lookup_many(self, offsets, keys) -> tuple[np.ndarray, np.ndarray]:
@@ -373,6 +385,8 @@ class BlockAllocator:
         hit_offsets = np.empty(offsets.shape[0], dtype=np.int64)
         out = np.empty(keys.shape[0], dtype=np.int32)
         h = kernels.lookup_many(self.block_keys, self.table, self.meta, offsets, keys, hit_offsets, out)
+        if h < 0:  # -ERR_COPY: keys or offsets share memory with the pool's state
+            return self.lookup_many(offsets.copy(), keys.copy())
         return hit_offsets, out[:h].copy()
 
     def evict(self, ids) -> int:
@@ -382,10 +396,12 @@ class BlockAllocator:
         none are skipped.  Runtime complexity: O(len(ids)) expected.
         """
         ids = self._ids(ids, "ids")
-        status, where = kernels.evict(self.block_fields, self.block_keys, self.table, self.meta, ids)
-        if status != OK:
-            self._raise_ids(status, where, ids, "ids")
-        return int(where)
+        code = kernels.evict(self.block_fields, self.block_keys, self.table, self.meta, ids)
+        if code == -ERR_COPY:
+            return self.evict(self._copy_ids(ids, "ids"))
+        if code < 0:
+            self._raise_ids(code, ids, "ids")
+        return code  # blocks that lost a key
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached key, as vLLM's ``BlockPool.reset_prefix_cache``.
@@ -418,20 +434,29 @@ class BlockAllocator:
         :class:`OutOfBlocksError` with nothing changed (not even counters) when the blocks do
         not fit.  Runtime complexity: O(len(keys) + num_extra) expected.
         """
-        keys = self._keys(keys, "keys")
-        if type(num_extra) is not int or num_extra < 0:
-            num_extra = _as_count(num_extra, "num_extra")
-        if num_extra and num_extra > self.meta[META_NUM_FREE]:  # before sizing the output by it
+        # The per-request path: only type, dtype and dimensions are tested here; the kernel tests
+        # the key width, alignment and aliasing (-ERR_COPY: validate and retry with a copy).
+        if not (type(keys) is np.ndarray and (keys.dtype is _UINT64 or keys.dtype == np.uint64) and keys.ndim == 2):
+            keys = self._copy_keys(keys, "keys")
+        if type(num_extra) is not int or num_extra:  # 0, the default, needs no more tests
+            num_extra = self._num_extra(num_extra)
+        ids = np.empty(len(keys) + num_extra, _INT32)
+        hits = _FAST.admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra, ids)
+        if hits < 0:
+            if hits == -ERR_COPY:
+                return self.admit(self._copy_keys(keys, "keys"), num_extra)
+            hits = -hits >> STATUS_BITS  # ERR_OUT_OF_BLOCKS
+            raise OutOfBlocksError(
+                f"request needs {len(keys) - hits + num_extra} new blocks (+ {hits} cached hits) but only "
+                f"{self.num_free} are free after taking its free cached hits; expected at most num_free new blocks")
+        return ids, hits
+
+    def _num_extra(self, num_extra) -> int:
+        num_extra = _as_count(num_extra, "num_extra")
+        if num_extra > self.meta[META_NUM_FREE]:  # before the output is sized by it
             raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
                                    f"are free; expected at most num_free new blocks")
-        ids = np.empty(keys.shape[0] + num_extra, dtype=_INT32)
-        status, hits = kernels.admit(self.block_fields, self.block_keys, self.table, self.meta, keys, num_extra, ids)
-        if status:
-            need = keys.shape[0] - hits + num_extra
-            raise OutOfBlocksError(
-                f"request needs {need} new blocks (+ {hits} cached hits) but only {self.num_free} are free "
-                f"after taking its free cached hits; expected at most num_free new blocks")
-        return ids, int(hits)
+        return num_extra
 
     def admit_many(self, offsets, keys, num_extra=None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`admit` for a scheduler step's requests (CSR ``offsets``/``keys``), in order.
@@ -440,7 +465,8 @@ class BlockAllocator:
         KV space; no error).  Returns ``(num_admitted, block_offsets int64, block_ids int32,
         num_hits int64)`` for the admitted requests.  Runtime complexity: O(R + blocks).
         """
-        keys = self._keys(keys, "keys")
+        if not (type(keys) is np.ndarray and (keys.dtype is _UINT64 or keys.dtype == np.uint64) and keys.ndim == 2):
+            keys = self._copy_keys(keys, "keys")  # (as in admit, the kernel tests the rest)
         offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
         r = max(offsets.shape[0] - 1, 0)
         if num_extra is None:
@@ -461,8 +487,10 @@ class BlockAllocator:
         block_offsets = np.empty(r + 1, dtype=np.int64)
         block_ids = np.empty(size, dtype=np.int32)
         hits = np.empty(r, dtype=np.int64)
-        n, used = kernels.admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
+        n, used = _FAST.admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
                               block_offsets, block_ids, hits)
+        if n == -ERR_COPY:
+            return self.admit_many(offsets.copy(), self._copy_keys(keys, "keys"), num_extra)
         if n < 0:
             self._raise_offsets(offsets, keys.shape[0], "offsets")
         if n == r and used == size:  # every request admitted, every slot used: the buffers as they are
@@ -536,40 +564,25 @@ class BlockAllocator:
         assert 0 <= meta[META_HITS] <= meta[META_QUERIES] and meta[META_EVICTIONS] >= 0
 
     # ----------------------------------------------------------------- validation helpers
+    # Input arrays are read in place when their type, dtype and dimensions are the kernel's; the
+    # kernels test the rest (alignment, aliasing with the state they write, ids in range, CSR
+    # offsets; key width where admit reads them).  When a kernel cannot read one in place it
+    # returns -ERR_COPY and the method retries with ``_copy_ids`` / ``_copy_keys`` (which raise
+    # the clear error for bad input, or return a fresh copy).
     def _ids(self, x, name: str) -> np.ndarray:
-        # Fast path: an int32 C-contiguous 1-D array is used as is (kernels check the range),
-        # unless it is (a view of) the pool's own state, e.g. ref_counts: the kernels would read
-        # it while changing it.
         # Any stride is fine (``ids[::-1]``, a request's blocks last-first, is the common case).
         if type(x) is np.ndarray and (x.dtype is _INT32 or x.dtype == np.int32) and x.ndim == 1:
-            root = x if x.base is None else x.base  # inlined _foreign (this is the per-call path)
-            if (type(root) is np.ndarray and root.base is None and root is not self.block_fields
-                    and root is not self.block_keys and root is not self.table and root is not self.meta):
-                return x
-            return self._unaliased(x)
+            return x
+        return self._copy_ids(x, name)
+
+    def _copy_ids(self, x, name: str) -> np.ndarray:
+        if type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1:
+            return x.copy()  # its range is checked by the kernel
         arr = as_index_array(x, name, dtype=np.int64)
         if arr.size and (arr.min() < 0 or arr.max() >= self.num_blocks):
             bad = int(arr[(arr < 0) | (arr >= self.num_blocks)][0])
             raise InvalidIdError(f"{name} contains block id {bad}; expected ids in [0, {self.num_blocks})")
         return arr.astype(np.int32)
-
-    def _foreign(self, x: np.ndarray) -> bool:
-        """True if ``x``'s memory is owned by an array that is not one of the pool's state arrays.
-
-        numpy points a view's ``base`` straight at the array owning the memory, so two attribute
-        reads decide it for arrays and their views (O(1), ~0.1 us); anything else (memory of
-        another object) returns False and gets the exact test of :meth:`_unaliased`.
-        """
-        root = x if x.base is None else x.base
-        return (type(root) is np.ndarray and root.base is None and root is not self.block_fields
-                and root is not self.block_keys and root is not self.table and root is not self.meta)
-
-    def _unaliased(self, x: np.ndarray) -> np.ndarray:
-        """``x``, or a copy of it when it shares memory with the pool's state arrays."""
-        for state in (self.block_fields, self.block_keys, self.table, self.meta):
-            if np.may_share_memory(x, state):
-                return x.copy()
-        return x
 
     def _one_id(self, x, name: str) -> int:
         b = as_count(x, name)
@@ -578,13 +591,14 @@ class BlockAllocator:
         return b
 
     def _keys(self, x, name: str) -> np.ndarray:
+        """Keys for kernels that do not test their width or alignment: all tested here."""
         if (type(x) is np.ndarray and (x.dtype is _UINT64 or x.dtype == np.uint64) and x.ndim == 2
-                and x.shape[1] == 2 and x.flags.c_contiguous):
-            root = x if x.base is None else x.base  # inlined _foreign (this is the per-call path)
-            if (type(root) is np.ndarray and root.base is None and root is not self.block_fields
-                    and root is not self.block_keys and root is not self.table and root is not self.meta):
-                return x
-            return self._unaliased(x)
+                and x.shape[1] == 2 and x.flags.aligned):
+            return x
+        return self._copy_keys(x, name)
+
+    def _copy_keys(self, x, name: str) -> np.ndarray:
+        """A validated ``(n, 2)`` uint64 copy of ``x`` (raises for bad keys)."""
         arr = _python_keys(x, name)
         if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
             raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
@@ -598,7 +612,10 @@ class BlockAllocator:
         return arr
 
     def _offsets(self, x, length: int, name: str) -> np.ndarray:
+        """Offsets for kernels that do not test their alignment (the CSR shape is tested here)."""
         arr = self._offsets_array(x, name)
+        if not arr.flags.aligned:
+            arr = arr.copy()
         if not kernels.csr_offsets_ok(arr, length):
             self._raise_offsets(arr, length, name)
         return arr
@@ -606,7 +623,7 @@ class BlockAllocator:
     def _offsets_array(self, x, name: str) -> np.ndarray:
         """``x`` as an int64 array, no copy when it already is one (the CSR shape is checked by the
         caller, in the kernel that reads it, or by :meth:`_offsets`)."""
-        if type(x) is np.ndarray and x.dtype is _INT64 and x.ndim == 1 and self._foreign(x):
+        if type(x) is np.ndarray and (x.dtype is _INT64 or x.dtype == np.int64) and x.ndim == 1:
             return x
         return as_index_array(x, name, dtype=np.int64)
 
@@ -615,7 +632,8 @@ class BlockAllocator:
         raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
                             f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
 
-    def _raise_ids(self, status: int, where: int, ids: np.ndarray, name: str) -> None:
+    def _raise_ids(self, code: int, ids: np.ndarray, name: str) -> None:
+        status, where = -code & STATUS_MASK, -code >> STATUS_BITS
         b = int(ids[where]) if 0 <= where < ids.shape[0] else -1
         if status == ERR_RANGE:
             raise InvalidIdError(f"{name}[{where}] is block id {b}; expected ids in [0, {self.num_blocks})")
