@@ -94,7 +94,7 @@ def _keys(ids) -> np.ndarray:
 
 
 def _misaligned_copy(arr: np.ndarray) -> np.ndarray:
-    """An equal array whose data starts one byte off its dtype's alignment (not C-contiguous-aligned)."""
+    """An equal array whose data starts one byte off its dtype's alignment."""
     raw = np.zeros(arr.nbytes + 1, dtype=np.uint8)
     out = raw[1:].view(arr.dtype).reshape(arr.shape)
     out[...] = arr
@@ -143,7 +143,8 @@ def _scenario(a: BlockAllocator, convert):
     return out
 
 
-@pytest.mark.parametrize("convert", [_misaligned_copy, _read_only, _strided], ids=["misaligned", "read-only", "strided"])
+@pytest.mark.parametrize("convert", [_misaligned_copy, _read_only, _strided],
+                         ids=["misaligned", "read-only", "strided"])
 def test_inputs_that_are_not_plain_arrays_give_what_copies_give(convert):
     assert _scenario(BlockAllocator(16, 4, secret=bytes(16)), convert) == \
         _scenario(BlockAllocator(16, 4, secret=bytes(16)), np.ascontiguousarray)

@@ -1,8 +1,9 @@
 """numba kernels of :class:`~kvmm.allocators.BlockAllocator` (the array layout is documented there).
 
 Every kernel that changes state validates its whole input first; on bad input it changes nothing
-and returns a negative code (below) that the class turns into a :class:`~kvmm.errors.KvmmError`.  :func:`entry_point` hands the class the compiled
-function of a kernel for one fixed signature, so its per-request calls skip numba's dispatcher.
+and returns a negative code (below) that the class turns into a :class:`~kvmm.errors.KvmmError`.
+:func:`entry_point` hands the class the compiled function of a kernel for one fixed signature, so
+its per-request calls skip numba's dispatcher.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ NUM_META = 10
 # ``where`` the offending input's position (one int, not a tuple: less Python per call).
 # ERR_COPY: an input array cannot be read in place (it shares memory with state the kernel writes,
 # is misaligned, or keys are not (n, 2)); the caller validates it and retries with a copy.
-OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD, ERR_DUPLICATE, ERR_OFFSETS = range(8)
-ERR_COPY = 8
+OK, ERR_RANGE, ERR_DOUBLE_FREE, ERR_OUT_OF_BLOCKS, ERR_ALREADY_CACHED, ERR_NOT_HELD = range(6)
+ERR_DUPLICATE, ERR_OFFSETS, ERR_COPY = range(6, 9)
 STATUS_BITS = 4
 STATUS_MASK = (1 << STATUS_BITS) - 1
 
 # =================================================================== kernels
 # The kernels that change a pool's state (the ones the class calls, except walk_free_queue) hold
 # the GIL, unlike the usual ``nogil`` kernels: they run for about a microsecond per request, and
-# releasing and retaking the GIL around each call cost ~0.1 us of it (measured in a loop of
-# admit + free per request: 1.59 vs 1.41 us, 11 %).  Holding it also keeps two Python threads
-# that share a pool from changing its arrays at the same time.
+# releasing and retaking the GIL around each call cost ~0.1 us of it (a loop of admit + free
+# kernel calls per request: 1.59 vs 1.41 us; through the methods 3-6 %).  Holding it also keeps
+# two Python threads that share a pool from changing its arrays at the same time.
 # Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
 # atomic reference-count updates for the arrays passed to each helper call (its pruning pass
 # misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
@@ -331,7 +332,8 @@ def _touch_valid(fields, meta, ids, start, stop):
 
 @njit(cache=True, _nrt=False)  # holds the GIL (see the top of the module)
 def cache_blocks(fields, block_keys, table, meta, ids, keys):
-    if _needs_copy_pool(ids, fields, block_keys, table, meta) or _needs_copy_pool(keys, fields, block_keys, table, meta):
+    if (_needs_copy_pool(ids, fields, block_keys, table, meta)
+            or _needs_copy_pool(keys, fields, block_keys, table, meta)):
         return -ERR_COPY
     n = ids.shape[0]
     num_blocks = fields.shape[1]
@@ -561,8 +563,9 @@ def _overlaps(x, y):
 
 # Entry points.  numba's dispatcher types every argument of every call (~50 ns plus ~13 ns per
 # array) before it calls the compiled function; the per-request methods call that function
-# directly, with arguments whose types they have checked to be exactly the signature's
-# (``_ids``, ``_keys``, ``_offsets_array`` in the class; the state arrays never change type).
+# directly, with arguments whose types they have checked to be exactly the signature's (type,
+# dtype and dimensions: ``_ids``, ``_offsets_array`` and the same tests inlined in ``free``,
+# ``admit`` and ``admit_many``; the state arrays never change type).
 _F, _K, _T, _M = "int32[:, ::1]", "uint64[:, ::1]", "int32[:, ::1]", "int64[::1]"  # the state arrays
 SIGNATURES = {
     "admit": f"({_F}, {_K}, {_T}, {_M}, uint64[:, :], int32[::1])",

@@ -491,7 +491,7 @@ class BlockAllocator:
         block_ids = np.empty(size, dtype=np.int32)
         hits = np.empty(r, dtype=np.int64)
         n, used = _FAST.admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
-                              block_offsets, block_ids, hits)
+                                   block_offsets, block_ids, hits)
         if n == -ERR_COPY:
             return self.admit_many(offsets.copy(), self._copy_keys(keys, "keys"), num_extra)
         if n < 0:
