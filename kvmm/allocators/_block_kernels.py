@@ -33,8 +33,8 @@ STATUS_MASK = (1 << STATUS_BITS) - 1
 # The kernels that change a pool's state (the ones the class calls, except walk_free_queue) hold
 # the GIL, unlike the usual ``nogil`` kernels: they run for about a microsecond per request, and
 # releasing and retaking the GIL around each call cost ~0.1 us of it (a loop of admit + free
-# kernel calls per request: 1.59 vs 1.41 us; through the methods 3-6 %).  Holding it also keeps
-# two Python threads that share a pool from changing its arrays at the same time.
+# kernel calls per request: 1.59 vs 1.41 us; through the methods 3-6 %).  (Holding it also makes
+# each kernel call whole for other Python threads; the methods themselves are not thread-safe.)
 # Kernels are compiled with ``_nrt=False``: none allocates, and without the runtime numba emits no
 # atomic reference-count updates for the arrays passed to each helper call (its pruning pass
 # misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
