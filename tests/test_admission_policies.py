@@ -1,6 +1,7 @@
 """Exact decisions of each admission policy on hand-made request sequences."""
 
 import numpy as np
+import pytest
 
 from kvmm.policies import AdmissionRequest, RefillFilter, SelectiveWriteThrough, StoreThreshold, WriteAll
 
@@ -83,3 +84,21 @@ def test_refill_filter_estimate_before_first_update_writes_everything():
     for _ in range(3):
         assert p.admit(req([1, 2, 3, 4, 5])).all()
     assert not p.filtering and p.requests_seen == 3
+
+
+@pytest.mark.parametrize("make", [WriteAll, lambda: StoreThreshold(k=2), lambda: SelectiveWriteThrough(hits=1)])
+def test_array_requests_and_list_requests_give_the_same_decisions(make):
+    # int64/uint64 arrays take the unconverted path, lists the general one: same decisions, and
+    # the policy never writes into the caller's arrays
+    rng = np.random.default_rng(5)
+    as_arrays, as_lists = make(), make()
+    for _ in range(30):
+        keys = rng.integers(0, 12, size=int(rng.integers(0, 6)))
+        cached = rng.random(keys.shape[0]) < 0.3
+        gpu_hit = rng.random(keys.shape[0]) < 0.5
+        before = (keys.copy(), cached.copy(), gpu_hit.copy())
+        dtype = np.uint64 if rng.random() < 0.5 else np.int64
+        got = as_arrays.admit(AdmissionRequest(keys.astype(dtype), cached, gpu_hit))
+        want = as_lists.admit(AdmissionRequest(keys.tolist(), cached.tolist(), gpu_hit.tolist()))
+        assert np.asarray(got).tolist() == np.asarray(want).tolist()
+        assert all(np.array_equal(a, b) for a, b in zip((keys, cached, gpu_hit), before))

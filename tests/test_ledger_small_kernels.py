@@ -74,8 +74,9 @@ def test_update_kernel_matches_reference(data, rate):
     now = data.draw(floats)
     ref_cols = [c.copy() for c in cols]
     shift, horizon = np.empty(k), np.empty(k)
-    update_kernel(slots, wa, dl, now, rate, state, needed_at, *cols, shift, horizon)
+    positive = update_kernel(slots, wa, dl, now, rate, state, needed_at, *cols, shift, horizon)
     ref_shift, ref_horizon = update_reference(slots.tolist(), wa.tolist(), dl.tolist(), now, rate, state, needed_at, *ref_cols)
     assert shift.tolist() == ref_shift and horizon.tolist() == ref_horizon
+    assert positive == sum(s > 0.0 for s in ref_shift)
     for got, want in zip(cols, ref_cols):
         np.testing.assert_array_equal(got, want)

@@ -264,3 +264,19 @@ def test_the_trace_block_size_sets_the_pool_block_size():
     assert eng.hier.pool.block_size == 16 and eng.block_bytes == 16 * 1000
     assert res.gpu_hit_token_share == pytest.approx(32 / 80)
     assert (eng.first_token - eng.arrival)[1] == pytest.approx(16 / 1000)  # only the third block is computed
+
+
+def test_a_trace_file_is_parsed_once_per_process_and_read_only(tmp_path):
+    from kvmm.sim.simulator import resolve_trace
+    from kvmm.traces import load_trace, save_trace
+
+    path = tmp_path / "t.jsonl"
+    save_trace(load_trace("conversation").head(30), path, "mooncake")
+    first = resolve_trace(str(path), None)
+    assert resolve_trace(str(path), None) is first  # the cached parse
+    with pytest.raises(ValueError):  # no run can change what the next one reads
+        first.block_ids[0] = 7
+    save_trace(load_trace("conversation").head(40), path, "mooncake")  # the file changed: parsed again
+    again = resolve_trace(str(path), None)
+    assert again is not first and again.num_requests == 40
+    assert resolve_trace(str(path), 10).num_requests == 10  # a prefix of the cached trace

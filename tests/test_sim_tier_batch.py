@@ -84,3 +84,86 @@ def test_bad_offers_change_nothing():
     with pytest.raises(CapacityExceededError):
         tier.access_or_put_size_many([4], 10_000, [True])  # can never fit
     assert (tier.keys(), tier.policy.keys(), tier.used_bytes) == before
+
+
+def _same_write_stats(batch, single):
+    # an access is a policy event, not a backend read (the reference's get() also reads)
+    for stat in ("puts", "bytes_written", "write_seconds", "deletes"):
+        assert batch.backend.stats[stat] == single.backend.stats[stat], stat
+
+
+def _one_key_calls(tier, keys, write):
+    """The reference: one ``get`` / ``put_size`` per key, as the batch call documents."""
+    hits = []
+    for k, w in zip(keys, write):
+        if k in tier.keys():
+            hits.append(True)
+            tier.get(k)
+        else:
+            hits.append(False)
+            if w:
+                tier.put_size(k, 100)
+    return hits
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("room", [0, 1, 2, 3])
+def test_prefix_shaped_offer_at_the_capacity_edge(policy, room):
+    # hits first, then new keys: the one-run path when the new keys fit (room >= 2), the per-key
+    # path with evictions when they do not; both must equal the one-key calls
+    batch, single = _tier(policy), _tier(policy)
+    for t in (batch, single):
+        for k in range(10 - room):
+            t.put_size(k, 100)
+    offered = [2, 3, 50, 51]  # two hits, two new keys
+    hits = batch.access_or_put_size_many(np.array(offered), 100, [True] * 4)
+    assert hits.tolist() == _one_key_calls(single, offered, [True] * 4) == [True, True, False, False]
+    assert batch.policy.keys() == single.policy.keys() and batch.keys() == single.keys()
+    assert batch.evictions == single.evictions == max(0, 2 - room)
+    _same_write_stats(batch, single)
+    batch.check()
+
+
+def test_repeated_and_interleaved_keys_take_the_per_key_path():
+    batch, single = _tier("lru"), _tier("lru")
+    for t in (batch, single):
+        t.put_size(1, 100)
+    for offered, write in (([5, 5, 1], [True, True, True]), ([6, 1, 7], [True, False, True]), ([8, 9, 8], [False, True, True])):
+        hits = batch.access_or_put_size_many(offered, 100, write)
+        assert hits.tolist() == _one_key_calls(single, offered, write)
+        assert batch.policy.keys() == single.policy.keys()
+        _same_write_stats(batch, single)
+        batch.check()
+
+
+def test_write_may_be_a_function_of_the_managed_mask():
+    tier = _tier("lru")
+    tier.put_size(1, 100)
+    seen = []
+
+    def admit_every_other(cached):
+        seen.append(cached.tolist())
+        return np.array([True, False, True])
+
+    assert tier.access_or_put_size_many([1, 2, 3], 100, admit_every_other).tolist() == [True, False, False]
+    assert seen == [[True, False, False]]
+    assert sorted(tier.keys()) == [1, 3]
+    with pytest.raises(BadInputError):  # a decision of the wrong length changes nothing
+        tier.access_or_put_size_many([4, 5], 100, lambda cached: [True])
+    assert sorted(tier.keys()) == [1, 3]
+
+
+def test_size_writer_many_equals_size_writer_even_over_stored_keys():
+    many, one = SimulatedTier(1000, spec="nvme"), SimulatedTier(1000, spec="nvme")
+    many.size_writer_many(100)([1, 2, 3])
+    for k in (1, 2, 3):
+        one.size_writer(100)(k)
+    many.size_writer_many(50)([3, 4])  # 3 is stored already: its old size leaves the count
+    for k in (3, 4):
+        one.size_writer(50)(k)
+    assert many._entries == one._entries and many.used_bytes == one.used_bytes == 300
+    assert many.stats == one.stats
+    with pytest.raises(CapacityExceededError):
+        many.size_writer_many(100)([7, 8, 9, 10, 11, 12, 13, 14])  # 1,100 bytes > 1,000
+    assert many._entries == one._entries and many.stats == one.stats  # nothing changed
+    many.check()

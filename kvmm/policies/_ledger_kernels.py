@@ -162,8 +162,10 @@ def update_kernel(slots, work_ahead_new, delay_new, now, rate, state, needed_at,
     ``horizon_out = max(old_use - now, 0)`` (the caller sums them with numpy, as before).  A
     PENDING slot never needed gets ``deadline = new_use``; a READY slot's lease restarts at
     ``now``; then the slot's work_ahead, delay_s and updated_at take the new values.
+    Returns how many shifts are > 0 (none: the caller has nothing to sum).
     Runtime complexity: O(k).
     """
+    positive = 0
     for i in range(slots.shape[0]):
         s = slots[i]
         old_use = (updated_at[s] + delay_s[s]) + work_ahead[s] / rate
@@ -177,3 +179,6 @@ def update_kernel(slots, work_ahead_new, delay_new, now, rate, state, needed_at,
         work_ahead[s] = work_ahead_new[i]
         delay_s[s] = delay_new[i]
         updated_at[s] = now
+        if shift_out[i] > 0.0:
+            positive += 1
+    return positive

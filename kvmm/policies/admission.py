@@ -198,6 +198,14 @@ def _as_request(request: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         keys, cached = request.keys, request.cached
     except AttributeError:
         raise DTypeError(f"request must have .keys and .cached (an AdmissionRequest), got {type(request).__name__}") from None
+    if (type(keys) is np.ndarray and keys.ndim == 1 and keys.dtype.kind in "iu" and keys.dtype.itemsize == 8
+            and keys.flags.c_contiguous and type(cached) is np.ndarray and cached.dtype == np.bool_
+            and cached.shape == keys.shape):  # fast path (hot in simulations): nothing to convert
+        gpu_hit = getattr(request, "gpu_hit", None)
+        if gpu_hit is None:
+            return keys.view(np.uint64), cached.copy(), np.zeros(keys.shape[0], dtype=bool)
+        if type(gpu_hit) is np.ndarray and gpu_hit.dtype == np.bool_ and gpu_hit.shape == keys.shape:
+            return keys.view(np.uint64), cached.copy(), gpu_hit.copy()
     words = _as_key_words(keys)
     n = words.shape[0]
     cached = _as_mask(cached, "cached", n)

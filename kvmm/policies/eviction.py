@@ -78,20 +78,25 @@ class LRUPolicy:
         as_hashable(incoming, "incoming")
         return _first_unprotected(iter(self._order), n, protected)
 
-    def fast_hooks(self) -> tuple[Callable, Callable] | None:
-        """``(access(key), insert(key, size))`` without the per-event checks, for a batch caller
-        that guarantees them (``ManagedTier``: an accessed key is tracked, an inserted one is not,
-        sizes validated once per batch).  Same order changes as ``on_access`` / ``on_insert``.
+    def fast_hooks(self) -> tuple[Callable, Callable, Callable] | None:
+        """``(access(key), insert(key, size), insert_many(keys))`` without the per-event checks,
+        for a batch caller that guarantees them (``ManagedTier``: an accessed key is tracked, an
+        inserted one is not, sizes validated once per batch).  Same order changes as
+        ``on_access`` / ``on_insert`` (``insert_many``: ``on_insert`` of each key in order).
         None for a subclass, whose own hooks must run.  Runtime complexity: O(1) per event.
         """
         if type(self) is LRUPolicy:
-            return self._order.move_to_end, self._insert_unchecked
+            return self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked
         if type(self) is FIFOPolicy:
-            return _ignore_access, self._insert_unchecked
+            return _ignore_access, self._insert_unchecked, self._insert_many_unchecked
         return None
 
     def _insert_unchecked(self, key: Hashable, size: int) -> None:
         self._order[key] = None
+
+    def _insert_many_unchecked(self, keys: Iterable[Hashable]) -> None:
+        # one C-level update appends the keys in order, as on_insert of each would
+        self._order.update(dict.fromkeys(keys))
 
     def keys(self) -> list[Hashable]:
         """Tracked keys in eviction order (next victim first)."""

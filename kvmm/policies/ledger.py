@@ -360,8 +360,10 @@ class CommitmentLedger:
         self.clock = now
         if k:
             shift, ahead_s = np.empty(k), np.empty(k)
-            update_kernel(slots, wa, dl, now, self.rate, self.state, self.needed_at, self.updated_at, self.delay_s,
-                          self.work_ahead, self.deadline, self.lease_from, shift, ahead_s)
+            positive = update_kernel(slots, wa, dl, now, self.rate, self.state, self.needed_at, self.updated_at,
+                                     self.delay_s, self.work_ahead, self.deadline, self.lease_from, shift, ahead_s)
+            if not positive:  # no use comes sooner than predicted: nothing to learn
+                return
             earlier = float(np.sum(shift[shift > 0.0]))
             horizon = float(np.sum(ahead_s))
             if earlier > 0.0 and horizon > 0.0:  # uses come sooner than predicted: widen the trigger

@@ -111,6 +111,7 @@ class Engine:
         self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
         draw = np.random.default_rng(cfg.priority_seed).random(n)
         self.priority_class = np.where(draw < cfg.high_priority_share, 0, 1).astype(np.int8)
+        self._copy_read_only_columns()
         self.gpu_hit_tokens = 0
         self.slow_hit_tokens = 0
         self.max_waiting = 0
@@ -149,6 +150,7 @@ class Engine:
     def run(self) -> float:
         """Replay every request; returns the end time."""
         m, ledger = self.model, self.ledger
+        self._copy_read_only_columns()  # a caller may have set them after construction
         waiting: list[int] = []
         running: list[int] = []
         self.next_arrival = 0
@@ -208,8 +210,8 @@ class Engine:
                     running = run[~fin].tolist()
             for r in admitted:
                 self.first_token[r] = now
-                self.remaining[r] = self.output_len[r] - 1
-                o0, o1 = self.offsets[r], self.offsets[r + 1]
+                self.remaining[r] = self.output_len_py[r] - 1
+                o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
                 self.hier.offer(self.ids[o0:o1], np.arange(o1 - o0) < self.gpu_at_take[r])
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
@@ -226,6 +228,15 @@ class Engine:
         if self.write_through:
             self.fast_lru.tick(now)
         return now
+
+    def _copy_read_only_columns(self) -> None:
+        """Python-int copies of the per-request columns the event loop only reads: it reads them
+        one request at a time, and a list item is several times cheaper than a numpy scalar."""
+        self.offsets_py = self.offsets.tolist()
+        self.input_len_py = self.input_len.tolist()
+        self.output_len_py = self.output_len.tolist()
+        self.extra_blocks_py = self.extra_blocks.tolist()
+        self.priority_py = self.priority_class.tolist()
 
     def _decode_stretch(self, running: list[int], waiting: list[int], now: float, done: int) -> tuple[float, int]:
         run = np.asarray(running, dtype=np.int64)
@@ -321,18 +332,19 @@ class Engine:
 
     def _arrive(self, r: int, waiting: list[int]) -> None:
         t = self.arrival_at[r]
-        o0, o1 = self.offsets[r], self.offsets[r + 1]
+        o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
         gpu, src = self.hier.lookup(self.keys[o0:o1], self.ids[o0:o1])
         self.gpu_at_arrival[r] = gpu
-        inp = int(self.input_len[r])
+        inp = self.input_len_py[r]
         bt = self.bt
         gpu_tokens = min(gpu * bt, inp - 1)  # the last prompt token is always computed
         hit_tokens = min((gpu + src.shape[0]) * bt, inp - 1)
         slow_tokens = hit_tokens - gpu_tokens
         self.prefill_tokens[r] = inp - hit_tokens
         pos = len(waiting)
-        cls = self.priority_class[r]
-        while pos > 0 and self.priority_class[waiting[pos - 1]] > cls:
+        priority = self.priority_py
+        cls = priority[r]
+        while pos > 0 and priority[waiting[pos - 1]] > cls:
             pos -= 1
         waiting.insert(pos, r)
         self.max_waiting = max(self.max_waiting, len(waiting))
@@ -399,14 +411,11 @@ class Engine:
         The queue drains a step at a time (up to ``max_prefill_tokens`` and the free batch
         room), so requests packed into the next step wait only for the current one.
         """
-        w = np.asarray(waiting, dtype=np.int64)
-        cids = self.claim_id[w]
-        has = cids >= 0
-        if not has.any():
-            return
-        ahead = _queue_work_ahead(self.prefill_tokens[w], self.model.max_prefill_tokens,
-                                  self.model.max_batch - n_running, self.model.max_batch)
-        self.ledger.update(cids[has], ahead[has], now=now, delay_s=float(step_s))  # one delay for all
+        cids, ahead = _claims_work_ahead(np.asarray(waiting, dtype=np.int64), self.prefill_tokens, self.claim_id,
+                                         self.model.max_prefill_tokens, self.model.max_batch - n_running,
+                                         self.model.max_batch)
+        if cids.shape[0]:
+            self.ledger.update(cids, ahead, now=now, delay_s=float(step_s))  # one delay for all
 
     def _admit(self, waiting: list[int], n_running: int, now: float) -> list[int]:
         """Pick this step's prefills: in queue order within the batch room, the prefill budget
@@ -474,13 +483,13 @@ class Engine:
 
     def _take(self, r: int) -> bool:
         """Give ``r`` its GPU blocks and fix its prefill from the GPU hits found now."""
-        o0, o1 = self.offsets[r], self.offsets[r + 1]
+        o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
         if self.compressor is not None:  # the request's KV lives in the token table (no prefix cache)
-            if not self.compressor.start(r, int(self.input_len[r]), int(self.output_len[r])):
+            if not self.compressor.start(r, self.input_len_py[r], self.output_len_py[r]):
                 return False
             h = 0
         else:
-            got = self.hier.take(self.keys[o0:o1], int(self.extra_blocks[r]))
+            got = self.hier.take(self.keys[o0:o1], self.extra_blocks_py[r])
             if got is None:
                 return False
             self.held[r] = got[0]
@@ -488,7 +497,7 @@ class Engine:
         self.gpu_at_take[r] = h
         g0, sb = int(self.gpu_at_arrival[r]), int(self.staged_blocks[r])
         covered = h + max(0, g0 + sb - max(h, g0)) if sb else h  # GPU blocks + staged ones beyond them
-        inp = int(self.input_len[r])
+        inp = self.input_len_py[r]
         gpu_tokens = min(h * self.bt, inp - 1)
         hit_tokens = min(covered * self.bt, inp - 1)
         self.prefill_tokens[r] = inp - hit_tokens
@@ -498,7 +507,7 @@ class Engine:
 
     def _gpu_holds_hit(self, r: int) -> bool:
         """Is the whole prefix hit found at arrival now in the GPU prefix cache?"""
-        o0 = self.offsets[r]
+        o0 = self.offsets_py[r]
         end = int(self.gpu_at_arrival[r] + self.staged_blocks[r])
         return self.hier.gpu_prefix(self.keys[o0:o0 + end]) >= end if self.hier.prefix_cache else False
 
@@ -582,21 +591,28 @@ def _first_tick_not_before(tp: float, interval: float, before: float, until: flo
 
 
 @njit(cache=True, nogil=True)
-def _queue_work_ahead(prefill_tokens, budget, room, max_batch):
-    """Prefill tokens of the steps before each queued request's own step: the queue drains in
-    order, a step at a time, each step up to ``budget`` tokens and the batch room (``room``
-    now, ``max_batch`` in later steps); a step takes at least one request.
-    Runtime complexity: O(len(prefill_tokens)).
+def _claims_work_ahead(waiting, prefill_tokens, claim_id, budget, room, max_batch):
+    """For the queued requests ``waiting`` (in queue order) that hold a claim: ``(claim ids,
+    prefill tokens of the steps before each one's own step)``.  The queue drains in order, a step
+    at a time, each step up to ``budget`` tokens and the batch room (``room`` now, ``max_batch``
+    in later steps); a step takes at least one request.  Token sums are integers, converted to
+    float once per claim.  Runtime complexity: O(len(waiting)).
     """
-    ahead = np.empty(prefill_tokens.shape[0], dtype=np.float64)
+    cids = np.empty(waiting.shape[0], dtype=np.int64)
+    ahead = np.empty(waiting.shape[0], dtype=np.float64)
+    k = 0
     before = step_tokens = step_count = 0
-    for i in range(prefill_tokens.shape[0]):
-        p = prefill_tokens[i]
+    for i in range(waiting.shape[0]):
+        r = waiting[i]
+        p = prefill_tokens[r]
         if step_count and (step_tokens + p > budget or step_count >= room):
             before += step_tokens
             step_tokens = step_count = 0
             room = max_batch
-        ahead[i] = before
+        if claim_id[r] >= 0:
+            cids[k] = claim_id[r]
+            ahead[k] = before
+            k += 1
         step_tokens += p
         step_count += 1
-    return ahead
+    return cids[:k], ahead[:k]

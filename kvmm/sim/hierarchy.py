@@ -76,6 +76,10 @@ class Hierarchy:
         rest = ids[gpu:]
         if not self.tiers or rest.shape[0] == 0:
             return gpu, np.zeros(0, dtype=np.int64)
+        if len(self.tiers) == 1:  # the usual case: the leading run of blocks the one tier holds
+            held = self.tiers[0].contains_many(rest)
+            run = int(held.argmin()) if not held.all() else held.shape[0]
+            return gpu, np.zeros(run, dtype=np.int64)
         src = np.full(rest.shape[0], -1, dtype=np.int64)
         for i in range(len(self.tiers) - 1, -1, -1):  # fastest last: it wins
             src[self.tiers[i].contains_many(rest)] = i
@@ -126,11 +130,14 @@ class Hierarchy:
         n = ids.shape[0]
         hit_mask = np.zeros(n, dtype=bool) if gpu_hit is None else gpu_hit
         for i, tier in enumerate(self.tiers):
-            cached = tier.contains_many(ids)
-            write = _as_mask(self.admission[i].admit(AdmissionRequest(ids, cached, hit_mask)), n)
-            # a block cached at admission time but evicted by an earlier write of this request is
-            # written back (it was offered and the tier held it: the admission kept it)
-            hits = tier.access_or_put_size_many(ids, self.block_bytes, write | cached)
+            admission = self.admission[i]
+
+            def write(cached: np.ndarray) -> np.ndarray:  # decided on what the tier holds now
+                # a block cached at admission time but evicted by an earlier write of this request is
+                # written back (it was offered and the tier held it: the admission kept it)
+                return _as_mask(admission.admit(AdmissionRequest(ids, cached, hit_mask)), n) | cached
+
+            hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
 

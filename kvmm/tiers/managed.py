@@ -31,6 +31,7 @@ Semantics:
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from typing import Any, Hashable, Iterable
 
 import numpy as np
@@ -157,6 +158,10 @@ class ManagedTier:
         earlier key of the same call may be evicted by a later one, exactly as with separate
         calls).  Returns the mask of keys found (the hits).  Needs a backend with ``put_size``.
 
+        ``write``: one flag per key, or a function that takes the mask of keys managed now
+        (:meth:`contains_many` of ``keys``) and returns the flags: an admission decision made on
+        what the tier holds, without a second pass over the keys.
+
         Keys, size and flags are validated once for the batch; then a backend that offers a
         trusted size writer (:class:`~kvmm.tiers.SimulatedTier`) and a built-in policy that
         offers ``fast_hooks`` (LRU, FIFO) are driven without re-checking each key (this object
@@ -169,6 +174,10 @@ class ManagedTier:
             raise BadInputError(f"{type(self.backend).__name__} stores real bytes; use put(key, array)")
         nbytes = as_count(nbytes, "nbytes")
         ks = _key_list(keys)
+        sizes = self._sizes
+        found = list(map(sizes.__contains__, ks))
+        if callable(write):
+            write = write(np.array(found, dtype=bool))
         try:
             flags = np.asarray(write, dtype=bool)
         except (TypeError, ValueError):
@@ -180,15 +189,16 @@ class ManagedTier:
         if nbytes > capacity and flags.any():
             raise CapacityExceededError(
                 f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
-        sizes = self._sizes
         hooks = self.policy.fast_hooks() if hasattr(self.policy, "fast_hooks") else None
-        on_access, on_insert = hooks if hooks is not None else (self.policy.on_access, self._policy_insert)
+        if hooks is not None and hasattr(backend, "size_writer_many"):
+            return self._offer_batched(ks, flags.tolist(), nbytes, hooks, found)
+        on_access, on_insert = hooks[:2] if hooks is not None else (self.policy.on_access, self._policy_insert)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
         hit: list[bool] = []
         for k, w in zip(ks, flags.tolist()):
-            found = k in sizes
-            hit.append(found)
-            if found:
+            managed = k in sizes  # again per key: an earlier write of this call may have evicted it
+            hit.append(managed)
+            if managed:
                 on_access(k)
             elif w:
                 if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
@@ -197,6 +207,59 @@ class ManagedTier:
                     on_insert(k, nbytes)
                 else:
                     self._put(k, nbytes, store, ())
+        return np.array(hit, dtype=bool)
+
+    def _offer_batched(self, ks: list, flags: list, nbytes: int, hooks: tuple, found: list) -> np.ndarray:
+        """:meth:`access_or_put_size_many` for a built-in policy's fast hooks and a backend with
+        ``size_writer_many`` (``found``: the keys managed at the start of the call).  A request
+        shaped as usual (its hits first, then new keys, none twice) is one run of accesses and
+        one write of the new keys.  Otherwise consecutive new keys that fit are written and
+        inserted as one run (one backend call, one policy call), flushed before any access or
+        eviction, so the policy sees the same events in the same order as one key at a time."""
+        backend, sizes = self.backend, self._sizes
+        on_access, _, insert_many = hooks
+        store_many = backend.size_writer_many(nbytes)
+        capacity = backend.capacity_bytes
+        first_new = found.index(False) if False in found else len(ks)
+        if True not in found[first_new:] and len(set(ks)) == len(ks):
+            # the usual shape of a request: its hits first, then new blocks, no key twice: the
+            # accesses in order, then one run of the new keys to write, if they all fit
+            new = [k for k, w in zip(ks[first_new:], flags[first_new:]) if w]
+            if len(new) * nbytes <= capacity - backend.used_bytes:
+                deque(map(on_access, ks[:first_new]), maxlen=0)
+                if new:
+                    store_many(new)
+                    sizes.update(dict.fromkeys(new, nbytes))
+                    insert_many(new)
+                return np.array(found, dtype=bool)
+        run: dict = {}  # new keys of the current run, in order (a dict: O(1) membership)
+        room = capacity - backend.used_bytes
+
+        def flush() -> None:
+            keys = list(run)
+            store_many(keys)
+            sizes.update(dict.fromkeys(keys, nbytes))
+            insert_many(keys)
+            run.clear()
+
+        hit = [False] * len(ks)
+        for i, (k, w) in enumerate(zip(ks, flags)):
+            if k in sizes or k in run:  # found (a key may repeat within the call)
+                if run:
+                    flush()
+                on_access(k)
+                hit[i] = True
+            elif w:
+                if room >= nbytes:  # fits: no victim to plan
+                    run[k] = None
+                    room -= nbytes
+                else:
+                    if run:
+                        flush()
+                    self._put(k, nbytes, lambda key: store_many([key]), ())
+                    room = capacity - backend.used_bytes
+        if run:
+            flush()
         return np.array(hit, dtype=bool)
 
     def delete(self, key: Hashable) -> None:
