@@ -372,7 +372,7 @@ class BlockAllocator:
         """
         keys = self._keys(keys, "keys")
         out = np.empty(keys.shape[0], dtype=np.int32)
-        h = kernels.lookup(self.block_keys, self.table, self.meta, keys, out)
+        h = _FAST.lookup(self.block_keys, self.table, self.meta, keys, out)
         if h < 0:  # -ERR_COPY: keys share memory with the pool's state
             return self.lookup(keys.copy())
         return out if h == keys.shape[0] else out[:h].copy()
@@ -442,7 +442,10 @@ class BlockAllocator:
         if not (type(keys) is np.ndarray and (keys.dtype is _UINT64 or keys.dtype == np.uint64) and keys.ndim == 2):
             keys = self._copy_keys(keys, "keys")
         if num_extra is not _ZERO:  # the default (or any int 0: CPython has one) needs no test
-            num_extra = self._num_extra(num_extra)
+            if type(num_extra) is not int or num_extra < 0:
+                num_extra = _as_count(num_extra, "num_extra")
+            if num_extra > self.meta[META_NUM_FREE]:  # before the output is sized by it
+                self._raise_num_extra(num_extra)
         ids = _empty(len(keys) + num_extra, _INT32)
         hits = _FAST.admit(self.block_fields, self.block_keys, self.table, self.meta, keys, ids)
         if hits < 0:
@@ -454,12 +457,9 @@ class BlockAllocator:
                 f"{self.num_free} are free after taking its free cached hits; expected at most num_free new blocks")
         return ids, hits
 
-    def _num_extra(self, num_extra) -> int:
-        num_extra = _as_count(num_extra, "num_extra")
-        if num_extra > self.meta[META_NUM_FREE]:  # before the output is sized by it
-            raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
-                                   f"are free; expected at most num_free new blocks")
-        return num_extra
+    def _raise_num_extra(self, num_extra: int) -> None:
+        raise OutOfBlocksError(f"request needs at least num_extra={num_extra} new blocks but only {self.num_free} "
+                               f"are free; expected at most num_free new blocks")
 
     def admit_many(self, offsets, keys, num_extra=None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`admit` for a scheduler step's requests (CSR ``offsets``/``keys``), in order.
