@@ -237,9 +237,9 @@ def free(fields, meta, ids, mode, offsets, buffer):
     """Free ``ids`` in order (mode 0) or each CSR segment last-first (mode 1; ``buffer`` is a
     writable buffer of ``len(ids)`` for that order, mode 0 ignores it).
 
-    Returns the code of (status, position in freeing order).  The whole batch is validated first: ids in
-    range, then no block freed more times than it is referenced (decrement all; on failure
-    undo).  Runtime complexity: O(len(ids)).
+    Returns 0, or a negative code (status, position in freeing order).  The whole batch is
+    validated first: ids in range, then no block freed more times than it is referenced
+    (decrement all; on failure undo).  Runtime complexity: O(len(ids)).
     """
     if _needs_copy(ids, fields, meta) or _needs_copy(offsets, fields, meta):
         return -ERR_COPY
