@@ -167,3 +167,22 @@ def test_size_writer_many_equals_size_writer_even_over_stored_keys():
         many.size_writer_many(100)([7, 8, 9, 10, 11, 12, 13, 14])  # 1,100 bytes > 1,000
     assert many._entries == one._entries and many.stats == one.stats  # nothing changed
     many.check()
+
+
+def test_an_entry_written_behind_the_tiers_back_is_never_evicted_by_the_fast_path():
+    # the fast eviction path relies on every backend entry being managed; with one that is not,
+    # victims are planned as put_size plans them (and a write that cannot fit changes nothing)
+    batch, single = _tier("lru"), _tier("lru")
+    for t in (batch, single):
+        t.backend.put_size("outsider", 500)  # 5 of 10 slots, unknown to the policy
+        for k in range(4):
+            t.put_size(k, 100)
+    offered, write = [0, 20, 21, 22], [True] * 4
+    hits = batch.access_or_put_size_many(offered, 100, write)
+    assert hits.tolist() == _one_key_calls(single, offered, write)
+    assert batch.policy.keys() == single.policy.keys() and batch.evictions == single.evictions == 2
+    assert batch.backend.contains("outsider")
+    before = (batch.keys(), batch.policy.keys(), batch.used_bytes)
+    with pytest.raises(CapacityExceededError):
+        batch.access_or_put_size_many([30], 600, [True])  # 600 > 1000 - 500 even with every managed entry gone
+    assert (batch.keys(), batch.policy.keys(), batch.used_bytes) == before

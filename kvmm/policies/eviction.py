@@ -78,18 +78,23 @@ class LRUPolicy:
         as_hashable(incoming, "incoming")
         return _first_unprotected(iter(self._order), n, protected)
 
-    def fast_hooks(self) -> tuple[Callable, Callable, Callable] | None:
-        """``(access(key), insert(key, size), insert_many(keys))`` without the per-event checks,
-        for a batch caller that guarantees them (``ManagedTier``: an accessed key is tracked, an
-        inserted one is not, sizes validated once per batch).  Same order changes as
-        ``on_access`` / ``on_insert`` (``insert_many``: ``on_insert`` of each key in order).
-        None for a subclass, whose own hooks must run.  Runtime complexity: O(1) per event.
+    def fast_hooks(self) -> tuple[Callable, Callable, Callable, Callable] | None:
+        """``(access(key), insert(key, size), insert_many(keys), evict_first())`` without the
+        per-event checks, for a batch caller that guarantees them (``ManagedTier``: an accessed
+        key is tracked, an inserted one is not, sizes validated once per batch).  Same order
+        changes as ``on_access`` / ``on_insert`` (``insert_many``: ``on_insert`` of each key in
+        order); ``evict_first()`` removes and returns the first victim, as ``victims(1)`` then
+        ``on_remove`` would (nothing protected).  None for a subclass, whose own hooks must run.
+        Runtime complexity: O(1) per event.
         """
         if type(self) is LRUPolicy:
-            return self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked
+            return self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
         if type(self) is FIFOPolicy:
-            return _ignore_access, self._insert_unchecked, self._insert_many_unchecked
+            return _ignore_access, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
         return None
+
+    def _evict_first(self) -> Hashable:
+        return self._order.popitem(last=False)[0]
 
     def _insert_unchecked(self, key: Hashable, size: int) -> None:
         self._order[key] = None

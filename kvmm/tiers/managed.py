@@ -217,7 +217,7 @@ class ManagedTier:
         inserted as one run (one backend call, one policy call), flushed before any access or
         eviction, so the policy sees the same events in the same order as one key at a time."""
         backend, sizes = self.backend, self._sizes
-        on_access, _, insert_many = hooks
+        on_access, _, insert_many, evict_first = hooks
         store_many = backend.size_writer_many(nbytes)
         capacity = backend.capacity_bytes
         first_new = found.index(False) if False in found else len(ks)
@@ -250,14 +250,22 @@ class ManagedTier:
                 on_access(k)
                 hit[i] = True
             elif w:
-                if room >= nbytes:  # fits: no victim to plan
-                    run[k] = None
-                    room -= nbytes
-                else:
+                if room < nbytes:
                     if run:
                         flush()
-                    self._put(k, nbytes, lambda key: store_many([key]), ())
-                    room = capacity - backend.used_bytes
+                    if len(backend) != len(sizes):  # entries this object does not manage: plan victims
+                        self._put(k, nbytes, lambda key: store_many([key]), ())
+                        room = capacity - backend.used_bytes
+                        continue
+                    # every entry is managed and nbytes <= capacity, so evicting in the policy's
+                    # order always frees enough: the first victims, one at a time, as _put would
+                    while room < nbytes:
+                        victim = evict_first()
+                        backend.delete(victim)
+                        room += sizes.pop(victim)
+                        self.evictions += 1
+                run[k] = None
+                room -= nbytes
         if run:
             flush()
         return np.array(hit, dtype=bool)

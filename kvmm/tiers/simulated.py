@@ -124,6 +124,9 @@ class SimulatedTier(TierBase):
     def contains(self, key: Hashable) -> bool:
         return normalize_key(key) in self._entries
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def keys(self) -> list[Hashable]:
         return list(self._entries)
 
