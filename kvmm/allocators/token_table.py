@@ -50,7 +50,6 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -58,9 +57,20 @@ import numpy as np
 from kvmm._validate import as_count, as_index_array, check_ids_in_range
 from kvmm.allocators import _token_table_kernels as kernels
 from kvmm.allocators._token_table_kernels import FREE, SHARED
+from kvmm.allocators._token_table_lookup import (
+    lookup_row,
+    lookup_rows,
+    note_index_change,
+    per_sequence_counts,
+    seq_key,
+    small_counts,
+    small_int_array,
+    sorted_index,
+)
+from kvmm.allocators._token_table_plan import CommitResult, RepackPlan, commit_plan, plan_repack
+from kvmm.allocators._token_table_storage import ROW_ARRAYS, register_row, reserve
 from kvmm.errors import (
     BadInputError,
-    DTypeError,
     InvalidIdError,
     OutOfBlocksError,
     ShapeError,
@@ -156,14 +166,14 @@ class TokenTable:
         original position of logical token 0.  Runtime complexity: O(shared tokens), amortised
         (the batched-lookup index is updated lazily, by the next batched call).
         """
-        key = _seq_key(seq_id)
+        key = seq_key(seq_id)
         if key in self.row_of:
             raise BadInputError(f"sequence {key} is already registered; expected a new sequence id")
         if type(first_position) is not int or not 0 <= first_position <= 2**62:  # plain ints in range skip the helper
             first_position = as_count(first_position, "first_position", maximum=2**62)  # int64 positions
         if shared_blocks is None:  # the common case, kept to a few scalar writes
             with self.lock:
-                self._register_row(key, int(first_position), tok_cap=8, blk_cap=2)
+                register_row(self, key, int(first_position), tok_cap=8, blk_cap=2)
                 self.version += 1
             return
         shared = as_index_array(shared_blocks, "shared_blocks", dtype=np.int32)
@@ -181,7 +191,7 @@ class TokenTable:
             if shared.size:
                 self.allocator.touch(shared)  # raises (changing nothing) on a bad block
             n_tok = shared.size * self.block_size
-            row = self._register_row(key, int(first_position), tok_cap=max(n_tok, 8), blk_cap=max(shared.size, 2))
+            row = register_row(self, key, int(first_position), tok_cap=max(n_tok, 8), blk_cap=max(shared.size, 2))
             self.version += 1
             for b in owned:  # an owned block becomes read-only for its owner too
                 self.slot_logical[b * self.block_size:(b + 1) * self.block_size] = -1
@@ -206,7 +216,7 @@ class TokenTable:
 
         Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
-        key = _seq_key(seq_id)
+        key = seq_key(seq_id)
         row = self.row_of.get(key)
         if row is None:
             raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
@@ -222,7 +232,7 @@ class TokenTable:
                 self.row_blk_len[row] = 0
             self.total_live -= int(self.row_live[row])
             del self.row_of[key]
-            self._note_index_change(key)
+            note_index_change(self, key)
             self.row_incarnation[row] = 0
             self.row_live[row] = 0
             self.row_tok_len[row] = 0
@@ -238,13 +248,13 @@ class TokenTable:
         :class:`OutOfBlocksError` (changing nothing) when the pool cannot hold them.
         Runtime complexity: O(sequences + tokens + new blocks), amortised.
         """
-        rows = self._rows(seq_ids)
+        rows = lookup_rows(self, seq_ids)
         pool_slots = self.num_blocks_total * self.block_size
-        total = _small_counts(counts, rows.shape[0], pool_slots)
+        total = small_counts(counts, rows.shape[0], pool_slots)
         if total is not None:  # a short list of valid plain ints: already checked, no numpy reductions
             counts = np.array(counts, dtype=np.int64)
         else:
-            counts = _per_sequence_counts(counts, rows.shape[0])
+            counts = per_sequence_counts(counts, rows.shape[0])
             if counts.size and int(counts.max()) > pool_slots:  # also keeps the sums below from overflowing
                 raise OutOfBlocksError(
                     f"appending {int(counts.max())} tokens to one sequence exceeds the pool's {pool_slots} token slots")
@@ -278,7 +288,7 @@ class TokenTable:
                 offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
                 ids = np.zeros(0, dtype=np.int32)
             if short:
-                self._reserve(rows, counts, need)
+                reserve(self, rows, counts, need)
             out = np.empty(total, dtype=np.int64)
             kernels.append_tokens(rows, counts, offsets, ids, self.block_size,
                                   self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
@@ -295,8 +305,8 @@ class TokenTable:
         Raises :class:`InvalidIdError` for positions out of range, repeated or already dead.
         Runtime complexity: O(positions).
         """
-        row = self._row(seq_id)
-        positions = _small_int_array(logical_positions)
+        row = lookup_row(self, seq_id)
+        positions = small_int_array(logical_positions)
         if positions is None:
             positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
         self._evict_rows(np.array([row], dtype=np.int64), np.array([0, positions.shape[0]], dtype=np.int64),
@@ -304,8 +314,8 @@ class TokenTable:
 
     def evict_many(self, seq_ids, counts, logical_positions) -> None:
         """Batched :meth:`evict`: ``counts[i]`` positions of ``logical_positions`` per sequence."""
-        rows = self._rows(seq_ids)
-        counts = _per_sequence_counts(counts, rows.shape[0])
+        rows = lookup_rows(self, seq_ids)
+        counts = per_sequence_counts(counts, rows.shape[0])
         positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
         offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -342,65 +352,7 @@ class TokenTable:
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """
         limit = -1 if budget is None else as_count(budget, "budget", maximum=2**63 - 1)
-        bs = self.block_size
-        with self.lock:
-            # Only rows with sparse blocks need the planner; the others' plans (nothing to move,
-            # the tail block to keep) follow from per-block counters.  So the lock is held for
-            # O(rows + blocks) reads plus a copy of the sparse rows' slots, not of the pool.
-            n = self.num_rows
-            incarnation = self.row_incarnation[:n].copy()
-            blk_len = self.row_blk_len[:n].copy()
-            status = np.empty(n, dtype=np.int64)
-            ref_counts = np.asarray(self.allocator.ref_counts)
-            k = kernels.plan_select(n, incarnation, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
-                                    self.block_live, self.block_fill, ref_counts, status)
-            whole = 2 * k >= self.num_blocks_total  # most blocks are sparse: plain copies beat a gather
-            if whole:
-                blk_start = self.row_blk_start[:n].copy()
-                blk_pool = self.blk_pool[:self.blk_end].copy()
-                block_row = self.block_row.copy()
-                block_live = self.block_live.copy()
-                block_fill = self.block_fill.copy()
-                slot_logical = self.slot_logical.copy()
-                movable = ((block_row >= 0) & (ref_counts == 1)).view(np.uint8)
-            else:
-                blk_start = np.empty(n, dtype=np.int64)
-                local_global = np.empty(k, dtype=np.int64)
-                block_row = np.empty(k, dtype=np.int32)
-                block_live = np.empty(k, dtype=np.int32)
-                block_fill = np.empty(k, dtype=np.int32)
-                movable = np.empty(k, dtype=np.uint8)
-                slot_logical = np.empty(k * bs, dtype=np.int64)
-                kernels.plan_gather(n, status, bs, self.row_blk_start, blk_len, self.blk_pool, self.block_row,
-                                    self.block_live, self.block_fill, self.slot_logical, ref_counts, blk_start,
-                                    local_global, block_row, block_live, block_fill, movable, slot_logical)
-                blk_pool = np.arange(k, dtype=np.int32)
-            plan_id = self.next_plan_id
-            self.next_plan_id += 1
-            version = self.version
-        planned = np.where(status == kernels.PLAN_ROW, incarnation, 0)
-        (src, dst, mrow, mlog, minc, fblocks, frows, trows, tblocks, min_moves) = kernels.plan_repack(
-            n, planned, bs, blk_start, blk_len, blk_pool, block_row, block_live, block_fill, slot_logical,
-            movable, limit)
-        if not whole:  # back to global block ids and slots
-            kernels.local_to_global_slots(src, local_global, bs)
-            kernels.local_to_global_slots(dst, local_global, bs)
-            fblocks = local_global[fblocks].astype(np.int32)
-            tblocks = local_global[tblocks].astype(np.int32)
-        # tails: the planned rows' and the dense rows' (their current tail block), in row order
-        dense_rows = np.flatnonzero(status >= 0).astype(np.int32)
-        trows = np.concatenate([trows, dense_rows])
-        tblocks = np.concatenate([tblocks, status[dense_rows].astype(np.int32)])
-        order = np.argsort(trows, kind="stable")
-        trows, tblocks = trows[order], tblocks[order]
-        arrays = [src, dst, mrow, mlog, minc, fblocks, frows, incarnation[frows],
-                  trows, tblocks, incarnation[trows]]
-        for a in arrays:
-            a.setflags(write=False)
-        plan = RepackPlan(self.table_id, plan_id, *arrays[:5], *arrays[5:8], *arrays[8:], int(min_moves), version)
-        with self.lock:  # commit (maybe on another thread) reads and deletes entries under the lock
-            self.issued_plans[plan_id] = plan
-        return plan
+        return plan_repack(self, limit)
 
     def commit(self, plan: RepackPlan, copy_slots: Callable[[np.ndarray, np.ndarray], None] | None = None) -> CommitResult:
         """Apply the moves of ``plan`` that are still valid; free the blocks they emptied.
@@ -419,46 +371,12 @@ class TokenTable:
             raise BadInputError(f"plan must be a RepackPlan from TokenTable.plan(), got {type(plan).__name__}")
         if plan.table_id != self.table_id:
             raise StalePlanError(f"plan {plan.plan_id} belongs to token table {plan.table_id}, not this table ({self.table_id})")
-        with self.lock:
-            if plan.plan_id in self.committed_plans:
-                raise StalePlanError(f"plan {plan.plan_id} was already committed; make a new plan")
-            if self.issued_plans.get(plan.plan_id) is not plan:
-                raise BadInputError(f"plan {plan.plan_id} was not produced by this table's plan() (a hand-made or "
-                                    f"altered RepackPlan); expected the object plan() returned")
-            ref_counts = np.asarray(self.allocator.ref_counts)
-            valid = np.empty(plan.num_moves, dtype=np.bool_)
-            n_valid = kernels.validate_moves(plan.src, plan.dst, plan.move_row, plan.move_logical,
-                                             plan.move_incarnation, plan.table_version == self.version,
-                                             self.block_size, self.row_incarnation, self.row_tok_start,
-                                             self.row_tok_len, self.tok_slot, self.block_row, self.slot_logical,
-                                             ref_counts, valid)
-            if copy_slots is not None and n_valid:
-                if n_valid == plan.num_moves:
-                    copy_slots(plan.src, plan.dst)  # may raise: nothing has changed yet
-                else:
-                    copy_slots(plan.src[valid], plan.dst[valid])
-            self.committed_plans.add(plan.plan_id)
-            del self.issued_plans[plan.plan_id]
-            freed = np.empty(plan.num_blocks, dtype=np.int32)
-            nf = kernels.commit_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, valid, plan.free_blocks,
-                                      plan.free_rows, plan.free_incarnation, plan.tail_rows, plan.tail_blocks,
-                                      plan.tail_incarnation, self.block_size, self.row_incarnation,
-                                      self.row_tok_start, self.row_tok_len, self.row_blk_start, self.row_blk_len,
-                                      self.tok_slot,
-                                      self.blk_pool, self.block_row, self.block_live, self.block_fill,
-                                      self.slot_logical, ref_counts, freed)
-            freed = freed[:nf]
-            if nf:
-                self.allocator.free(freed)
-            self.total_blocks -= nf
-            self.version += 1
-        dropped = np.flatnonzero(~valid)
-        return CommitResult(int(n_valid), dropped, freed)
+        return commit_plan(self, plan, copy_slots)
 
     # ------------------------------------------------------------------ views
     def block_table(self, seq_id: int) -> np.ndarray:
         """The sequence's physical block ids (int32, PagedAttention layout; a copy)."""
-        return self._blocks_of(self._row(seq_id)).copy()
+        return self._blocks_of(lookup_row(self, seq_id)).copy()
 
     def block_tables(self, seq_ids) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`block_table` of many sequences in one call, as CSR ``(offsets int64 [n+1], ids int32)``.
@@ -466,7 +384,7 @@ class TokenTable:
         Sequence ``seq_ids[i]``'s blocks are ``ids[offsets[i]:offsets[i + 1]]``.  Runtime
         complexity: O(n log S + blocks) (one gather kernel, no Python loop per sequence).
         """
-        rows = self._rows(seq_ids)
+        rows = lookup_rows(self, seq_ids)
         offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
         np.cumsum(self.row_blk_len[rows], out=offsets[1:])
         out = np.empty(int(offsets[-1]), dtype=np.int32)
@@ -475,16 +393,16 @@ class TokenTable:
 
     def slot_mapping(self, seq_id: int, *, live_only: bool = True) -> np.ndarray:
         """Slots of the live tokens in logical order (``live_only=False``: every token, -1 if dead)."""
-        slots = self._tokens_of(self._row(seq_id))
+        slots = self._tokens_of(lookup_row(self, seq_id))
         return slots[slots >= 0] if live_only else slots.copy()
 
     def live_mask(self, seq_id: int) -> np.ndarray:
         """Boolean mask over every logical position of the sequence: True where live."""
-        return self._tokens_of(self._row(seq_id)) >= 0
+        return self._tokens_of(lookup_row(self, seq_id)) >= 0
 
     def positions(self, seq_id: int) -> np.ndarray:
         """Original positions (int64) of the live tokens, in logical order."""
-        row = self._row(seq_id)
+        row = lookup_row(self, seq_id)
         return np.flatnonzero(self._tokens_of(row) >= 0).astype(np.int64) + self.row_first_position[row]
 
     def shared_mask(self, seq_id: int) -> np.ndarray:
@@ -494,21 +412,21 @@ class TokenTable:
 
     def num_tokens(self, seq_id: int) -> int:
         """Logical length: tokens ever appended (dead or alive)."""
-        return int(self.row_tok_len[self._row(seq_id)])
+        return int(self.row_tok_len[lookup_row(self, seq_id)])
 
     def num_live(self, seq_id: int) -> int:
-        return int(self.row_live[self._row(seq_id)])
+        return int(self.row_live[lookup_row(self, seq_id)])
 
     def num_blocks(self, seq_id: int) -> int:
-        return int(self.row_blk_len[self._row(seq_id)])
+        return int(self.row_blk_len[lookup_row(self, seq_id)])
 
     def live_counts(self, seq_ids) -> np.ndarray:
         """Live tokens per sequence (int64), batched."""
-        return self.row_live[self._rows(seq_ids)].copy()
+        return self.row_live[lookup_rows(self, seq_ids)].copy()
 
     def block_counts(self, seq_ids) -> np.ndarray:
         """Blocks held per sequence (int64), batched."""
-        return self.row_blk_len[self._rows(seq_ids)].copy()
+        return self.row_blk_len[lookup_rows(self, seq_ids)].copy()
 
     def context_lengths(self, seq_ids) -> np.ndarray:
         """Context length to give an unmodified paged-attention kernel with ``block_table(seq)``.
@@ -522,7 +440,7 @@ class TokenTable:
         Runtime complexity: O(n log S + trailing dead slots); O(tokens) for a sequence whose last
         live token sits in a shared block.
         """
-        rows = self._rows(seq_ids)
+        rows = lookup_rows(self, seq_ids)
         out = np.empty(rows.shape[0], dtype=np.int64)
         kernels.context_lengths(rows, self.block_size, self.row_tok_start, self.row_tok_len, self.row_blk_start,
                                 self.row_blk_len, self.blk_pool, self.tok_slot, self.block_row, self.block_fill,
@@ -546,7 +464,7 @@ class TokenTable:
         at offsets ``[0, live % block_size)`` (all of it when that is 0), and there are just
         ``ceil(live / block_size)`` blocks.  Runtime complexity: O(tokens).
         """
-        row = self._row(seq_id)
+        row = lookup_row(self, seq_id)
         live = int(self.row_live[row])
         blocks = self._blocks_of(row).astype(np.int64)
         expect = (blocks[:, None] * self.block_size + np.arange(self.block_size)).ravel()[:live]
@@ -559,7 +477,7 @@ class TokenTable:
         """Copies of every array and counter (and the allocator's snapshot), for tests."""
         out = {name: getattr(self, name).copy() for name in _ARRAYS}
         # the lookup index as a map (merging it lazily is not a change of state)
-        out["seq_sorted"], out["seq_sorted_rows"] = (a.copy() for a in self._sorted_index())
+        out["seq_sorted"], out["seq_sorted_rows"] = (a.copy() for a in sorted_index(self))
         out["scalars"] = np.array([self.num_rows, self.tok_end, self.blk_end, self.next_incarnation,
                                    self.total_live, self.total_blocks], dtype=np.int64)
         out["row_of"] = np.array(sorted(self.row_of.items()), dtype=np.int64).reshape(-1, 2)
@@ -580,7 +498,7 @@ class TokenTable:
         for seq, row in self.row_of.items():
             assert self.row_incarnation[row] != 0 and self.row_seq[row] == seq, f"row {row} does not hold sequence {seq}"
         # The sorted index, with pending adds/frees merged, holds the same map, strictly increasing.
-        index_keys, index_rows = self._sorted_index()
+        index_keys, index_rows = sorted_index(self)
         assert index_keys.tolist() == sorted(self.row_of), "seq_sorted disagrees with row_of"
         assert index_rows.tolist() == [self.row_of[q] for q in sorted(self.row_of)], "seq_sorted_rows wrong"
         # Every key of the stored index that is not pending a merge is still registered, at its row.
@@ -649,101 +567,6 @@ class TokenTable:
         assert total_live == self.total_live and total_blocks == self.total_blocks, "total counters mismatch"
 
     # ------------------------------------------------------------------ helpers
-    def _row(self, seq_id) -> int:
-        key = _seq_key(seq_id)
-        row = self.row_of.get(key)
-        if row is None:
-            raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
-        return row
-
-    def _rows(self, seq_ids) -> np.ndarray:
-        """Rows of ``seq_ids`` (vectorised through the sorted id index).
-
-        A short list of plain ints is looked up in ``row_of`` directly (no array, no index
-        merge); anything else, or any bad id, takes the general path, which raises the error.
-        Runtime complexity: O(n log S), plus O(S + k log k) once after k adds/frees.
-        """
-        if type(seq_ids) is list and len(seq_ids) <= _SMALL_BATCH:
-            rows = self._small_rows(seq_ids)
-            if rows is not None:
-                return rows
-        ids = as_index_array(seq_ids, "seq_ids", dtype=np.int64)
-        if self.index_touched:
-            with self.lock:
-                self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
-                self.index_touched.clear()
-        keys = self.seq_sorted
-        idx = np.searchsorted(keys, ids)
-        found = idx < keys.shape[0]
-        found[found] = keys[idx[found]] == ids[found]
-        if not found.all():
-            s = int(ids[np.flatnonzero(~found)[0]])
-            raise UnknownSequenceError(f"sequence {s} is not registered; call add_sequence({s}) first")
-        rows = self.seq_sorted_rows[idx]
-        # distinct ids <=> distinct rows: a count per row (O(n + rows)) for large batches, else a sort
-        if rows.shape[0] > 1:
-            if 16 * rows.shape[0] >= self.num_rows:
-                repeated = int(np.bincount(rows).max()) > 1
-            else:
-                ordered = np.sort(rows)
-                repeated = bool((ordered[1:] == ordered[:-1]).any())
-            if repeated:
-                raise BadInputError("seq_ids repeats a sequence; expected each sequence at most once per call")
-        return rows
-
-    def _small_rows(self, seq_ids: list) -> np.ndarray | None:
-        """Rows of a short list of registered, distinct plain-int ids, or None (use the general path)."""
-        row_of = self.row_of
-        rows = []
-        for key in seq_ids:
-            row = row_of.get(key) if type(key) is int else None
-            if row is None:
-                return None
-            rows.append(row)
-        if len(rows) > 1 and len(set(rows)) != len(rows):
-            return None
-        return np.array(rows, dtype=np.int64)
-
-    def _note_index_change(self, key: int) -> None:
-        """Queue ``key`` for the next index merge (caller holds the lock).
-
-        Small batches bypass the index, so merges may not come by themselves: merge once the
-        queue outgrows the map (amortised O(1 + log k) per change).
-        """
-        self.index_touched.append(key)
-        if len(self.index_touched) > max(_SMALL_BATCH * 64, len(self.row_of)):
-            self.seq_sorted, self.seq_sorted_rows = self._sorted_index()
-            self.index_touched.clear()
-
-    def _sorted_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """The sorted (sequence id, row) index with pending adds/frees merged (stores nothing).
-
-        Entries of every touched key (added or freed since the last merge, in any order, even
-        freed and re-added) are dropped, then the touched keys still registered are inserted at
-        their current rows; when ``4 k >= S`` the index is rebuilt from the map instead.  Runtime
-        complexity: O(S) array moves + O(k log k) for S sequences and k touched keys (O(S log S)
-        for a rebuild).
-        """
-        keys, rows = self.seq_sorted, self.seq_sorted_rows
-        if not self.index_touched:
-            return keys, rows
-        if 4 * len(self.index_touched) >= len(self.row_of):  # most of the map changed: rebuild it
-            n = len(self.row_of)
-            keys = np.fromiter(self.row_of.keys(), dtype=np.int64, count=n)
-            rows = np.fromiter(self.row_of.values(), dtype=np.int64, count=n)
-            order = np.argsort(keys, kind="stable")
-            return keys[order], rows[order]
-        touched = np.unique(np.array(self.index_touched, dtype=np.int64))
-        at = np.searchsorted(keys, touched)
-        hit = at < keys.shape[0]
-        hit[hit] = keys[at[hit]] == touched[hit]
-        keys, rows = np.delete(keys, at[hit]), np.delete(rows, at[hit])
-        current = np.array([self.row_of.get(k, -1) for k in touched.tolist()], dtype=np.int64)  # -1: freed
-        live = current >= 0
-        added, added_rows = touched[live], current[live]
-        at = np.searchsorted(keys, added)
-        return np.insert(keys, at, added), np.insert(rows, at, added_rows)
-
     def _tokens_of(self, row: int) -> np.ndarray:
         s = self.row_tok_start[row]
         return self.tok_slot[s:s + self.row_tok_len[row]]
@@ -752,188 +575,5 @@ class TokenTable:
         s = self.row_blk_start[row]
         return self.blk_pool[s:s + self.row_blk_len[row]]
 
-    def _register_row(self, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
-        """Give sequence ``key`` a row with empty segments (caller holds the lock); return the row.
 
-        Inlined scalar writes: this is on the per-request path (``add_sequence``).
-        """
-        row = self.free_rows.pop() if self.free_rows else self._new_row()
-        self.row_of[key] = row
-        self._note_index_change(key)
-        self.row_seq[row] = key
-        self.row_incarnation[row] = self.next_incarnation
-        self.next_incarnation += 1
-        self.row_first_position[row] = first_position
-        # row_live, row_tok_len and row_blk_len are already 0 (free_sequence zeroes them; check())
-        if self.tok_end + tok_cap > self.tok_slot.shape[0] or self.blk_end + blk_cap > self.blk_pool.shape[0]:
-            self._ensure_pool_room(tok_cap, blk_cap)
-        self.row_tok_start[row] = self.tok_end
-        self.row_tok_cap[row] = tok_cap
-        self.tok_end += tok_cap
-        self.row_blk_start[row] = self.blk_end
-        self.row_blk_cap[row] = blk_cap
-        self.blk_end += blk_cap
-        return row
-
-    def _new_row(self) -> int:
-        """A never-used row (the row arrays double when full)."""
-        if self.num_rows == self.row_seq.shape[0]:
-            for name in _ROW_ARRAYS:
-                old = getattr(self, name)
-                new = np.zeros(2 * old.shape[0], dtype=old.dtype)
-                new[:old.shape[0]] = old
-                setattr(self, name, new)
-        self.num_rows += 1
-        return self.num_rows - 1
-
-    def _reserve(self, rows: np.ndarray, counts: np.ndarray, need: np.ndarray) -> None:
-        """Grow the segments of rows that lack room (doubling; moved to the pools' ends)."""
-        tok_short = self.row_tok_len[rows] + counts > self.row_tok_cap[rows]
-        blk_short = self.row_blk_len[rows] + need > self.row_blk_cap[rows]
-        if not (tok_short.any() or blk_short.any()):
-            return
-        grow_tok = rows[tok_short]
-        new_tok = np.maximum(2 * self.row_tok_cap[grow_tok], self.row_tok_len[grow_tok] + counts[tok_short])
-        grow_blk = rows[blk_short]
-        new_blk = np.maximum(2 * self.row_blk_cap[grow_blk], self.row_blk_len[grow_blk] + need[blk_short])
-        self._ensure_pool_room(int(new_tok.sum()), int(new_blk.sum()))
-        for row, cap in zip(grow_tok.tolist(), new_tok.tolist()):
-            s, n = self.row_tok_start[row], self.row_tok_len[row]
-            self.tok_slot[self.tok_end:self.tok_end + n] = self.tok_slot[s:s + n]
-            self.row_tok_start[row], self.row_tok_cap[row] = self.tok_end, cap
-            self.tok_end += cap
-        for row, cap in zip(grow_blk.tolist(), new_blk.tolist()):
-            s, n = self.row_blk_start[row], self.row_blk_len[row]
-            self.blk_pool[self.blk_end:self.blk_end + n] = self.blk_pool[s:s + n]
-            self.row_blk_start[row], self.row_blk_cap[row] = self.blk_end, cap
-            self.blk_end += cap
-
-    def _ensure_pool_room(self, extra_tok: int, extra_blk: int) -> None:
-        """Make room for ``extra`` entries at the pools' ends, compacting live rows if needed."""
-        if (self.tok_end + extra_tok <= self.tok_slot.shape[0]
-                and self.blk_end + extra_blk <= self.blk_pool.shape[0]):
-            return  # the common case: O(1), no scan of the rows
-        used = np.flatnonzero(self.row_incarnation[:self.num_rows] != 0)
-        if self.tok_end + extra_tok > self.tok_slot.shape[0]:
-            self.tok_slot, self.tok_end = _compact(self.tok_slot, self.row_tok_start, self.row_tok_len,
-                                                   self.row_tok_cap, used, extra_tok, -1)
-        if self.blk_end + extra_blk > self.blk_pool.shape[0]:
-            self.blk_pool, self.blk_end = _compact(self.blk_pool, self.row_blk_start, self.row_blk_len,
-                                                   self.row_blk_cap, used, extra_blk, -1)
-
-
-@dataclass(frozen=True)
-class RepackPlan:
-    """Proposed token moves of one :meth:`TokenTable.plan` call (read-only arrays).
-
-    ``src[i] -> dst[i]`` moves the live token at logical position ``move_logical[i]`` of the
-    sequence in row ``move_row[i]``.  ``free_blocks`` are the blocks the moves empty (or that
-    were already empty); ``tail_blocks[i]`` becomes the last block of row ``tail_rows[i]``.
-    ``min_moves`` is the fewest moves any plan needs to free the same number of blocks (the live
-    tokens in them); ``num_moves - min_moves`` are the extra moves that make partial blocks dense.
-    """
-
-    table_id: int
-    plan_id: int
-    src: np.ndarray
-    dst: np.ndarray
-    move_row: np.ndarray
-    move_logical: np.ndarray
-    move_incarnation: np.ndarray
-    free_blocks: np.ndarray
-    free_rows: np.ndarray
-    free_incarnation: np.ndarray
-    tail_rows: np.ndarray
-    tail_blocks: np.ndarray
-    tail_incarnation: np.ndarray
-    min_moves: int
-    #: the table's change counter when the plan was made (commit re-validates less when unchanged)
-    table_version: int = field(default=-1, repr=False)
-
-    @property
-    def num_moves(self) -> int:
-        return int(self.src.shape[0])
-
-    @property
-    def num_blocks(self) -> int:
-        """Blocks this plan frees if every move still applies at commit."""
-        return int(self.free_blocks.shape[0])
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What :meth:`TokenTable.commit` did: moves applied, plan indices of dropped moves, blocks freed."""
-
-    applied: int
-    dropped: np.ndarray
-    freed_blocks: np.ndarray = field(repr=False)
-
-    @property
-    def num_freed(self) -> int:
-        return int(self.freed_blocks.shape[0])
-
-
-#: Batches up to this size given as lists of plain ints skip numpy validation (dict lookups).
-_SMALL_BATCH = 64
-
-_ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
-               "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
-_ARRAYS = _ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
-
-
-def _compact(pool: np.ndarray, start: np.ndarray, length: np.ndarray, cap: np.ndarray, rows: np.ndarray,
-             extra: int, fill_value: int):
-    """A new pool (about twice what is needed) holding ``rows``' segments back to back; updates ``start``."""
-    needed = int(cap[rows].sum()) + extra
-    new = np.full(max(2 * needed, 16), fill_value, dtype=pool.dtype)
-    end = kernels.compact_segments(pool, start, length, cap, rows, new)  # a kernel: O(rows) Python loops hurt churn
-    return new, int(end)
-
-
-def _small_int_array(values) -> np.ndarray | None:
-    """``values`` as a new int64 array if it is a short list of plain ints that fit, else None.
-
-    The general validator (``as_index_array``) then handles everything else, errors included.
-    """
-    if type(values) is not list or len(values) > _SMALL_BATCH:
-        return None
-    for v in values:
-        if type(v) is not int:
-            return None
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:
-        return None
-
-
-def _small_counts(counts, n: int, limit: int) -> int | None:
-    """Sum of ``counts`` if it is a list of ``n`` plain ints in ``[0, limit]``, else None."""
-    if type(counts) is not list or len(counts) != n or n > _SMALL_BATCH:
-        return None
-    total = 0
-    for c in counts:
-        if type(c) is not int or c < 0 or c > limit:
-            return None
-        total += c
-    return total
-
-
-def _per_sequence_counts(counts, n: int) -> np.ndarray:
-    """``counts`` as a new int64 array of ``n`` entries ``>= 0`` (one per sequence of a batch)."""
-    counts = as_index_array(counts, "counts", dtype=np.int64)
-    if counts.shape != (n,):
-        raise ShapeError(f"counts must have one entry per sequence ({n}), got shape {counts.shape}")
-    if counts.size and int(counts.min()) < 0:
-        raise BadInputError(f"counts must be >= 0, got {int(counts.min())}")
-    return counts
-
-
-def _seq_key(seq_id) -> int:
-    if type(seq_id) is int and -(2**63) <= seq_id < 2**63:  # the common case, checked cheaply
-        return seq_id
-    if isinstance(seq_id, (bool, np.bool_)) or not isinstance(seq_id, (int, np.integer)):
-        raise DTypeError(f"seq_id must be an integer, got {seq_id!r} ({type(seq_id).__name__})")
-    key = int(seq_id)
-    if not -(2**63) <= key < 2**63:  # ids live in int64 arrays
-        raise BadInputError(f"seq_id {key} does not fit int64; expected an id in [-2**63, 2**63)")
-    return key
+_ARRAYS = ROW_ARRAYS + ("tok_slot", "blk_pool", "block_row", "block_live", "block_fill", "block_shared", "slot_logical")
