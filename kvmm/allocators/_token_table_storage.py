@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kvmm.allocators.token_table import TokenTable
 
 ROW_ARRAYS = ("row_seq", "row_incarnation", "row_first_position", "row_live", "row_tok_start", "row_tok_len",
-             "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
+              "row_tok_cap", "row_blk_start", "row_blk_len", "row_blk_cap")
 
 
 def register_row(table: TokenTable, key: int, first_position: int, tok_cap: int, blk_cap: int) -> int:
