@@ -57,17 +57,17 @@ import math
 from typing import Any
 
 import numpy as np
-from kvmm._validate import as_array, as_count, as_fraction, as_index_array, as_key_array, as_positive_float
-from kvmm.errors import (
-    BadInputError,
-    CapacityExceededError,
-    DoubleFreeError,
-    DTypeError,
-    LedgerStateError,
-    ShapeError,
-    UnknownKeyError,
-)
-from kvmm.policies._ledger_kernels import check_claims_kernel, idle_polls_kernel, poll_kernel, update_kernel
+from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
+from kvmm.errors import BadInputError, CapacityExceededError, DoubleFreeError, UnknownKeyError
+# the bounds and the state codes are public: re-exported here (see __all__)
+from kvmm.policies._ledger_checks import (MAX_CAPACITY_BYTES, MAX_SECONDS, MAX_WORK, RATE_BOUNDS, RATIO_BOUNDS,
+                                          as_float_array, bounded_float, check_now, check_source, is_released,
+                                          live_slots, spec_of)
+from kvmm.policies._ledger_invariants import check_invariants
+from kvmm.policies._ledger_kernels import idle_polls_kernel, poll_kernel, update_kernel
+from kvmm.policies._ledger_state import (CLAIMED, CONSUMED, FREE, HOLDING, MAX_SLOTS, PENDING, READY, SLOT_BITS,
+                                         SLOT_MASK, STAGING, STATE_NAMES, alloc_slots, release_slots, take_slots,
+                                         write_claims)
 
 __all__ = [
     "CommitmentLedger",
@@ -84,22 +84,6 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_WORK",
 ]
-
-FREE, CLAIMED, PENDING, STAGING, READY, CONSUMED = 0, 1, 2, 3, 4, 5
-STATE_NAMES = ("free", "claimed", "pending", "staging", "ready", "consumed")
-_HOLDING = (STAGING, READY, CONSUMED)  # states that hold protected capacity
-_ALL_STATES = (1 << 8) - 1  # check_claims_kernel's state mask that lets every state through
-_SLOT_BITS = 32
-_SLOT_MASK = (1 << _SLOT_BITS) - 1
-_MAX_SLOTS = 1 << 28  # a slot index must fit the id's 32 low bits; 2**28 open claims is plenty
-
-# Sane bounds: every int64 sum of byte counts (protected bytes, a source's queue + one claim)
-# stays below 2**63, and every time computed from the inputs stays finite.
-MAX_CAPACITY_BYTES = 1 << 62
-RATE_BOUNDS = (1e-6, 1e12)  # learned progress rate, tokens/s (an observation above the top is refused)
-RATIO_BOUNDS = (1e-3, 1e3)  # learned observed/predicted staging-time ratio (each observation clipped)
-MAX_SECONDS = 1e12  # now, delays, deadlines, leases (about 31,700 years)
-MAX_WORK = 1e15  # tokens of work ahead of a claim, or per progress observation
 
 
 class CommitmentLedger:
@@ -153,21 +137,21 @@ class CommitmentLedger:
         if capacity_bytes > MAX_CAPACITY_BYTES:
             raise BadInputError(f"capacity_bytes must be <= 2**62 ({MAX_CAPACITY_BYTES}) so byte counts fit int64, "
                                 f"got {capacity_bytes}")
-        margin_s = _bounded_float(margin_s, "margin_s", 0.0, MAX_SECONDS)
-        initial_rate = _bounded_float(initial_rate, "initial_rate", *RATE_BOUNDS)
+        margin_s = bounded_float(margin_s, "margin_s", 0.0, MAX_SECONDS)
+        initial_rate = bounded_float(initial_rate, "initial_rate", *RATE_BOUNDS)
         rate_alpha = as_fraction(rate_alpha, "rate_alpha")
         ratio_alpha = as_fraction(ratio_alpha, "ratio_alpha")
         initial_slots = as_count(initial_slots, "initial_slots", minimum=1)
-        if initial_slots > _MAX_SLOTS:
-            raise BadInputError(f"initial_slots must be <= {_MAX_SLOTS}, got {initial_slots}")
+        if initial_slots > MAX_SLOTS:
+            raise BadInputError(f"initial_slots must be <= {MAX_SLOTS}, got {initial_slots}")
         if ready_lease_s is not None:
-            ready_lease_s = _bounded_float(ready_lease_s, "ready_lease_s", 0.0, MAX_SECONDS)
+            ready_lease_s = bounded_float(ready_lease_s, "ready_lease_s", 0.0, MAX_SECONDS)
             if ready_lease_s == 0.0:
                 raise BadInputError("ready_lease_s must be > 0 seconds (or None for no lease), got 0")
         src_list = list(sources) if isinstance(sources, (list, tuple)) else [sources]
         if not src_list:
             raise BadInputError("sources must name at least one slow tier (a TierSpec); got none")
-        specs = [_spec_of(s, i) for i, s in enumerate(src_list)]
+        specs = [spec_of(s, i) for i, s in enumerate(src_list)]
 
         self._capacity = capacity_bytes
         self.margin_s = margin_s
@@ -208,7 +192,7 @@ class CommitmentLedger:
         self.expired_ids = np.zeros(0, dtype=np.int64)  # ids the latest poll / expire released
 
         n = initial_slots
-        self._alloc_slots(n)
+        alloc_slots(self, n)
         self.n_slots = 0  # high-water mark: slots [0, n_slots) have been used at least once
         self.free_top = 0  # free_stack[:free_top] are released slots (reused LIFO)
         self._keys: dict[int, np.ndarray] = {}  # slot -> claimed keys (only when given)
@@ -248,9 +232,9 @@ class CommitmentLedger:
 
         Runtime complexity: O(slots).
         """
-        t = self.clock if now is None else self._check_now(now)
+        t = self.clock if now is None else check_now(self, now)
         s = self.n_slots
-        holding = np.isin(self.state[:s], _HOLDING)
+        holding = np.isin(self.state[:s], HOLDING)
         live = float(np.sum(self.nbytes[:s][holding] * (t - self.committed_at[:s][holding])))
         return self.released_byte_seconds + live
 
@@ -264,9 +248,9 @@ class CommitmentLedger:
         """
         request = as_count(request, "request")
         nbytes = as_count(nbytes, "nbytes", minimum=1)
-        source = self._check_source(source)
+        source = check_source(self, source)
         if (keys is None and isinstance(work_ahead, float) and isinstance(delay_s, float) and 0.0 <= work_ahead <= MAX_WORK
-                and 0.0 <= delay_s <= MAX_SECONDS and nbytes <= self._capacity and self.open_claims < _MAX_SLOTS
+                and 0.0 <= delay_s <= MAX_SECONDS and nbytes <= self._capacity and self.open_claims < MAX_SLOTS
                 and type(now) is float and self.clock <= now <= MAX_SECONDS):
             return self._claim_one(request, nbytes, now, float(work_ahead), source, float(delay_s))  # all valid
         key_arr = None if keys is None else as_key_array(keys, "keys")
@@ -278,15 +262,15 @@ class CommitmentLedger:
                     raise UnknownKeyError(f"key {key!r} is not in source tier {source}; a claim must name keys the tier holds")
         ids = self.claim_many([request], [nbytes], now=now, work_ahead=[work_ahead], source=[source], delay_s=[delay_s])
         if key_arr is not None:
-            self._keys[int(ids[0]) & _SLOT_MASK] = key_arr
+            self._keys[int(ids[0]) & SLOT_MASK] = key_arr
         return int(ids[0])
 
     def _claim_one(self, request: int, nbytes: int, now: float, work_ahead: float, source: int, delay_s: float) -> int:
         """:meth:`claim_many` of one validated claim, with scalar writes (the simulator's hot path)."""
         self.clock = now
-        s = int(self._take_slots(1)[0])
-        self._write_claims(s, request, nbytes, source, work_ahead, delay_s, now, self.next_seq, 1)
-        return (int(self.generation[s]) << _SLOT_BITS) | s
+        s = int(take_slots(self, 1)[0])
+        write_claims(self, s, request, nbytes, source, work_ahead, delay_s, now, self.next_seq, 1)
+        return (int(self.generation[s]) << SLOT_BITS) | s
 
     def claim_many(self, requests: Any, nbytes: Any, *, now: float, work_ahead: Any = None,
                    source: Any = None, delay_s: Any = None) -> np.ndarray:
@@ -306,41 +290,22 @@ class CommitmentLedger:
         if k and int(nb.max()) > self._capacity:
             raise CapacityExceededError(
                 f"a claim of {int(nb.max())} bytes can never be committed: protected capacity is {self._capacity} bytes")
-        wa = np.zeros(k) if work_ahead is None else _as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
-        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
+        wa = np.zeros(k) if work_ahead is None else as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
+        dl = np.zeros(k) if delay_s is None else as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
         src = np.zeros(k, dtype=np.int32) if source is None else as_index_array(source, "source", dtype=np.int32)
         if src.shape[0] != k:
             raise BadInputError(f"source has {src.shape[0]} entries; expected {k}")
         if k and (int(src.min()) < 0 or int(src.max()) >= self.num_sources):
             raise BadInputError(f"source ids must be in [0, {self.num_sources}), got {src.tolist()[:8]}")
-        if self.open_claims + k > _MAX_SLOTS:
+        if self.open_claims + k > MAX_SLOTS:
             raise CapacityExceededError(f"{self.open_claims} open claims + {k} new ones exceed the ledger's "
-                                        f"{_MAX_SLOTS} slots; release claims first")
-        now = self._check_now(now)
+                                        f"{MAX_SLOTS} slots; release claims first")
+        now = check_now(self, now)
         # all input valid: change state
         self.clock = now
-        slots = self._take_slots(k)
-        self._write_claims(slots, req, nb, src, wa, dl, now, np.arange(self.next_seq, self.next_seq + k, dtype=np.int64), k)
-        return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots.astype(np.int64)
-
-    def _write_claims(self, slots: Any, request: Any, nbytes: Any, source: Any, work_ahead: Any, delay_s: Any,
-                      now: float, seq: Any, k: int) -> None:
-        """New CLAIMED records in ``slots`` (one slot and scalars, or ``k`` slots and arrays)."""
-        self.state[slots] = CLAIMED
-        self.claim_request[slots] = request
-        self.nbytes[slots] = nbytes
-        self.source[slots] = source
-        self.work_ahead[slots] = work_ahead
-        self.delay_s[slots] = delay_s
-        self.updated_at[slots] = now
-        self.deadline[slots] = np.inf
-        self.claimed_at[slots] = now
-        for name in ("committed_at", "predicted_stage_s", "model_stage_s", "ready_at", "lease_from", "needed_at"):
-            getattr(self, name)[slots] = np.nan
-        self.seq[slots] = seq
-        self.next_seq += k
-        self.open_claims += k
-        self.claims_total += k
+        slots = take_slots(self, k)
+        write_claims(self, slots, req, nb, src, wa, dl, now, np.arange(self.next_seq, self.next_seq + k, dtype=np.int64), k)
+        return (self.generation[slots].astype(np.int64) << SLOT_BITS) | slots.astype(np.int64)
 
     def update(self, claim_ids: Any, work_ahead: Any, *, now: float, delay_s: Any = None) -> None:
         """Report fresh runtime progress: after ``delay_s`` seconds (default 0), ``work_ahead``
@@ -352,11 +317,11 @@ class CommitmentLedger:
         lease (``ready_lease_s``) is renewed.  Each id at most once per call.
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True)
+        slots = live_slots(self, claim_ids, unique=True)
         k = slots.shape[0]
-        wa = _as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
-        dl = np.zeros(k) if delay_s is None else _as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
-        now = self._check_now(now)
+        wa = as_float_array(work_ahead, "work_ahead", k, maximum=MAX_WORK)
+        dl = np.zeros(k) if delay_s is None else as_float_array(delay_s, "delay_s", k, maximum=MAX_SECONDS)
+        now = check_now(self, now)
         self.clock = now
         if k:
             shift, ahead_s = np.empty(k), np.empty(k)
@@ -378,8 +343,8 @@ class CommitmentLedger:
         above ``RATE_BOUNDS[1]`` tokens/s is refused (``BadInputError``), and the learned rate
         never falls below ``RATE_BOUNDS[0]`` (all-idle observations push use times far ahead).
         """
-        tokens = _bounded_float(tokens, "tokens", 0.0, MAX_WORK)
-        seconds = _bounded_float(seconds, "seconds", 0.0, MAX_SECONDS)
+        tokens = bounded_float(tokens, "tokens", 0.0, MAX_WORK)
+        seconds = bounded_float(seconds, "seconds", 0.0, MAX_SECONDS)
         if seconds == 0.0:
             raise BadInputError("seconds must be > 0 (the time the tokens of progress took), got 0.0")
         observed = tokens / seconds
@@ -396,11 +361,11 @@ class CommitmentLedger:
         earlier deadline.  Deadlines are times in ``[0, MAX_SECONDS]`` or ``inf`` (no deadline).
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True, allowed=(CLAIMED, PENDING), verb="request a commitment for",
-                                 hint="only claimed or pending claims can request a commitment")
-        dl = None if deadline is None else _as_float_array(deadline, "deadline", slots.shape[0], maximum=MAX_SECONDS,
-                                                           allow_inf=True)
-        now = self._check_now(now)
+        slots = live_slots(self, claim_ids, unique=True, allowed=(CLAIMED, PENDING), verb="request a commitment for",
+                           hint="only claimed or pending claims can request a commitment")
+        dl = None if deadline is None else as_float_array(deadline, "deadline", slots.shape[0], maximum=MAX_SECONDS,
+                                                          allow_inf=True)
+        now = check_now(self, now)
         self.clock = now
         if dl is None:
             dl = (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
@@ -421,7 +386,7 @@ class CommitmentLedger:
         """
         if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
             raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
-        now = self._check_now(now)
+        now = check_now(self, now)
         # all input valid; nothing below can fail
         gap = self.poll_gap
         if self.last_poll >= 0.0 and now > self.last_poll:
@@ -444,7 +409,7 @@ class CommitmentLedger:
         self.protected_bytes += int(self.nbytes[slots].sum())
         self.peak_protected_bytes = max(self.peak_protected_bytes, self.protected_bytes)
         self.commits_total += ng
-        return (self.generation[slots].astype(np.int64) << _SLOT_BITS) | slots
+        return (self.generation[slots].astype(np.int64) << SLOT_BITS) | slots
 
     def skip_idle_polls(self, first: float, interval: float, *, before: float, until: float,
                         timely: bool = True, fifo: bool = False) -> float:
@@ -462,7 +427,7 @@ class CommitmentLedger:
         """
         if not isinstance(fifo, (bool, np.bool_)) or not isinstance(timely, (bool, np.bool_)):
             raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
-        first = self._check_now(first)
+        first = check_now(self, first)
         interval = as_positive_float(interval, "interval")
         before, until = float(before), float(until)
         if self.ready_lease_s is not None:
@@ -484,7 +449,7 @@ class CommitmentLedger:
         :meth:`release` (their byte-seconds counted) and counted in ``stats["expired"]``.  No
         lease (``ready_lease_s=None``): nothing expires.  Runtime complexity: O(slots).
         """
-        now = self._check_now(now)
+        now = check_now(self, now)
         self.clock = now
         self.expired_ids = np.zeros(0, dtype=np.int64)
         if self.ready_lease_s is None:
@@ -492,8 +457,8 @@ class CommitmentLedger:
         n = self.n_slots
         due = np.flatnonzero((self.state[:n] == READY) & (self.lease_from[:n] + self.ready_lease_s <= now))
         if due.shape[0]:
-            ids = (self.generation[due].astype(np.int64) << _SLOT_BITS) | due
-            self._release_slots(due, now)
+            ids = (self.generation[due].astype(np.int64) << SLOT_BITS) | due
+            release_slots(self, due, now)
             self.expired_total += int(due.shape[0])
             self.expired_ids = ids
         return self.expired_ids.copy()
@@ -506,9 +471,9 @@ class CommitmentLedger:
         ratio (a tier at half its nominal speed is learned as 2); each observation is clipped
         to ``RATIO_BOUNDS``.  Each id at most once per call.  Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True, allowed=(STAGING,), verb="mark ready",
-                                 hint="only staging claims can become ready")
-        now = self._check_now(now)
+        slots = live_slots(self, claim_ids, unique=True, allowed=(STAGING,), verb="mark ready",
+                           hint="only staging claims can become ready")
+        now = check_now(self, now)
         self.clock = now
         a = self.ratio_alpha
         lo, hi = RATIO_BOUNDS
@@ -531,8 +496,8 @@ class CommitmentLedger:
         bool mask: which are READY (or CONSUMED).  Each id at most once per call.
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True)
-        now = self._check_now(now)
+        slots = live_slots(self, claim_ids, unique=True)
+        now = check_now(self, now)
         self.clock = now
         for s in slots.tolist():
             if math.isnan(self.needed_at[s]):
@@ -552,9 +517,9 @@ class CommitmentLedger:
         (:meth:`need`, else now), *late* otherwise.  Each id at most once per call.
         Runtime complexity: O(k).
         """
-        slots = self._live_slots(claim_ids, unique=True, allowed=(READY,), verb="consume",
-                                 hint="stage it (poll, mark_ready) before consuming")
-        now = self._check_now(now)
+        slots = live_slots(self, claim_ids, unique=True, allowed=(READY,), verb="consume",
+                           hint="stage it (poll, mark_ready) before consuming")
+        now = check_now(self, now)
         self.clock = now
         for s in slots.tolist():
             if math.isnan(self.needed_at[s]):
@@ -573,40 +538,18 @@ class CommitmentLedger:
         """
         ids = as_index_array(claim_ids, "claim_ids")
         for cid in ids.tolist():
-            if self._is_released(cid):
+            if is_released(self, cid):
                 what = "was already released (or its ready lease expired)" if self.ready_lease_s else "was already released"
                 raise DoubleFreeError(f"claim {cid} {what}; release each claim once")
-        slots = self._live_slots(ids, unique=True, repeat_is_double_free=True)
-        now = self._check_now(now)
+        slots = live_slots(self, ids, unique=True, repeat_is_double_free=True)
+        now = check_now(self, now)
         self.clock = now
-        return self._release_slots(slots, now)
-
-    def _release_slots(self, slots: np.ndarray, now: float) -> np.ndarray:
-        """Free validated, distinct live ``slots`` at ``now``; return their byte-seconds."""
-        out = np.zeros(slots.shape[0], dtype=np.float64)
-        for i, s in enumerate(slots.tolist()):
-            st = self.state[s]
-            if st in _HOLDING:
-                out[i] = float(self.nbytes[s]) * (now - float(self.committed_at[s]))
-                self.protected_bytes -= int(self.nbytes[s])
-                if st == STAGING:
-                    self.queue_bytes[self.source[s]] -= self.nbytes[s]
-            req = int(self.claim_request[s])
-            self._request_byte_seconds[req] = self._request_byte_seconds.get(req, 0.0) + float(out[i])
-            self.state[s] = FREE
-            self.generation[s] += 1
-            self.free_stack[self.free_top] = s
-            self.free_top += 1
-            self._keys.pop(s, None)
-        self.open_claims -= slots.shape[0]
-        self.released_total += slots.shape[0]
-        self.released_byte_seconds += float(out.sum())
-        return out
+        return release_slots(self, slots, now)
 
     # ------------------------------------------------------------------ queries
     def state_of(self, claim_ids: Any) -> np.ndarray:
         """State codes (see :data:`STATE_NAMES`) of live claims."""
-        return self.state[self._live_slots(claim_ids)].copy()
+        return self.state[live_slots(self, claim_ids)].copy()
 
     def byte_seconds_by_request(self) -> dict[int, float]:
         """Protected byte-seconds per request, summed over its released claims (a copy)."""
@@ -614,18 +557,18 @@ class CommitmentLedger:
 
     def keys_of(self, claim_id: int) -> np.ndarray | None:
         """The keys given at :meth:`claim` (``(n, 2)`` uint64), or None."""
-        slot = int(self._live_slots([claim_id])[0])
+        slot = int(live_slots(self, [claim_id])[0])
         k = self._keys.get(slot)
         return None if k is None else k.copy()
 
     def predicted_use_time(self, claim_ids: Any) -> np.ndarray:
         """Absolute predicted use times: ``updated_at + delay_s + work_ahead / rate``."""
-        slots = self._live_slots(claim_ids)
+        slots = live_slots(self, claim_ids)
         return (self.updated_at[slots] + self.delay_s[slots]) + self.work_ahead[slots] / self.rate
 
     def predicted_ready_seconds(self, claim_ids: Any) -> np.ndarray:
         """Predicted seconds to stage each claim if committed now (queue included)."""
-        slots = self._live_slots(claim_ids)
+        slots = live_slots(self, claim_ids)
         src = self.source[slots]
         return self.source_ratio[src] * (
             self.source_latency[src] + (self.queue_bytes[src] + self.nbytes[slots]) / self.source_bandwidth[src])
@@ -633,208 +576,9 @@ class CommitmentLedger:
     def open_ids(self) -> np.ndarray:
         """Ids of every live claim, in slot order."""
         s = np.flatnonzero(self.state[: self.n_slots] != FREE)
-        return (self.generation[s].astype(np.int64) << _SLOT_BITS) | s
+        return (self.generation[s].astype(np.int64) << SLOT_BITS) | s
 
     # ------------------------------------------------------------------ invariants
     def check(self) -> None:
         """Assert every invariant (expensive; used by tests).  Runtime complexity: O(slots + requests)."""
-        s = self.n_slots
-        st = self.state[:s]
-        # states are valid codes; slots past the high-water mark were never used
-        assert np.all((st >= FREE) & (st <= CONSUMED)), "invalid state code"
-        assert np.all(self.state[s:] == FREE), "slot beyond high-water mark in use"
-        holding = np.isin(st, _HOLDING)
-        # every protected byte belongs to exactly one committed claim
-        assert int(self.nbytes[:s][holding].sum()) == self.protected_bytes, "protected bytes not accounted for"
-        # protected capacity is never exceeded
-        assert 0 <= self.protected_bytes <= self._capacity <= MAX_CAPACITY_BYTES, "protected bytes over capacity"
-        assert self.peak_protected_bytes >= self.protected_bytes, "peak below current"
-        assert self.peak_protected_bytes <= self._capacity, "peak over capacity"
-        # the staging queue of each source is exactly its STAGING claims' bytes
-        staging = st == STAGING
-        q = np.zeros_like(self.queue_bytes)
-        np.add.at(q, self.source[:s][staging], self.nbytes[:s][staging])
-        assert np.array_equal(q, self.queue_bytes), "staging queue bytes mismatch"
-        # live claims are counted; the free stack holds exactly the released (free) used slots
-        live = int(np.count_nonzero(st != FREE))
-        assert live == self.open_claims, "open claim count mismatch"
-        free_slots = self.free_stack[: self.free_top]
-        assert free_slots.shape[0] == s - live, "free stack size mismatch"
-        assert np.unique(free_slots).shape[0] == free_slots.shape[0], "slot twice on the free stack"
-        assert np.all(st[free_slots] == FREE), "free stack holds a live slot"
-        # every claim ever made is open or released; every consumed claim was judged once
-        assert self.claims_total == self.open_claims + self.released_total, "claims not accounted for"
-        assert self.consumed_in_time + self.consumed_late <= self.commits_total, "more consumptions than commits"
-        # live claims carry sane sizes, sources and timestamps
-        lv = st != FREE
-        assert np.all(self.work_ahead[:s][lv] >= 0) and np.all(self.delay_s[:s][lv] >= 0), "negative time until use"
-        assert np.all(self.nbytes[:s][lv] >= 1) and np.all(self.nbytes[:s][lv] <= self._capacity), "bad claim size"
-        assert np.all((self.source[:s][lv] >= 0) & (self.source[:s][lv] < self.num_sources)), "bad source"
-        assert np.all(self.claimed_at[:s][lv] <= self.clock), "claim from the future"
-        assert np.all(self.committed_at[:s][holding] >= self.claimed_at[:s][holding]), "commit before claim"
-        rd = np.isin(st, (READY, CONSUMED))
-        assert np.all(self.ready_at[:s][rd] >= self.committed_at[:s][rd]), "ready before commit"
-        assert np.all(np.isnan(self.committed_at[:s][np.isin(st, (CLAIMED, PENDING))])), "uncommitted claim with a commit time"
-        # keys are stored only for live slots
-        assert all(self.state[k] != FREE for k in self._keys), "keys kept for a released claim"
-        # estimators stay positive and finite
-        assert RATE_BOUNDS[0] <= self.rate <= RATE_BOUNDS[1], "progress rate outside its bounds"
-        assert self.poll_gap >= 0.0 and math.isfinite(self.poll_gap), "bad poll gap"
-        assert 0.0 <= self.use_slack <= 1.0, "use slack is a share of the time until use"
-        lo, hi = RATIO_BOUNDS
-        assert np.all((self.source_ratio >= lo) & (self.source_ratio <= hi)), "staging ratio outside its bounds"
-        # times stay within their bounds (finite arithmetic)
-        assert 0.0 <= self.clock <= MAX_SECONDS, "clock out of bounds"
-        assert np.all(self.work_ahead[:s][lv] <= MAX_WORK) and np.all(self.delay_s[:s][lv] <= MAX_SECONDS), "time until use out of bounds"
-        # committed claims know their bandwidth-model staging time; READY claims their lease start
-        assert np.all(self.model_stage_s[:s][holding] > 0.0), "committed claim without a model staging time"
-        assert np.all(self.lease_from[:s][st == READY] >= self.ready_at[:s][st == READY]), "lease before ready"
-        # expired claims were released
-        assert 0 <= self.expired_total <= self.released_total, "more expired than released claims"
-        assert self.released_byte_seconds >= 0.0, "negative byte-seconds"
-        # per-request byte-seconds add up to the released total
-        assert math.isclose(sum(self._request_byte_seconds.values()), self.released_byte_seconds,
-                            rel_tol=1e-9, abs_tol=1e-6), "per-request byte-seconds do not add up"
-
-    # ------------------------------------------------------------------ helpers
-    def _alloc_slots(self, n: int) -> None:
-        self.state = np.zeros(n, dtype=np.int8)
-        self.generation = np.zeros(n, dtype=np.int64)
-        self.claim_request = np.zeros(n, dtype=np.int64)
-        self.nbytes = np.zeros(n, dtype=np.int64)
-        self.source = np.zeros(n, dtype=np.int32)
-        self.seq = np.zeros(n, dtype=np.int64)
-        self.work_ahead = np.zeros(n, dtype=np.float64)
-        self.delay_s = np.zeros(n, dtype=np.float64)
-        self.updated_at = np.zeros(n, dtype=np.float64)
-        self.deadline = np.full(n, np.inf, dtype=np.float64)
-        self.claimed_at = np.full(n, np.nan, dtype=np.float64)
-        self.committed_at = np.full(n, np.nan, dtype=np.float64)
-        self.predicted_stage_s = np.full(n, np.nan, dtype=np.float64)
-        self.model_stage_s = np.full(n, np.nan, dtype=np.float64)  # bandwidth-model staging time, no ratio
-        self.lease_from = np.full(n, np.nan, dtype=np.float64)  # READY: when the lease (re)started
-        self.ready_at = np.full(n, np.nan, dtype=np.float64)
-        self.needed_at = np.full(n, np.nan, dtype=np.float64)
-        self.free_stack = np.zeros(n, dtype=np.int64)
-        self.poll_out = np.zeros(n, dtype=np.int64)  # scratch: slots granted by one poll
-
-    _SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "delay_s", "updated_at",
-                    "deadline", "claimed_at", "committed_at", "predicted_stage_s", "model_stage_s", "lease_from", "ready_at", "needed_at",
-                    "free_stack", "poll_out")
-
-    def _take_slots(self, k: int) -> np.ndarray:
-        """Pop ``k`` slots: released ones first (LIFO), then never-used ones in order."""
-        reuse = min(k, self.free_top)
-        out = np.empty(k, dtype=np.int64)
-        out[:reuse] = self.free_stack[self.free_top - reuse : self.free_top][::-1]
-        self.free_top -= reuse
-        fresh = k - reuse
-        if self.n_slots + fresh > self.state.shape[0]:
-            self._grow(self.n_slots + fresh)
-        out[reuse:] = np.arange(self.n_slots, self.n_slots + fresh)
-        self.n_slots += fresh
-        return out
-
-    def _grow(self, need: int) -> None:
-        n = self.state.shape[0]
-        while n < need:
-            n *= 2
-        for name in self._SLOT_ARRAYS:
-            old = getattr(self, name)
-            new = np.empty(n, dtype=old.dtype)
-            new[: old.shape[0]] = old
-            fill = {"state": 0, "generation": 0, "claim_request": 0, "nbytes": 0, "source": 0, "seq": 0,
-                    "work_ahead": 0.0, "delay_s": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0, "poll_out": 0}.get(name, np.nan)
-            new[old.shape[0]:] = fill
-            setattr(self, name, new)
-
-    def _live_slots(self, claim_ids: Any, *, unique: bool = False, allowed: tuple = (), verb: str = "",
-                    hint: str = "", repeat_is_double_free: bool = False) -> np.ndarray:
-        """Slots of the open claims ``claim_ids`` (``unique``: each id at most once, else
-        :class:`BadInputError`, or :class:`DoubleFreeError` if ``repeat_is_double_free``;
-        ``allowed``: states the claims must be in, else :class:`LedgerStateError`).
-
-        One numba pass (``check_claims_kernel``) checks everything; the error is raised here.
-        """
-        ids = as_index_array(claim_ids, "claim_ids")
-        mask = _ALL_STATES if not allowed else sum(1 << a for a in allowed)
-        code, value, slots = check_claims_kernel(ids, self.state, self.generation, self.n_slots, unique, mask)
-        if code == 1:
-            cid = int(value)
-            what = "was released" if self._is_released(cid) else "was never issued"
-            raise UnknownKeyError(f"claim {cid} {what}; expected the id of an open claim")
-        if code == 2 and repeat_is_double_free:
-            raise DoubleFreeError(f"claim_ids {ids.tolist()[:8]} name a claim twice; release each claim once")
-        if code == 2:
-            raise BadInputError(f"claim_ids name claim {int(value)} more than once; "
-                                "expected each claim at most once per call")
-        if code == 3:
-            s = int(value)
-            raise LedgerStateError(f"cannot {verb} the claim in slot {s}: it is {STATE_NAMES[self.state[s]]}; {hint}")
-        return slots
-
-    def _is_released(self, cid: int) -> bool:
-        if cid < 0:
-            return False
-        slot, gen = cid & _SLOT_MASK, cid >> _SLOT_BITS
-        if slot >= self.n_slots:
-            return False
-        return gen < int(self.generation[slot])
-
-    def _check_source(self, source: Any) -> int:
-        source = as_count(source, "source")
-        if source >= self.num_sources:
-            raise BadInputError(f"source must be in [0, {self.num_sources}), got {source}")
-        return source
-
-    def _check_now(self, now: Any) -> float:
-        if type(now) is float and self.clock <= now <= MAX_SECONDS:  # fast path (hot in simulations)
-            return now
-        t = _bounded_float(now, "now", 0.0, MAX_SECONDS)
-        if t < self.clock:
-            raise BadInputError(f"now={t} is earlier than the ledger clock {self.clock}; time must not go backwards")
-        return t
-
-
-# ---------------------------------------------------------------------- helpers
-def _spec_of(source: Any, i: int):
-    spec = getattr(source, "spec", source)
-    for attr in ("read_bandwidth", "latency_s"):
-        if not hasattr(spec, attr):
-            raise BadInputError(f"sources[{i}] must be a TierSpec (or have a .spec TierSpec), got {type(source).__name__}")
-    as_positive_float(spec.read_bandwidth, f"sources[{i}].read_bandwidth")
-    as_positive_float(spec.latency_s, f"sources[{i}].latency_s", allow_zero=True)
-    return spec
-
-
-def _as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool = False) -> np.ndarray:
-    """``x`` (a number or ``k`` numbers) as a new float64 array of values in ``[0, maximum]`` (or inf)."""
-    if type(x) is float and 0.0 <= x <= maximum:  # fast paths (hot in simulations)
-        return np.full(k, x)
-    if type(x) is np.ndarray and x.dtype == np.float64 and x.shape == (k,) and k:
-        lo, hi = x.min(), x.max()  # NaN fails both comparisons and takes the general path
-        if lo >= 0.0 and hi <= maximum:
-            return x.copy()
-    arr = as_array(x, name)
-    if arr.ndim == 0:
-        arr = np.full(k, arr)
-    if arr.dtype.kind not in "iuf":
-        raise DTypeError(f"{name} must be numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=True)
-    if arr.shape != (k,):
-        raise ShapeError(f"{name} has shape {arr.shape}; expected ({k},)")
-    bad = np.isnan(arr) | (arr < 0) | ((arr > maximum) & ~(np.isinf(arr) & allow_inf))
-    if bad.any():
-        what = f"numbers in [0, {maximum:.0e}]" + (" or inf" if allow_inf else "")
-        raise BadInputError(f"{name} must be {what}, got {arr[bad][0]!r}")
-    return arr
-
-
-def _bounded_float(x: Any, name: str, lo: float, hi: float) -> float:
-    """``x`` as a float in ``[lo, hi]``; rejects bools, NaN, inf and non-numbers."""
-    if isinstance(x, (bool, np.bool_)):
-        raise DTypeError(f"{name} must be a number, got {x!r}")
-    v = as_positive_float(x, name, allow_zero=True)
-    if not lo <= v <= hi:
-        raise BadInputError(f"{name} must be in [{lo:g}, {hi:g}], got {x!r}")
-    return v
+        check_invariants(self)
