@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from kvmm.allocators import _token_table_kernels as kernels
+from kvmm.allocators import _token_table_repack_kernels as kernels
 from kvmm.errors import BadInputError, StalePlanError
 
 if TYPE_CHECKING:
