@@ -564,8 +564,8 @@ def _overlaps(x, y):
 # Entry points.  numba's dispatcher types every argument of every call (~50 ns plus ~13 ns per
 # array) before it calls the compiled function; the per-request methods call that function
 # directly, with arguments whose types they have checked to be exactly the signature's (type,
-# dtype and dimensions: ``_ids``, ``_keys``, ``_offsets_array`` and the same tests inlined in
-# ``free``, ``admit`` and ``admit_many``; the state arrays never change type).
+# dtype and dimensions: ``block_ids``, ``key_array``, ``offsets_array`` of ``_block_allocator_checks``
+# and the same tests inlined in ``free``, ``admit`` and ``admit_many``; the state arrays never change type).
 _F, _K, _T, _M = "int32[:, ::1]", "uint64[:, ::1]", "int32[:, ::1]", "int64[::1]"  # the state arrays
 SIGNATURES = {
     "admit": f"({_F}, {_K}, {_T}, {_M}, uint64[:, :], int32[::1])",

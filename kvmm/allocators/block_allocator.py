@@ -40,21 +40,22 @@ import os
 
 import numpy as np
 
-from kvmm._validate import as_array, as_count, as_index_array, as_key_array
+from kvmm._validate import as_count, as_index_array, as_key_array
 from kvmm.allocators import _block_kernels as kernels
-from kvmm.allocators._block_kernels import (CACHED, ERR_ALREADY_CACHED, ERR_COPY, ERR_DOUBLE_FREE, ERR_DUPLICATE,
-                                            ERR_NOT_HELD, ERR_OFFSETS, ERR_RANGE, FREE_NEXT, FREE_PREV, KEY_NEXT,
-                                            KEY_PREV, META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS,
-                                            META_NUM_CACHED, META_NUM_FREE, META_NUM_KEYS, META_QUERIES, META_SEED,
-                                            META_TABLE_MASK, NUM_FIELDS, NUM_META, REF, STATUS_BITS, STATUS_MASK)
+from kvmm.allocators._block_kernels import (CACHED, ERR_COPY, ERR_OFFSETS, FREE_NEXT, FREE_PREV, KEY_NEXT, KEY_PREV,
+                                            META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS, META_NUM_CACHED,
+                                            META_NUM_FREE, META_NUM_KEYS, META_QUERIES, META_SEED, META_TABLE_MASK,
+                                            NUM_FIELDS, NUM_META, REF, STATUS_BITS)
+from kvmm.allocators._block_allocator_checks import (as_count_0d, as_salt, block_ids, copy_block_ids, copy_key_array,
+                                                     count_array, csr_offsets, key_array, offsets_array, one_block_id,
+                                                     python_keys, raise_ids, raise_offsets)
 from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, hash_many_block_keys, secret_words
-from kvmm.errors import BadInputError, DoubleFreeError, DTypeError, InvalidIdError, OutOfBlocksError, ShapeError
+from kvmm.errors import BadInputError, DTypeError, OutOfBlocksError, ShapeError
 
 __all__ = ["BlockAllocator"]
 
 _INT32 = np.dtype(np.int32)
 _UINT64 = np.dtype(np.uint64)
-_INT64 = np.dtype(np.int64)
 _ZERO = 0
 _NO_EXTRA = np.zeros(0, dtype=np.int64)  # admit_many without num_extra: no extra blocks for any request
 _FAST = kernels.FAST  # compiled kernels called without the dispatcher (arguments of checked types)
@@ -85,7 +86,7 @@ class BlockAllocator:
         if not isinstance(secret, (bytes, bytearray)) or len(secret) != 16:
             got = f"{len(secret)} bytes" if isinstance(secret, (bytes, bytearray)) else type(secret).__name__
             raise BadInputError(f"secret must be 16 bytes (a SipHash-2-4 key), got {got}")
-        self.salt = _as_salt(salt)
+        self.salt = as_salt(salt)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._secret = bytes(secret)
@@ -172,7 +173,7 @@ class BlockAllocator:
 
     def block_key(self, block: int) -> tuple[int, int] | None:
         """The key a block holds, or ``None``.  Runtime complexity: O(1)."""
-        b = self._one_id(block, "block")
+        b = one_block_id(self, block, "block")
         if not self.block_fields[CACHED, b]:
             return None
         return int(self.block_keys[b, 0]), int(self.block_keys[b, 1])
@@ -212,7 +213,7 @@ class BlockAllocator:
         Runtime complexity: O(n).
         """
         if type(n) is not int or n < 0:  # fast path for plain ints; full checks otherwise
-            n = _as_count(n, "n")
+            n = as_count_0d(n, "n")
         # the kernel checks n against the free count; the output is bounded by the pool size
         if n > self.num_blocks or not _FAST.allocate(self.block_fields, self.block_keys, self.table, self.meta,
                                                      out := np.empty(n, _INT32)):
@@ -228,7 +229,7 @@ class BlockAllocator:
         :class:`OutOfBlocksError` (nothing allocated) if the total exceeds ``num_free``.
         Runtime complexity: O(R + sum(counts)).
         """
-        counts = self._counts(counts, "counts")
+        counts = count_array(counts, "counts")
         # A count above num_free fails anyway; checking the largest first keeps int64 counts near
         # 2**63 from wrapping the sum around to a small total.
         total = int(counts.max()) if counts.size else 0
@@ -254,12 +255,12 @@ class BlockAllocator:
         is checked first; nothing changes).  Runtime complexity: O(len(ids)).
         """
         if not (type(ids) is np.ndarray and (ids.dtype is _INT32 or ids.dtype == np.int32) and ids.ndim == 1):
-            ids = self._copy_ids(ids, "ids")  # (the test of _ids, inlined: this is the per-request path)
+            ids = copy_block_ids(self, ids, "ids")  # (the test of block_ids, inlined: this is the per-request path)
         code = _FAST.free_in_order(self.block_fields, self.meta, ids)
         if code:
             if code == -ERR_COPY:  # e.g. free(ref_counts): ids share memory with the pool's state
-                return self.free(self._copy_ids(ids, "ids"))
-            self._raise_ids(code, ids, "ids")
+                return self.free(copy_block_ids(self, ids, "ids"))
+            raise_ids(self, code, ids, "ids")
 
     def free_requests(self, offsets, ids) -> None:
         """Free many requests' blocks (CSR ``offsets``/``ids``), each request's blocks last-first.
@@ -267,15 +268,15 @@ class BlockAllocator:
         Same as ``free(concatenation of ids[offsets[r]:offsets[r+1]][::-1] for r in order)``.
         Runtime complexity: O(R + len(ids)).
         """
-        ids = self._ids(ids, "ids")
-        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
+        ids = block_ids(self, ids, "ids")
+        offsets = offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
         code = _FAST.free(self.block_fields, self.meta, ids, 1, offsets, np.empty(len(ids), _INT32))
         if code:
             if code == -ERR_COPY:
-                return self.free_requests(offsets.copy(), self._copy_ids(ids, "ids"))
+                return self.free_requests(offsets.copy(), copy_block_ids(self, ids, "ids"))
             if code == -ERR_OFFSETS:
-                self._raise_offsets(offsets, len(ids), "offsets")
-            self._raise_ids(code, _reverse_segments(ids, offsets), "ids (last-first per request)")
+                raise_offsets(offsets, len(ids), "offsets")
+            raise_ids(self, code, _reverse_segments(ids, offsets), "ids (last-first per request)")
 
     def touch(self, ids) -> None:
         """Increment the ref counts of ``ids`` (prefix-cache hits taken by a request).
@@ -283,12 +284,12 @@ class BlockAllocator:
         A block with ref count 0 (a cached block waiting in the free queue) is taken out of the
         queue.  Runtime complexity: O(len(ids)).
         """
-        ids = self._ids(ids, "ids")
+        ids = block_ids(self, ids, "ids")
         code = kernels.touch(self.block_fields, self.meta, ids)
         if code == -ERR_COPY:
-            return self.touch(self._copy_ids(ids, "ids"))
+            return self.touch(copy_block_ids(self, ids, "ids"))
         if code:
-            self._raise_ids(code, ids, "ids")
+            raise_ids(self, code, ids, "ids")
 
     # ----------------------------------------------------------------- prefix cache
     def hash_blocks(self, tokens, parent=None, extra=None, *, salt: int | None = None) -> np.ndarray:
@@ -306,7 +307,7 @@ class BlockAllocator:
         if parent is None:
             has_parent, p0, p1 = False, 0, 0
         else:
-            pk = _python_keys(parent, "parent")
+            pk = python_keys(parent, "parent")
             if pk.size != 2:
                 raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
             pk = as_key_array(pk.reshape(1, 2), "parent")
@@ -314,7 +315,7 @@ class BlockAllocator:
         if extra is None:
             ext = np.zeros((n_full, 0), dtype=np.uint64)
         else:
-            ext = _python_keys(extra, "extra")
+            ext = python_keys(extra, "extra")
             if ext.size == 0 and ext.dtype.kind not in "iu":
                 ext = ext.astype(np.uint64)
             if ext.dtype.kind not in "iu":
@@ -325,7 +326,7 @@ class BlockAllocator:
                 raise ShapeError(f"extra must have shape (m,) or ({n_full}, m) (one row per full block), "
                                  f"got {np.shape(extra)}")
             ext = np.ascontiguousarray(ext.astype(np.uint64))
-        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
+        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, as_salt(salt))
         u64 = np.uint64
         return hash_block_keys(u64(t0), u64(t1), has_parent, u64(p0), u64(p1), toks, self.block_size, ext)
 
@@ -337,11 +338,11 @@ class BlockAllocator:
         ``hash_blocks(tokens[offsets[r]:offsets[r+1]])``.  Runtime complexity: O(len(tokens)).
         """
         toks = as_index_array(tokens, "tokens", dtype=np.int64)
-        offsets = self._offsets(offsets, toks.shape[0], "offsets")
+        offsets = csr_offsets(offsets, toks.shape[0], "offsets")
         key_offsets = np.zeros(offsets.shape[0], dtype=np.int64)
         np.cumsum(np.diff(offsets) // self.block_size, out=key_offsets[1:])
         out = np.empty((int(key_offsets[-1]), 2), dtype=np.uint64)
-        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, _as_salt(salt))
+        t0, t1 = self._tenant if salt is None else _tenant_key(self._k0, self._k1, as_salt(salt))
         hash_many_block_keys(np.uint64(t0), np.uint64(t1), offsets, toks, self.block_size, key_offsets, out)
         return key_offsets, out
 
@@ -354,15 +355,15 @@ class BlockAllocator:
         key already cached elsewhere gets one more block (lookups keep returning the earlier
         one).  Runtime complexity: O(n) expected.
         """
-        ids = self._ids(ids, "ids")
-        keys = self._keys(keys, "keys")
+        ids = block_ids(self, ids, "ids")
+        keys = key_array(keys, "keys")
         if keys.shape[0] != ids.shape[0]:
             raise ShapeError(f"ids and keys must have the same length, got {ids.shape[0]} ids and {keys.shape[0]} keys")
         code = kernels.cache_blocks(self.block_fields, self.block_keys, self.table, self.meta, ids, keys)
         if code == -ERR_COPY:
-            return self.cache_blocks(self._copy_ids(ids, "ids"), keys.copy())
+            return self.cache_blocks(copy_block_ids(self, ids, "ids"), keys.copy())
         if code:
-            self._raise_ids(code, ids, "ids")
+            raise_ids(self, code, ids, "ids")
 
     def lookup(self, keys) -> np.ndarray:
         """Block ids (int32) of the longest cached prefix of ``keys`` (stops at the first miss).
@@ -370,7 +371,7 @@ class BlockAllocator:
         Counts ``len(keys)`` queries and the returned number of hits.  Does not touch the blocks.
         Runtime complexity: O(hits + 1) expected.
         """
-        keys = self._keys(keys, "keys")
+        keys = key_array(keys, "keys")
         out = np.empty(keys.shape[0], dtype=np.int32)
         h = _FAST.lookup(self.block_keys, self.table, self.meta, keys, out)
         if h < 0:  # -ERR_COPY: keys share memory with the pool's state
@@ -383,8 +384,8 @@ class BlockAllocator:
         Returns CSR ``(hit_offsets int64 [R+1], hit_ids int32)``; request ``r``'s hits are
         ``hit_ids[hit_offsets[r]:hit_offsets[r+1]]``.  Runtime complexity: O(R + hits).
         """
-        keys = self._keys(keys, "keys")
-        offsets = self._offsets(offsets, keys.shape[0], "offsets")
+        keys = key_array(keys, "keys")
+        offsets = csr_offsets(offsets, keys.shape[0], "offsets")
         hit_offsets = np.empty(offsets.shape[0], dtype=np.int64)
         out = np.empty(keys.shape[0], dtype=np.int32)
         h = kernels.lookup_many(self.block_keys, self.table, self.meta, offsets, keys, hit_offsets, out)
@@ -398,12 +399,12 @@ class BlockAllocator:
         Returns how many blocks lost a key (counted in ``stats["evictions"]``); blocks that hold
         none are skipped.  Runtime complexity: O(len(ids)) expected.
         """
-        ids = self._ids(ids, "ids")
+        ids = block_ids(self, ids, "ids")
         code = kernels.evict(self.block_fields, self.block_keys, self.table, self.meta, ids)
         if code == -ERR_COPY:
-            return self.evict(self._copy_ids(ids, "ids"))
+            return self.evict(copy_block_ids(self, ids, "ids"))
         if code < 0:
-            self._raise_ids(code, ids, "ids")
+            raise_ids(self, code, ids, "ids")
         return code  # blocks that lost a key
 
     def reset_prefix_cache(self) -> bool:
@@ -440,17 +441,17 @@ class BlockAllocator:
         # The per-request path: only type, dtype and dimensions are tested here; the kernel tests
         # the key width, alignment and aliasing (-ERR_COPY: validate and retry with a copy).
         if not (type(keys) is np.ndarray and (keys.dtype is _UINT64 or keys.dtype == np.uint64) and keys.ndim == 2):
-            keys = self._copy_keys(keys, "keys")
+            keys = copy_key_array(keys, "keys")
         if num_extra is not _ZERO:  # the default (or any int 0: CPython has one) needs no test
             if type(num_extra) is not int or num_extra < 0:
-                num_extra = _as_count(num_extra, "num_extra")
+                num_extra = as_count_0d(num_extra, "num_extra")
             if num_extra > self.meta[META_NUM_FREE]:  # before the output is sized by it
                 self._raise_num_extra(num_extra)
         ids = _empty(len(keys) + num_extra, _INT32)
         hits = _FAST.admit(self.block_fields, self.block_keys, self.table, self.meta, keys, ids)
         if hits < 0:
             if hits == -ERR_COPY:
-                return self.admit(self._copy_keys(keys, "keys"), num_extra)
+                return self.admit(copy_key_array(keys, "keys"), num_extra)
             hits = -hits >> STATUS_BITS  # ERR_OUT_OF_BLOCKS
             raise OutOfBlocksError(
                 f"request needs {len(keys) - hits + num_extra} new blocks (+ {hits} cached hits) but only "
@@ -469,14 +470,14 @@ class BlockAllocator:
         num_hits int64)`` for the admitted requests.  Runtime complexity: O(R + blocks).
         """
         if not (type(keys) is np.ndarray and (keys.dtype is _UINT64 or keys.dtype == np.uint64) and keys.ndim == 2):
-            keys = self._copy_keys(keys, "keys")  # (as in admit, the kernel tests the rest)
-        offsets = self._offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
+            keys = copy_key_array(keys, "keys")  # (as in admit, the kernel tests the rest)
+        offsets = offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
         r = max(offsets.shape[0] - 1, 0)
         if num_extra is None:
             extra = _NO_EXTRA
             size = keys.shape[0]
         else:
-            extra = self._counts(num_extra, "num_extra")
+            extra = count_array(num_extra, "num_extra")
             if extra.shape[0] != r:
                 raise ShapeError(f"num_extra must have one count per request ({r}), got {extra.shape[0]}")
             # The admitted requests take at most num_free new blocks plus one hit per key, and a
@@ -493,9 +494,9 @@ class BlockAllocator:
         n, used = _FAST.admit_many(self.block_fields, self.block_keys, self.table, self.meta, offsets, keys, extra,
                                    block_offsets, block_ids, hits)
         if n == -ERR_COPY:
-            return self.admit_many(offsets.copy(), self._copy_keys(keys, "keys"), num_extra)
+            return self.admit_many(offsets.copy(), copy_key_array(keys, "keys"), num_extra)
         if n < 0:
-            self._raise_offsets(offsets, keys.shape[0], "offsets")
+            raise_offsets(offsets, keys.shape[0], "offsets")
         if n == r and used == size:  # every request admitted, every slot used: the buffers as they are
             return n, block_offsets, block_ids, hits
         # views of this call's own buffers, not copies (the unused tails are small: see above)
@@ -566,123 +567,8 @@ class BlockAllocator:
         assert meta[META_NUM_KEYS] == occupied.size, "num_keys counter is off"
         assert 0 <= meta[META_HITS] <= meta[META_QUERIES] and meta[META_EVICTIONS] >= 0
 
-    # ----------------------------------------------------------------- validation helpers
-    # Input arrays are read in place when their type, dtype and dimensions are the kernel's; the
-    # kernels test the rest (alignment, aliasing with the state they write, ids in range, CSR
-    # offsets; key width where admit reads them).  When a kernel cannot read one in place it
-    # returns -ERR_COPY and the method retries with ``_copy_ids`` / ``_copy_keys`` (which raise
-    # the clear error for bad input, or return a fresh copy).
-    def _ids(self, x, name: str) -> np.ndarray:
-        # Any stride is fine (``ids[::-1]``, a request's blocks last-first, is the common case).
-        if type(x) is np.ndarray and (x.dtype is _INT32 or x.dtype == np.int32) and x.ndim == 1:
-            return x
-        return self._copy_ids(x, name)
-
-    def _copy_ids(self, x, name: str) -> np.ndarray:
-        if type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1:
-            return x.copy()  # its range is checked by the kernel
-        arr = as_index_array(x, name, dtype=np.int64)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.num_blocks):
-            bad = int(arr[(arr < 0) | (arr >= self.num_blocks)][0])
-            raise InvalidIdError(f"{name} contains block id {bad}; expected ids in [0, {self.num_blocks})")
-        return arr.astype(np.int32)
-
-    def _one_id(self, x, name: str) -> int:
-        b = as_count(x, name)
-        if b >= self.num_blocks:
-            raise InvalidIdError(f"{name} is {b}; expected a block id in [0, {self.num_blocks})")
-        return b
-
-    def _keys(self, x, name: str) -> np.ndarray:
-        """Keys for kernels that do not test their width or alignment: all tested here."""
-        if (type(x) is np.ndarray and (x.dtype is _UINT64 or x.dtype == np.uint64) and x.ndim == 2
-                and x.shape[1] == 2 and x.flags.aligned):
-            return x
-        return self._copy_keys(x, name)
-
-    def _copy_keys(self, x, name: str) -> np.ndarray:
-        """A validated ``(n, 2)`` uint64 copy of ``x`` (raises for bad keys)."""
-        arr = _python_keys(x, name)
-        if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
-            raise BadInputError(f"{name} has negative words ({int(arr.min())}); expected uint64 key words >= 0")
-        return as_key_array(arr, name)
-
-    @staticmethod
-    def _counts(x, name: str) -> np.ndarray:
-        arr = as_index_array(x, name, dtype=np.int64)
-        if arr.size and arr.min() < 0:
-            raise BadInputError(f"{name} must be >= 0, got {int(arr.min())}")
-        return arr
-
-    def _offsets(self, x, length: int, name: str) -> np.ndarray:
-        """Offsets for kernels that do not test their alignment (the CSR shape is tested here)."""
-        arr = self._offsets_array(x, name)
-        if not arr.flags.aligned:
-            arr = arr.copy()
-        if not kernels.csr_offsets_ok(arr, length):
-            self._raise_offsets(arr, length, name)
-        return arr
-
-    def _offsets_array(self, x, name: str) -> np.ndarray:
-        """``x`` as an int64 array, no copy when it already is one (the CSR shape is checked by the
-        caller, in the kernel that reads it, or by :meth:`_offsets`)."""
-        if type(x) is np.ndarray and (x.dtype is _INT64 or x.dtype == np.int64) and x.ndim == 1:
-            return x
-        return as_index_array(x, name, dtype=np.int64)
-
-    @staticmethod
-    def _raise_offsets(arr: np.ndarray, length: int, name: str) -> None:
-        raise BadInputError(f"{name} must be non-decreasing CSR offsets from 0 to {length} "
-                            f"(len = requests + 1), got {arr[:8]}{'...' if arr.size > 8 else ''}")
-
-    def _raise_ids(self, code: int, ids: np.ndarray, name: str) -> None:
-        status, where = -code & STATUS_MASK, -code >> STATUS_BITS
-        b = int(ids[where]) if 0 <= where < ids.shape[0] else -1
-        if status == ERR_RANGE:
-            raise InvalidIdError(f"{name}[{where}] is block id {b}; expected ids in [0, {self.num_blocks})")
-        if status == ERR_DOUBLE_FREE:
-            raise DoubleFreeError(f"{name}[{where}] frees block {b} more times than it is referenced "
-                                  f"(ref count {int(self.block_fields[REF, b])}); expected each block at most "
-                                  f"ref-count times; nothing was freed")
-        if status == ERR_ALREADY_CACHED:
-            raise BadInputError(f"{name}[{where}]: block {b} already holds another cached key; expected blocks "
-                                f"without one, or holding this key (evict it first)")
-        if status == ERR_NOT_HELD:
-            raise BadInputError(f"{name}[{where}]: block {b} has ref count 0; expected blocks in use "
-                                f"(allocate or touch them before caching)")
-        if status == ERR_DUPLICATE:
-            raise BadInputError(f"{name}[{where}]: block {b} appears twice; expected distinct blocks")
-        raise AssertionError(f"unknown kernel status {status}")  # pragma: no cover
-
 
 # =================================================================== helpers
-
-
-def _as_count(x, name: str) -> int:
-    """:func:`as_count`, also accepting a 0-d integer array (what ``arr.sum()`` or ``arr[i, ...]`` gives)."""
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        x = x[()]
-    return as_count(x, name)
-
-
-def _as_salt(salt) -> int:
-    value = as_count(salt, "salt")
-    if value >= 2**64:
-        raise BadInputError(f"salt must be in [0, 2**64), got {salt}")
-    return value
-
-
-def _python_keys(x, name: str) -> np.ndarray:
-    """``np.asarray(x)``, except that nested lists of Python ints >= 2**63 become uint64, not float
-    (ragged lists: ShapeError)."""
-    arr = as_array(x, name)
-    if arr.dtype.kind in "fO" and arr.size and not isinstance(x, np.ndarray):
-        flat = np.asarray(x, dtype=object).ravel()
-        if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
-            if any(v < 0 or v >= 2**64 for v in flat):
-                raise BadInputError(f"{name} words must be in [0, 2**64), got {x!r:.60}")
-            return np.asarray(x, dtype=object).astype(np.uint64)
-    return arr
 
 
 def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
