@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmm.sim.engine import _claims_work_ahead
+from kvmm.sim._engine_kernels import _claims_work_ahead, _first_tick_not_before
 
 
 def reference(prefill, budget, room, max_batch):
@@ -57,3 +57,24 @@ def test_claims_work_ahead_pinned():
     # queue is read at its own index)
     cids, ahead = _claims_work_ahead(np.array([2, 0, 1]), np.array([10, 20, 30]), np.array([5, -1, 6]), 25, 8, 8)
     assert (cids.tolist(), ahead.tolist()) == ([6, 5], [0.0, 30.0])
+
+
+def first_tick_reference(tp, interval, before, until):
+    """The ticks tp, tp + interval, ... (each the previous plus interval): the first that is
+    >= before or > until."""
+    while not (tp >= before or tp > until):
+        tp = tp + interval
+    return tp
+
+
+@settings(max_examples=300, deadline=None)
+@given(tp=st.floats(0.0, 100.0), interval=st.floats(1e-3, 5.0), before=st.floats(0.0, 120.0),
+       until=st.floats(0.0, 120.0))
+def test_first_tick_not_before_matches_reference(tp, interval, before, until):
+    assert _first_tick_not_before(tp, interval, before, until) == first_tick_reference(tp, interval, before, until)
+
+
+def test_first_tick_not_before_pinned():
+    assert _first_tick_not_before(0.0, 0.005, 0.012, 1.0) == 0.005 + 0.005 + 0.005  # the 4th tick, summed as the loop sums
+    assert _first_tick_not_before(0.0, 0.005, 1.0, 0.012) == 0.005 + 0.005 + 0.005  # stops past until
+    assert _first_tick_not_before(2.0, 0.005, 1.0, 3.0) == 2.0  # already at or after before
