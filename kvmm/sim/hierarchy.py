@@ -22,7 +22,7 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError, OutOfBlocksError
-from kvmm.policies.admission import AdmissionRequest
+from kvmm.policies.admission import AdmissionRequest, WriteAll
 from kvmm.sim.config import SimConfig, make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
@@ -131,12 +131,15 @@ class Hierarchy:
         hit_mask = np.zeros(n, dtype=bool) if gpu_hit is None else gpu_hit
         for i, tier in enumerate(self.tiers):
             admission = self.admission[i]
-
-            def write(cached: np.ndarray) -> np.ndarray:  # decided on what the tier holds now
-                # a block cached at admission time but evicted by an earlier write of this request is
-                # written back (it was offered and the tier held it: the admission kept it)
-                return _as_mask(admission.admit(AdmissionRequest(ids, cached, hit_mask)), n) | cached
-
+            if type(admission) is WriteAll:
+                # the built-in WriteAll is stateless and admits every block the tier lacks; with
+                # the cached ones kept (below) that is every block, with no admission call
+                write: Any = np.ones(n, dtype=bool)
+            else:
+                def write(cached: np.ndarray, admission: Any = admission) -> np.ndarray:  # on what the tier holds now
+                    # a block cached at admission time but evicted by an earlier write of this request
+                    # is written back (it was offered and the tier held it: the admission kept it)
+                    return _as_mask(admission.admit(AdmissionRequest(ids, cached, hit_mask)), n) | cached
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
