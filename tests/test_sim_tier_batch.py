@@ -186,3 +186,17 @@ def test_an_entry_written_behind_the_tiers_back_is_never_evicted_by_the_fast_pat
     with pytest.raises(CapacityExceededError):
         batch.access_or_put_size_many([30], 600, [True])  # 600 > 1000 - 500 even with every managed entry gone
     assert (batch.keys(), batch.policy.keys(), batch.used_bytes) == before
+
+
+@pytest.mark.parametrize("key_form", ["list", "int64"])
+def test_prefix_hits_counts_the_leading_managed_keys(key_form):
+    tier = _tier("lru")
+    for k in (1, 2, 3, 7):
+        tier.put_size(k, 100)
+    order_before = tier.policy.keys()
+    for keys, expected in (([1, 2, 3, 4, 7], 3), ([1, 2, 3], 3), ([4, 1], 0), ([], 0), ([7, 7, 1], 3)):
+        offered = keys if key_form == "list" else np.array(keys, dtype=np.int64)
+        assert tier.prefix_hits(offered) == expected
+        mask = tier.contains_many(keys).tolist() + [False]
+        assert expected == mask.index(False)  # the leading run of contains_many
+    assert tier.policy.keys() == order_before  # a lookup, not an access

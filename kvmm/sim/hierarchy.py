@@ -51,8 +51,8 @@ class Hierarchy:
         self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
                       for lv in levels]
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
-        self.tier_hits = np.zeros(len(levels), dtype=np.int64)  # blocks found when offered
-        self.tier_offered = np.zeros(len(levels), dtype=np.int64)  # blocks offered
+        self.tier_hits = [0] * len(levels)  # blocks found when offered
+        self.tier_offered = [0] * len(levels)  # blocks offered
         self.ops: list | None = [] if record_ops else None
 
     @property
@@ -77,9 +77,7 @@ class Hierarchy:
         if not self.tiers or rest.shape[0] == 0:
             return gpu, np.zeros(0, dtype=np.int64)
         if len(self.tiers) == 1:  # the usual case: the leading run of blocks the one tier holds
-            held = self.tiers[0].contains_many(rest)
-            run = int(held.argmin()) if not held.all() else held.shape[0]
-            return gpu, np.zeros(run, dtype=np.int64)
+            return gpu, np.zeros(self.tiers[0].prefix_hits(rest), dtype=np.int64)
         src = np.full(rest.shape[0], -1, dtype=np.int64)
         for i in range(len(self.tiers) - 1, -1, -1):  # fastest last: it wins
             src[self.tiers[i].contains_many(rest)] = i
