@@ -22,32 +22,34 @@ HOLDING = (STAGING, READY, CONSUMED)  # states that hold protected capacity
 SLOT_BITS = 32
 SLOT_MASK = (1 << SLOT_BITS) - 1
 MAX_SLOTS = 1 << 28  # a slot index must fit the id's 32 low bits; 2**28 open claims is plenty
-SLOT_ARRAYS = ("state", "generation", "claim_request", "nbytes", "source", "seq", "work_ahead", "delay_s", "updated_at",
-               "deadline", "claimed_at", "committed_at", "predicted_stage_s", "model_stage_s", "lease_from", "ready_at", "needed_at",
-               "free_stack", "poll_out")
+# every slot array: name -> (dtype, value of a free slot); fresh and grown arrays take these values
+SLOT_ARRAYS = {
+    "state": (np.int8, FREE),
+    "generation": (np.int64, 0),
+    "claim_request": (np.int64, 0),
+    "nbytes": (np.int64, 0),
+    "source": (np.int32, 0),
+    "seq": (np.int64, 0),
+    "work_ahead": (np.float64, 0.0),
+    "delay_s": (np.float64, 0.0),
+    "updated_at": (np.float64, 0.0),
+    "deadline": (np.float64, np.inf),
+    "claimed_at": (np.float64, np.nan),
+    "committed_at": (np.float64, np.nan),
+    "predicted_stage_s": (np.float64, np.nan),
+    "model_stage_s": (np.float64, np.nan),  # bandwidth-model staging time, no ratio
+    "lease_from": (np.float64, np.nan),  # READY: when the lease (re)started
+    "ready_at": (np.float64, np.nan),
+    "needed_at": (np.float64, np.nan),
+    "free_stack": (np.int64, 0),
+    "poll_out": (np.int64, 0),  # scratch: slots granted by one poll
+}
 
 
 def alloc_slots(ledger: CommitmentLedger, n: int) -> None:
     """Fresh slot arrays (``SLOT_ARRAYS``) of ``n`` slots, every slot free."""
-    ledger.state = np.zeros(n, dtype=np.int8)
-    ledger.generation = np.zeros(n, dtype=np.int64)
-    ledger.claim_request = np.zeros(n, dtype=np.int64)
-    ledger.nbytes = np.zeros(n, dtype=np.int64)
-    ledger.source = np.zeros(n, dtype=np.int32)
-    ledger.seq = np.zeros(n, dtype=np.int64)
-    ledger.work_ahead = np.zeros(n, dtype=np.float64)
-    ledger.delay_s = np.zeros(n, dtype=np.float64)
-    ledger.updated_at = np.zeros(n, dtype=np.float64)
-    ledger.deadline = np.full(n, np.inf, dtype=np.float64)
-    ledger.claimed_at = np.full(n, np.nan, dtype=np.float64)
-    ledger.committed_at = np.full(n, np.nan, dtype=np.float64)
-    ledger.predicted_stage_s = np.full(n, np.nan, dtype=np.float64)
-    ledger.model_stage_s = np.full(n, np.nan, dtype=np.float64)  # bandwidth-model staging time, no ratio
-    ledger.lease_from = np.full(n, np.nan, dtype=np.float64)  # READY: when the lease (re)started
-    ledger.ready_at = np.full(n, np.nan, dtype=np.float64)
-    ledger.needed_at = np.full(n, np.nan, dtype=np.float64)
-    ledger.free_stack = np.zeros(n, dtype=np.int64)
-    ledger.poll_out = np.zeros(n, dtype=np.int64)  # scratch: slots granted by one poll
+    for name, (dtype, fill) in SLOT_ARRAYS.items():
+        setattr(ledger, name, np.full(n, fill, dtype=dtype))
 
 
 def take_slots(ledger: CommitmentLedger, k: int) -> np.ndarray:
@@ -65,16 +67,14 @@ def take_slots(ledger: CommitmentLedger, k: int) -> np.ndarray:
 
 
 def _grow(ledger: CommitmentLedger, need: int) -> None:
+    """Double the slot arrays until they hold ``need`` slots; new slots are free."""
     n = ledger.state.shape[0]
     while n < need:
         n *= 2
-    for name in SLOT_ARRAYS:
+    for name, (dtype, fill) in SLOT_ARRAYS.items():
         old = getattr(ledger, name)
-        new = np.empty(n, dtype=old.dtype)
+        new = np.full(n, fill, dtype=dtype)
         new[: old.shape[0]] = old
-        fill = {"state": 0, "generation": 0, "claim_request": 0, "nbytes": 0, "source": 0, "seq": 0,
-                "work_ahead": 0.0, "delay_s": 0.0, "updated_at": 0.0, "deadline": np.inf, "free_stack": 0, "poll_out": 0}.get(name, np.nan)
-        new[old.shape[0]:] = fill
         setattr(ledger, name, new)
 
 
