@@ -8,6 +8,7 @@ from kvmm.errors import BadInputError
 from kvmm.policies import StackDistanceTracker, distributed_mrc
 from kvmm.policies.distributed import PartTracker, key_parts
 from kvmm.traces import iter_trace_chunks, load_trace
+from tests.naive.stack_distance import MASK64, mix64
 
 distributed = pytest.importorskip("dask.distributed")
 
@@ -65,6 +66,13 @@ def test_parts_split_keys_evenly_and_deterministically():
     assert counts.min() > 0.9 * keys.size / 16 and counts.max() < 1.1 * keys.size / 16
     np.testing.assert_array_equal(part, key_parts(keys.copy(), 16))
     np.testing.assert_array_equal(key_parts(keys.view(np.uint64), 16), part)  # same 64-bit words
+
+
+def test_parts_are_the_splitmix64_hash_modulo_parts():
+    keys = np.array([0, 1, 2, 3, -1, 2**63 - 1, -(2**63), 123456789], dtype=np.int64)
+    for parts in (1, 4, 7):
+        want = [mix64(int(k) & MASK64) % parts for k in keys]
+        assert key_parts(keys, parts).tolist() == want
 
 
 def test_pieces_are_applied_in_sequence_order():

@@ -44,6 +44,7 @@ import numpy as np
 
 from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError
+from kvmm.policies import _stack_kernels as K
 from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker
 
 __all__ = ["distributed_mrc", "key_parts", "PartTracker"]
@@ -112,11 +113,9 @@ def key_parts(keys: np.ndarray, parts: int) -> np.ndarray:
     >>> key_parts(np.array([0, 1, 2, 3], dtype=np.int64), 4).tolist()
     [3, 1, 2, 1]
     """
-    z = keys.view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return (z % np.uint64(parts)).astype(np.int64)
+    h = np.empty(keys.shape[0], dtype=np.uint64)
+    K.hash_keys(keys.view(np.uint64), h)  # the trackers' own key hash (mix64)
+    return (h % np.uint64(parts)).astype(np.int64)
 
 
 class PartTracker:
