@@ -1,5 +1,6 @@
 """The package skeleton: errors, Protocols, input validation, the CLI and the report."""
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -107,11 +108,20 @@ def test_import_kvmm_and_cli_help_load_no_heavy_module():
     assert out.strip() == "[]"
 
 
-def test_every_public_name_of_kvmm_compress_loads_on_first_use():
-    import kvmm.compress
-
-    for name in kvmm.compress.__all__:
-        assert getattr(kvmm.compress, name).__module__.startswith("kvmm.compress."), name
-    assert set(kvmm.compress.__all__) <= set(dir(kvmm.compress))
+@pytest.mark.parametrize("package", ["compress", "policies", "sim"])
+def test_every_public_name_of_a_lazy_package_loads_on_first_use(package):
+    pkg = importlib.import_module(f"kvmm.{package}")
+    for name in pkg.__all__:
+        module = pkg._LAZY[name]
+        assert module.startswith(f"kvmm.{package}.") and getattr(pkg, name) is getattr(importlib.import_module(module), name)
+    assert set(pkg.__all__) <= set(dir(pkg))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        kvmm.compress.Nope  # noqa: B018
+        pkg.Nope  # noqa: B018
+
+
+def test_kvmm_policies_exports_every_registered_policy():
+    import kvmm.policies
+
+    for registry in (kvmm.policies.STAGING_POLICIES, kvmm.policies.EVICTION_POLICIES):
+        for cls in registry.values():
+            assert getattr(kvmm.policies, cls.__name__) is cls

@@ -33,6 +33,7 @@ _LAZY = {
     "StagingPolicy": "kvmm.policies.staging",
     "OnDemandStaging": "kvmm.policies.staging",
     "ImmediateStaging": "kvmm.policies.staging",
+    "ImmediateEDFStaging": "kvmm.policies.staging",
     "TimelyStaging": "kvmm.policies.staging",
     "STAGING_POLICIES": "kvmm.policies.staging",
     "make_staging_policy": "kvmm.policies.staging",
