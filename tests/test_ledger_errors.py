@@ -91,6 +91,9 @@ def test_double_release(ledger):
     raises_unchanged(ledger, DoubleFreeError, ledger.release, [int(ledger.ids[0])] * 2, now=1.0)
     # a valid id in the same call as a released one: nothing is released
     raises_unchanged(ledger, DoubleFreeError, ledger.release, [int(ledger.ids[0]), int(ledger.ids[4])], now=1.0)
+    # released ids are looked for first: one after a never-issued id is still a double release
+    raises_unchanged(ledger, DoubleFreeError, ledger.release, [999, int(ledger.ids[4])], now=1.0,
+                     match=f"claim {int(ledger.ids[4])} was already released;")
 
 
 def test_state_machine_violations(ledger):

@@ -31,21 +31,27 @@ ALL_STATES = (1 << 8) - 1  # check_claims_kernel's state mask that lets every st
 
 
 def live_slots(ledger: CommitmentLedger, claim_ids: Any, *, unique: bool = False, allowed: tuple = (), verb: str = "",
-               hint: str = "", repeat_is_double_free: bool = False) -> np.ndarray:
+               hint: str = "", double_free: bool = False) -> np.ndarray:
     """Slots of the open claims ``claim_ids`` (``unique``: each id at most once, else
-    :class:`BadInputError`, or :class:`DoubleFreeError` if ``repeat_is_double_free``;
-    ``allowed``: states the claims must be in, else :class:`LedgerStateError`).
+    :class:`BadInputError`; ``allowed``: states the claims must be in, else
+    :class:`LedgerStateError`).  ``double_free`` (release): an id already released, checked
+    first, or an id named twice is a :class:`DoubleFreeError`.
 
     One numba pass (``check_claims_kernel``) checks everything; the error is raised here.
     """
     ids = as_index_array(claim_ids, "claim_ids")
     mask = ALL_STATES if not allowed else sum(1 << a for a in allowed)
     code, value, slots = check_claims_kernel(ids, ledger.state, ledger.generation, ledger.n_slots, unique, mask)
+    if code and double_free:  # a released id is not open, so this scan runs only when something is wrong
+        for cid in ids.tolist():
+            if is_released(ledger, cid):
+                what = "was already released (or its ready lease expired)" if ledger.ready_lease_s else "was already released"
+                raise DoubleFreeError(f"claim {cid} {what}; release each claim once")
     if code == 1:
         cid = int(value)
         what = "was released" if is_released(ledger, cid) else "was never issued"
         raise UnknownKeyError(f"claim {cid} {what}; expected the id of an open claim")
-    if code == 2 and repeat_is_double_free:
+    if code == 2 and double_free:
         raise DoubleFreeError(f"claim_ids {ids.tolist()[:8]} name a claim twice; release each claim once")
     if code == 2:
         raise BadInputError(f"claim_ids name claim {int(value)} more than once; "

@@ -58,10 +58,10 @@ from typing import Any
 
 import numpy as np
 from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
-from kvmm.errors import BadInputError, CapacityExceededError, DoubleFreeError, UnknownKeyError
+from kvmm.errors import BadInputError, CapacityExceededError, UnknownKeyError
 # the bounds and the state codes are public: re-exported here (see __all__)
 from kvmm.policies._ledger_checks import (MAX_CAPACITY_BYTES, MAX_SECONDS, MAX_WORK, RATE_BOUNDS, RATIO_BOUNDS,
-                                          as_float_array, bounded_float, check_now, check_source, is_released,
+                                          as_float_array, bounded_float, check_now, check_source,
                                           live_slots, spec_of)
 from kvmm.policies._ledger_invariants import check_invariants
 from kvmm.policies._ledger_kernels import idle_polls_kernel, poll_kernel, update_kernel
@@ -536,12 +536,7 @@ class CommitmentLedger:
         Releasing an already released (or lease-expired) claim, or one claim twice in a call,
         raises :class:`DoubleFreeError`.  Runtime complexity: O(k).
         """
-        ids = as_index_array(claim_ids, "claim_ids")
-        for cid in ids.tolist():
-            if is_released(self, cid):
-                what = "was already released (or its ready lease expired)" if self.ready_lease_s else "was already released"
-                raise DoubleFreeError(f"claim {cid} {what}; release each claim once")
-        slots = live_slots(self, ids, unique=True, repeat_is_double_free=True)
+        slots = live_slots(self, claim_ids, unique=True, double_free=True)
         now = check_now(self, now)
         self.clock = now
         return release_slots(self, slots, now)
