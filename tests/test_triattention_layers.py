@@ -146,3 +146,17 @@ def test_bad_evictions_and_budgets_raise_and_change_nothing():
     np.testing.assert_array_equal(policy.keep_mask(0), before[1])
     policy.on_evict(0, [[1], [3]])  # any integer shape, raveled, as TokenScorerBase takes it
     assert policy.live_positions(0).tolist() == [0, 2, 4, 5]
+
+
+@pytest.mark.parametrize("aggregation", ["head", "global", "layer", "layer_head"])
+def test_a_sequence_with_no_live_tokens_checks_and_compresses_to_nothing(aggregation):
+    policy = TriAttentionPolicy.from_calibration(_calibration(), budget=4, aggregation=aggregation)
+    policy.observe(0, keys=np.zeros((0, LAYERS, KV, D)))
+    policy.check()  # every aggregation's group view of an empty held mask
+    assert policy.select(0, 4).shape == (0, LAYERS, KV)
+    assert policy.compress(0).tolist() == [] and policy.keep_mask(0).shape == (LAYERS, KV, 0)
+    policy.observe(0, keys=np.random.default_rng(2).normal(size=(6, LAYERS, KV, D)))
+    evicted = policy.compress(0)  # 4 of 6 kept per selection group: at most 2 evicted, exactly 2 with one group
+    assert evicted.size <= 2 and (aggregation != "global" or evicted.size == 2)
+    assert sorted(policy.live_positions(0).tolist() + evicted.tolist()) == list(range(6))
+    policy.check()

@@ -47,6 +47,8 @@ from kvmm.errors import BadInputError, ShapeError, UnknownSequenceError
 __all__ = ["TriAttentionPolicy", "AGGREGATIONS", "TRIGGERS"]
 
 AGGREGATIONS = ("head", "global", "layer", "layer_head")
+# the (layer, KV head) axes one selection group of each aggregation spans (reduced over)
+_GROUP_AXES = {"head": (0,), "global": (0, 1), "layer": (1,), "layer_head": ()}
 TRIGGERS = ("slack", "interval")
 
 
@@ -208,7 +210,7 @@ class TriAttentionPolicy:
         state = self._state(seq_id)
         b = self.budget if budget is None else as_count(budget, "budget", minimum=1)
         kept = self.select(seq_id, b)  # (live, layers, kv_heads)
-        alive = kept.reshape(state.n, -1).any(axis=1)
+        alive = kept.any(axis=(1, 2))  # held by some (layer, KV head)
         evicted = state.positions[~alive].copy()
         if self.table is not None and evicted.size:
             self.table.evict(seq_id, evicted)  # first: if the table refuses, our state is unchanged
@@ -276,40 +278,22 @@ class TriAttentionPolicy:
 
     # ---------------------------------------------------------------- helpers
     def _aggregate(self, scores: np.ndarray) -> np.ndarray:
-        """Layer scores ``(L, G, n)`` -> selection-group scores ``(groups, n)``."""
-        n = scores.shape[2]
-        if self.aggregation == "head":
-            return scores.mean(axis=0)
-        if self.aggregation == "global":
-            return scores.reshape(-1, n).max(axis=0, keepdims=True)
-        if self.aggregation == "layer":
-            return scores.max(axis=1)
-        return scores.reshape(-1, n)
+        """Layer scores ``(L, G, n)`` -> selection-group scores ``(groups, n)``: the mean over the
+        layers (``"head"``) or the max over the (layer, KV head) axes a group spans."""
+        reduce = np.mean if self.aggregation == "head" else np.max
+        return _rows(reduce(scores, axis=_GROUP_AXES[self.aggregation]))
 
     def _group_view(self, held: np.ndarray) -> np.ndarray:
         """Held mask ``(n, L, G)`` -> per selection group ``(groups, n)`` (any head of the group)."""
-        n = held.shape[0]
-        t = np.moveaxis(held, 0, -1)  # (L, G, n)
-        if self.aggregation == "head":
-            return t.any(axis=0)
-        if self.aggregation == "global":
-            return t.reshape(-1, n).any(axis=0, keepdims=True)
-        if self.aggregation == "layer":
-            return t.any(axis=1)
-        return t.reshape(-1, n)
+        return _rows(np.moveaxis(held, 0, -1).any(axis=_GROUP_AXES[self.aggregation]))
 
     def _expand(self, groups: np.ndarray, state: "_SequenceState") -> np.ndarray:
         """Per-group mask ``(groups, n)`` -> per-head mask ``(n, L, G)``."""
         layers, kv = state.keys.shape[1:3]
         n = groups.shape[1]
-        if self.aggregation == "head":
-            full = np.broadcast_to(groups[None], (layers, kv, n))
-        elif self.aggregation == "global":
-            full = np.broadcast_to(groups.reshape(1, 1, n), (layers, kv, n))
-        elif self.aggregation == "layer":
-            full = np.broadcast_to(groups[:, None], (layers, kv, n))
-        else:
-            full = groups.reshape(layers, kv, n)
+        axes = _GROUP_AXES[self.aggregation]
+        kept_dims = [1 if axis in axes else size for axis, size in enumerate((layers, kv))]
+        full = np.broadcast_to(groups.reshape(*kept_dims, n), (layers, kv, n))
         return np.ascontiguousarray(np.moveaxis(full, -1, 0))
 
     def _as_keys(self, keys: Any, state: "_SequenceState | None", seq_id: int) -> np.ndarray:
@@ -391,6 +375,11 @@ class _SequenceState:
         self.prompt_buf[:kept] = self.prompt_buf[keep]
         self.held = self.held[keep]
         self.n = kept
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    """``(..., n)`` -> ``(groups, n)``: the leading axes (none, or the unreduced layer / KV-head axes) as rows."""
+    return x.reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
 
 
 def _grow(buf: np.ndarray, capacity: int, used: int) -> np.ndarray:
