@@ -83,7 +83,7 @@ class TokenScorerBase:
         if missing:
             raise BadInputError(f"{type(self).__name__}.observe needs evidence {missing}; got {sorted(evidence)}")
         ev, n_attention, n_new = _normalise_evidence(evidence)
-        state = self.seq_state.get(as_count(seq_id, "seq_id", minimum=-(2**63), maximum=2**63 - 1))
+        state = self.seq_state.get(_seq_key(seq_id))
         if state is None:
             state = {"n": 0, "next": 0, "tokens": self.new_tokens(), "state": {"seq_id": seq_id}}
         old = state["n"]
@@ -117,7 +117,7 @@ class TokenScorerBase:
 
     def forget(self, seq_id: int) -> None:
         """Drop a finished sequence's state (no error if unknown)."""
-        self.seq_state.pop(as_count(seq_id, "seq_id", minimum=-(2**63), maximum=2**63 - 1), None)
+        self.seq_state.pop(_seq_key(seq_id), None)
 
     def on_evict(self, seq_id: int, live_indices) -> None:
         """Delete the entries of evicted tokens (indices into the live tokens before eviction)."""
@@ -150,7 +150,7 @@ class TokenScorerBase:
         """Hook: tokens were evicted (per-token arrays are already trimmed)."""
 
     def _state(self, seq_id: int) -> dict:
-        state = self.seq_state.get(as_count(seq_id, "seq_id", minimum=-(2**63), maximum=2**63 - 1))
+        state = self.seq_state.get(_seq_key(seq_id))
         if state is None:
             raise UnknownSequenceError(f"{type(self).__name__} has no state for sequence {seq_id}; call observe first")
         return state
@@ -353,6 +353,11 @@ class RandomScorer(TokenScorerBase):
 
 
 # ---------------------------------------------------------------------------------- helpers
+def _seq_key(seq_id: Any) -> int:
+    """``seq_id`` as the int key of ``seq_state`` (an integer that fits int64, else a KvmmError)."""
+    return as_count(seq_id, "seq_id", minimum=-(2**63), maximum=2**63 - 1)
+
+
 def _as_indices(x: Any, name: str) -> np.ndarray:
     """Integer indices as int64 (raveled); floats and booleans (a mask is not a list of indices) raise."""
     idx = as_array(x, name)
