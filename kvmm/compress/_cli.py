@@ -63,14 +63,14 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
         ids = tokenizer(raw)["input_ids"]
     ids = ids[: args.max_tokens]
-    if len(ids) < 2 or round(args.calibration_fraction * len(ids)) < 2:
+    n_cal = round(args.calibration_fraction * len(ids))  # <= len(ids): the fraction is at most 1
+    if n_cal < 2:
         raise BadInputError(f"need at least 2 calibration tokens, got {len(ids)} tokens x "
                             f"--calibration-fraction {args.calibration_fraction}")
     model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
                                                  dtype=getattr(torch, args.dtype)).eval()
     rope = hf.rope_from_config(model.config)
     pairs = hf.capture_qk(model, np.asarray(ids))
-    n_cal = len(ids) if args.calibration_fraction == 1.0 else int(round(args.calibration_fraction * len(ids)))
     cal = calibrate([q[:n_cal] for q, _ in pairs], [k[:n_cal] for _, k in pairs], rope=rope)
     path = cal.save(args.out)
     held = len(ids) - n_cal
