@@ -125,3 +125,14 @@ def test_kvmm_policies_exports_every_registered_policy():
     for registry in (kvmm.policies.STAGING_POLICIES, kvmm.policies.EVICTION_POLICIES):
         for cls in registry.values():
             assert getattr(kvmm.policies, cls.__name__) is cls
+
+
+def test_an_export_named_like_its_submodule_stays_the_export_after_the_submodule_is_imported():
+    # kvmm.sim.sweep (the module) defines kvmm.sim.sweep (the function): importing the module
+    # first must not make `from kvmm.sim import sweep` return the module
+    code = ("import types, kvmm.sim.sweep\n"
+            "from kvmm.sim import sweep\n"
+            "print(isinstance(sweep, types.ModuleType), sweep.__module__, sweep.__name__)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "kvmm.sim.sweep", "sweep"]
