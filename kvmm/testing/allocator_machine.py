@@ -28,10 +28,6 @@ def as_keys(keys):
     return np.array(keys, dtype=np.uint64).reshape(-1, 2)
 
 
-def tup(keys):
-    return [(int(a), int(b)) for a, b in keys]
-
-
 class BlockAllocatorMachine(RuleBasedStateMachine):
     """A :class:`~kvmm.allocators.BlockAllocator` against
     :class:`~kvmm.testing.models.NaiveBlockAllocator`, rule by rule.
