@@ -115,10 +115,9 @@ def kvmm_policy_benchmark(request: Any, kvmm_bench_scale: str) -> Callable[..., 
         stats = getattr(getattr(benchmark, "stats", None), "stats", None)
         seconds = stats.mean if stats is not None and stats.mean else seconds / rounds
         baseline_hits = hits if role == "baseline" else _lru_hits(request.config, keys, capacity)
-        benchmark.extra_info.update(hits=hits, hit_ratio=hits / len(keys) if keys else 0.0,
-                                    baseline_hit_ratio=baseline_hits / len(keys) if keys else 0.0)
         result = PolicyBenchmarkResult(label=name, role=role, group=group, trace=str(trace), capacity=capacity,
                                        refs=len(keys), hits=hits, seconds=seconds, baseline_hits=baseline_hits)
+        benchmark.extra_info.update(hits=hits, hit_ratio=result.hit_ratio, baseline_hit_ratio=result.baseline_hit_ratio)
         request.config.stash[_RESULTS].append(result)
         return result
 
