@@ -585,14 +585,13 @@ def entry_point(kernel, signature: str):
     """The compiled function of ``kernel`` for ``signature`` (loaded from numba's cache, or compiled).
 
     It skips the dispatcher: a caller must pass exactly the signature's types (an array of
-    another dtype or dimension would be read as if it had them).  Where numba cannot hand it out
-    (``NUMBA_DISABLE_JIT``, compilation disabled) the kernel itself is returned: it dispatches as
-    usual.
+    another dtype or dimension would be read as if it had them).  Under ``NUMBA_DISABLE_JIT`` the
+    kernel is a plain function (no ``compile``) and is returned itself.  A signature that does not
+    compile raises here, on the first call, rather than falling back to the slower dispatcher.
     """
-    try:
-        return kernel.compile(signature)
-    except Exception:  # noqa: BLE001 - any failure: the dispatcher (which reports real errors when called)
+    if not hasattr(kernel, "compile"):
         return kernel
+    return kernel.compile(signature)
 
 
 class EntryPoints:
