@@ -212,7 +212,7 @@ class Engine:
                 self.first_token[r] = now
                 self.remaining[r] = self.output_len_py[r] - 1
                 o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
-                self.hier.offer(self.ids[o0:o1], np.arange(o1 - o0) < self.gpu_at_take[r])
+                self.hier.offer(self.ids[o0:o1], int(self.gpu_at_take[r]))
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:
