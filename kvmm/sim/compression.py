@@ -38,14 +38,9 @@ SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
 
 def check_scorer(scorer: Any) -> None:
     """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
-    if isinstance(scorer, str):
-        if scorer not in SCORER_NAMES:
-            raise BadInputError(f"unknown scorer {scorer!r}; expected one of {list(SCORER_NAMES)} or an object with "
-                                "observe(seq_id, **evidence) and scores(seq_id)")
-        return
-    missing = [m for m in ("observe", "scores") if not callable(getattr(scorer, m, None))]
-    if missing:
-        raise BadInputError(f"scorer {type(scorer).__name__} lacks {missing}; expected a name or a TokenScorer")
+    from kvmm.sim.config import check_name_or_protocol
+
+    check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
 
 
 def make_scorer(scorer: Any) -> Any:
