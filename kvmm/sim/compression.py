@@ -29,7 +29,7 @@ import numpy as np
 
 from kvmm.allocators.token_table import TokenTable
 from kvmm.compress.eviction import evict_to_budget
-from kvmm.errors import BadInputError, OutOfBlocksError
+from kvmm.errors import OutOfBlocksError
 
 __all__ = ["Compressor", "SCORER_NAMES", "make_scorer", "check_scorer"]
 
