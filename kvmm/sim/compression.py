@@ -67,7 +67,6 @@ class Compressor:
         self.rng = np.random.default_rng(seed)
         self.reserved = 0  # sum of the running requests' peak blocks
         self.peak: dict[int, int] = {}
-        self.observed: dict[int, int] = {}  # tokens the scorer has seen per request
         self.compressions = 0
         self.tokens_evicted = 0
 
@@ -91,7 +90,6 @@ class Compressor:
             return False
         self.peak[r] = peak
         self.reserved += peak
-        self.observed[r] = 0
         return True
 
     def after_prefill(self, r: int) -> None:
@@ -132,4 +130,3 @@ class Compressor:
         if hasattr(self.scorer, "forget"):
             self.scorer.forget(r)
         self.reserved -= self.peak.pop(r)
-        self.observed.pop(r, None)
