@@ -94,18 +94,13 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
         from kvmm.sim.pd import simulate_pd
 
         return simulate_pd(config, m, trace, arrival, progress)
-    if config.instances == 1:
-        eng = Engine(config, m, trace, arrival, factory, progress)
-        end = eng.run()
-        eng.warn_if_unbounded()
-        if engine_hook is not None:
-            engine_hook(eng)
-        return collect(config, m, [eng], trace, arrival, end)
     engines, end = [], 0.0
     for i in range(config.instances):  # requests dealt round-robin, one engine each
-        idx = np.arange(i, trace.num_requests, config.instances)
-        sub = subset(trace, idx)
-        eng = Engine(config, m, sub, arrival[idx], factory, progress)
+        if config.instances == 1:
+            eng = Engine(config, m, trace, arrival, factory, progress)
+        else:
+            idx = np.arange(i, trace.num_requests, config.instances)
+            eng = Engine(config, m, subset(trace, idx), arrival[idx], factory, progress)
         end = max(end, eng.run())
         eng.warn_if_unbounded()
         if engine_hook is not None:
