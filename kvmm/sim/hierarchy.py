@@ -27,7 +27,7 @@ from kvmm.sim.config import SimConfig, make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
 
-__all__ = ["Hierarchy"]
+__all__ = ["Hierarchy", "pool_keys"]
 
 
 class Hierarchy:
@@ -138,6 +138,13 @@ class Hierarchy:
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
+
+
+def pool_keys(block_ids: np.ndarray) -> np.ndarray:
+    """The GPU pool's keys of trace block ids: rows ``(id, 1)`` (uint64), never the pool's empty key ``(0, 0)``."""
+    keys = np.ones((block_ids.shape[0], 2), dtype=np.uint64)
+    keys[:, 0] = block_ids.astype(np.uint64)
+    return keys
 
 
 def _as_mask(decision: Any, n: int) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.sim.config import SimConfig
-from kvmm.sim.hierarchy import Hierarchy
+from kvmm.sim.hierarchy import Hierarchy, pool_keys
 from kvmm.sim.models import ModelSpec
 from kvmm.traces.mooncake import MooncakeTrace
 
@@ -55,8 +55,7 @@ class _PD:
         self.input_len = np.maximum(trace.input_length, 1)
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
-        self.keys = np.ones((trace.block_ids.shape[0], 2), dtype=np.uint64)
-        self.keys[:, 0] = trace.block_ids.astype(np.uint64)
+        self.keys = pool_keys(trace.block_ids)
         self.bt = bt = int(getattr(trace, "block_tokens", 512))
         self.block_bytes = bt * m.kv_bytes_per_token
         self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False) for _ in range(pd.prefill_instances)]
