@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvmm._arrays import grown
+
 if TYPE_CHECKING:
     from kvmm.policies.ledger import CommitmentLedger
 
@@ -71,11 +73,8 @@ def _grow(ledger: CommitmentLedger, need: int) -> None:
     n = ledger.state.shape[0]
     while n < need:
         n *= 2
-    for name, (dtype, fill) in SLOT_ARRAYS.items():
-        old = getattr(ledger, name)
-        new = np.full(n, fill, dtype=dtype)
-        new[: old.shape[0]] = old
-        setattr(ledger, name, new)
+    for name, (_, fill) in SLOT_ARRAYS.items():
+        setattr(ledger, name, grown(getattr(ledger, name), n, fill))
 
 
 def write_claims(ledger: CommitmentLedger, slots: Any, request: Any, nbytes: Any, source: Any, work_ahead: Any, delay_s: Any,

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from kvmm._arrays import grown
 from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words, _grown, _next_pow2
+from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words, _next_pow2
 
 __all__ = ["AdmissionRequest", "WriteAll", "StoreThreshold", "SelectiveWriteThrough", "RefillFilter"]
 
@@ -183,8 +184,8 @@ class _KeyCounter:
             self.slots = new
         if need > self.id_keys.shape[0]:
             cap = _next_pow2(need)
-            self.id_keys = _grown(self.id_keys, cap, 0)
-            self.counts = _grown(self.counts, cap, 0)
+            self.id_keys = grown(self.id_keys, cap, 0)
+            self.counts = grown(self.counts, cap, 0)
         ids = np.empty(keys.shape[0], dtype=np.int64)
         K.get_or_insert_ids(keys, self.slots, self.id_keys, self.state, ids)
         out = np.empty(keys.shape[0], dtype=np.int64)

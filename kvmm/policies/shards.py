@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from kvmm._arrays import grown
 from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words, _grown
+from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words
 
 __all__ = ["ShardsTracker"]
 
@@ -158,10 +159,10 @@ class ShardsTracker(StackDistanceTracker):
             if status == K.DONE:
                 return
             if status == K.GROW_HIST:
-                self._whist = _grown(self._whist, 2 * self._whist.shape[0], 0.0)
+                self._whist = grown(self._whist, 2 * self._whist.shape[0], 0.0)
             else:
                 self._grow(status, min(K.CHUNK, n - pos))
 
     def _grow_extra_ids(self, cap: int) -> None:
         if self.fixed_size is not None:
-            self._id_hash = _grown(self._id_hash, cap, 0)
+            self._id_hash = grown(self._id_hash, cap, 0)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kvmm._arrays import grown
 from kvmm._validate import as_array, as_count, as_fraction, as_index_array
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
@@ -313,9 +314,9 @@ class StackDistanceTracker:
             self._slots = new
         elif status == K.GROW_IDS:
             cap = max(2 * self._id_keys.shape[0], _next_pow2(need))
-            self._id_keys = _grown(self._id_keys, cap, 0)
-            self._id_last = _grown(self._id_last, cap, -1)
-            self._hist = _grown(self._hist, cap, 0)
+            self._id_keys = grown(self._id_keys, cap, 0)
+            self._id_last = grown(self._id_last, cap, -1)
+            self._hist = grown(self._hist, cap, 0)
             self._grow_extra_ids(cap)
         elif status == K.GROW_TIME:
             size = _time_size(4 * (int(self._state[K.ST_LIVE]) + chunk))
@@ -423,12 +424,6 @@ def _time_size(n: int) -> int:
 def _next_pow2(n: int) -> int:
     """Smallest power of two >= n (and >= 2)."""
     return 1 << max(int(n) - 1, 1).bit_length()
-
-
-def _grown(arr: np.ndarray, size: int, fill) -> np.ndarray:
-    out = np.full(size, fill, dtype=arr.dtype)
-    out[: arr.shape[0]] = arr
-    return out
 
 
 def _fenwick_of(marks: np.ndarray) -> np.ndarray:
