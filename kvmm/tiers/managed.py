@@ -343,24 +343,13 @@ def _key_list(keys: Any) -> list:
     """Batch keys as a list of normal keys: an integer numpy array in one ``tolist``."""
     if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iu":
         return keys.tolist()
-    _require_key_list(keys)
-    return [_key(k) for k in keys]
+    return normalize_keys(keys)
 
 
 def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> None:
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
         raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
-
-
-def _require_key_list(keys: Any) -> None:
-    if isinstance(keys, (str, bytes, int, np.integer)) or not hasattr(keys, "__iter__"):
-        raise DTypeError(f"keys must be a list of keys, got {type(keys).__name__} {keys!r:.60}")
-
-
-def _key(key: Any) -> Hashable:
-    """:func:`normalize_key`, with plain ints (the common case in batch calls) passed through."""
-    return key if type(key) is int else normalize_key(key)
 
 
 def _takes_second_argument(method: Any) -> bool:
