@@ -138,6 +138,8 @@ def test_bad_lines_follow_the_shared_rules(tmp_path, fmt):
     ({**BAILIAN_LINES[0], "type": 3}, "bailian", "'type'"),
     ({**BAILIAN_LINES[0], "timestamp": -1.0}, "bailian", "'timestamp'"),
     ({**BAILIAN_LINES[0], "hash_ids": [1, -1]}, "bailian", "hash_ids"),
+    ({**BAILIAN_LINES[0], "hash_ids": [2**64]}, "bailian", "'hash_ids' must be a list of non-negative integers"),
+    ({**BAILIAN_LINES[0], "hash_ids": [1, True]}, "bailian", "'hash_ids' must be a list of non-negative integers"),
     ({**LMCACHE_LINES[0], "chunk_size": 0}, "lmcache", "chunk_size"),
     ({**LMCACHE_LINES[0], "chunk_hashes": [2**64]}, "lmcache", "does not fit 64 bits"),
     ({**LMCACHE_LINES[0], "chunk_hashes": ["xyz"]}, "lmcache", "not a hex string"),
