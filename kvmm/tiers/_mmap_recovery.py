@@ -277,15 +277,12 @@ class RecoveryMixin:
         self._damaged_lengths[segment] = sealed_len
 
     def _drop_key(self, key: Hashable) -> None:
-        """Forget every value of ``key`` (a tombstone is written once recovery ends, so an
-        older record can never resurface)."""
+        """Forget every value of ``key`` and list it in ``recovery["dropped_keys"]`` (the caller
+        writes its tombstone, recovery once it ends, so an older record can never resurface)."""
         previous = self._index.get(key)
         if previous is not None:
             self._used -= previous.payload_len
         self._supersede(key)
-        self._note_dropped(key)
-
-    def _note_dropped(self, key: Hashable) -> None:
         if key not in self._dropped:
             self._dropped.add(key)
             self.recovery["dropped_keys"].append(key)
