@@ -51,7 +51,7 @@ class SimulatedTier(TierBase):
     def put_size(self, key: Hashable, nbytes: int) -> None:
         """Record an entry of ``nbytes`` bytes (``uint8``, shape ``(nbytes,)``)."""
         nbytes = as_count(nbytes, "nbytes")
-        self._record(normalize_key(key), nbytes, _UINT8, (nbytes,))
+        self._record(normalize_key(key), nbytes, np.dtype(np.uint8), (nbytes,))
 
     def size_writer(self, nbytes: int) -> Any:
         """``store(key)``: :meth:`put_size` of ``nbytes`` (validated here, once) for callers that
@@ -60,7 +60,22 @@ class SimulatedTier(TierBase):
         Runtime complexity: O(1) per stored key.
         """
         nbytes = as_count(nbytes, "nbytes")
-        return lambda k: self._record(k, nbytes, _UINT8, (nbytes,))
+        entry = (nbytes, np.dtype(np.uint8), (nbytes,))
+        seconds = self.spec.transfer_seconds(nbytes, write=True)
+        entries, stats = self._entries, self.stats
+
+        def store(k: Hashable) -> None:
+            old = entries.get(k)
+            after = self._used - (old[0] if old is not None else 0) + nbytes
+            if after > self.capacity_bytes:
+                self._record(k, nbytes, entry[1], entry[2])  # raises the capacity error, changes nothing
+            entries[k] = entry
+            self._used = after
+            stats["puts"] += 1
+            stats["bytes_written"] += nbytes
+            stats["write_seconds"] += seconds
+
+        return store
 
     def size_writer_many(self, nbytes: int) -> Any:
         """``store_many(keys)``: :meth:`size_writer`'s ``store`` of each key in order, in one call,
@@ -75,8 +90,9 @@ class SimulatedTier(TierBase):
     def _store_many(self, nbytes: int, seconds: float, keys: list) -> None:
         entries, stats = self._entries, self.stats
         if not entries.keys().isdisjoint(keys):  # a stored key: its old size leaves the count
+            store = self.size_writer(nbytes)
             for k in keys:
-                self._record(k, nbytes, _UINT8, (nbytes,))
+                store(k)
             return
         n = len(keys)
         after = self._used + n * nbytes
