@@ -179,6 +179,9 @@ def test_save_trace_rejects_bad_arguments(tmp_path):
         load_trace("synthetic", medium="GPU")
     with pytest.raises(BadInputError, match="the bailian reader takes no option 'x'"):
         next(iter_trace_chunks("synthetic", "bailian", x=1))
+    save_trace(trace, tmp_path / "t.oracleGeneral", "oracle")
+    with pytest.raises(BadInputError, match="the oracle reader takes no option 'medium'"):
+        iter_trace_chunks(tmp_path / "t.oracleGeneral", medium="GPU")
     with pytest.raises(BadInputError, match="must be a KVTrace"):
         save_trace("synthetic", tmp_path / "x.jsonl", "mooncake")
     with pytest.raises(BadInputError, match="file path"):
