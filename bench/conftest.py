@@ -11,7 +11,9 @@ Conventions every benchmark follows:
 
 At the end of the run a table prints each group's throughput and the kvmm/baseline ratio, from
 the *median* time per call: on a shared machine a few rounds preempted by other jobs move the
-mean by several times, the median hardly at all.
+mean by several times, the median hardly at all.  A group whose kvmm benchmarks passed with no
+baseline passing beside them prints a ``no baseline timed in this run:`` line (also under
+``--benchmark-disable``, so tests/test_bench_smoke.py fails on it).
 
 ``KVMM_BENCH_SCALE=smoke`` shrinks every workload (the default test run uses it, with
 ``--benchmark-disable``, so benchmarks never rot); ``full`` (default) uses the sizes the issues
@@ -24,6 +26,9 @@ import os
 from collections import defaultdict
 
 import pytest
+
+NO_BASELINE = "no baseline timed in this run:"
+_ROLES = pytest.StashKey[dict]()  # benchmark group -> roles of its benchmarks that passed in this run
 
 SCALE = os.environ.get("KVMM_BENCH_SCALE", "full")
 
@@ -77,8 +82,20 @@ def _rows(config):
     return rows
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    bench = getattr(item, "funcargs", {}).get("benchmark")
+    if report.when == "call" and report.passed and bench is not None and bench.extra_info.get("role"):
+        item.config.stash.setdefault(_ROLES, defaultdict(set))[bench.group].add(bench.extra_info["role"])
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for group, roles in sorted(config.stash.get(_ROLES, {}).items(), key=lambda kv: str(kv[0])):
+        if "kvmm" in roles and "baseline" not in roles:
+            terminalreporter.write_line(f"{NO_BASELINE} {group}")
     rows = _rows(config)
     if not rows:
         return

@@ -15,6 +15,7 @@ import pytest
 
 from bench.conftest import size
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.testing.tiers import close_tier
 from kvmm.tiers import ArenaTier, MmapTier, RedisTier
 from tests.naive.eviction import drive, simulate_arc, simulate_fifo, simulate_lfu, simulate_lru
 from tests.redis_server import RedisServer
@@ -39,14 +40,6 @@ def make_tier(kind, tmp_path, request):
     if kind == "mmap":
         return MmapTier(tmp_path / "mmap", capacity, segment_bytes=8 * MiB)
     return RedisTier(capacity, url=request.getfixturevalue("redis_url"), prefix="bench")
-
-
-def close(tier):
-    if isinstance(tier, RedisTier):
-        tier.drop_pool()
-        tier.close()
-    elif isinstance(tier, MmapTier):
-        tier.close()
 
 
 def entries(nbytes):
@@ -91,7 +84,7 @@ def test_tier_bandwidth(benchmark, tmp_path, request, op, kind, label):
         benchmark.pedantic(put if op == "put" else get, rounds=ROUNDS * KEYS, warmup_rounds=KEYS)
         np.testing.assert_array_equal(tier.get(3), values[3])
     finally:
-        close(tier)
+        close_tier(tier)
 
 
 POLICIES = {

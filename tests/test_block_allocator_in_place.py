@@ -195,6 +195,53 @@ def test_entry_point_is_the_compiled_function_or_the_kernel_itself():
     assert kernels.entry_point(plain, "(int64,)") is plain
 
 
+@pytest.mark.parametrize("name", sorted(kernels.SIGNATURES))
+def test_every_signature_compiles_to_an_entry_point(name):
+    kernel = getattr(kernels, name)
+    if hasattr(kernel, "compile"):
+        assert kernels.entry_point(kernel, kernels.SIGNATURES[name]) is not kernel
+
+
+def test_a_signature_that_does_not_compile_raises():
+    # (not a silent fallback to the dispatcher, which would only be slower)
+    if hasattr(kernels.free_in_order, "compile"):
+        with pytest.raises(TypeError):
+            kernels.entry_point(kernels.free_in_order, "(float64,)")
+
+
+_SCENARIO = """
+import numpy as np
+from kvmm.allocators import BlockAllocator
+a = BlockAllocator(8, 4, secret=bytes(16))
+keys = np.array([[1, 2], [3, 4]], dtype=np.uint64)
+ids, h = a.admit(keys)
+a.free(ids[::-1])
+ids2, h2 = a.admit(keys, 1)
+n, offs, blocks, hits = a.admit_many(np.array([0, 1, 2]), np.array([[1, 2], [9, 9]], dtype=np.uint64))
+a.free_requests(offs, blocks)
+a.check()
+print(h, h2, ids2.tolist(), n, hits.tolist(), a.lookup(keys).tolist(), a.free_queue().tolist())
+"""
+
+
+def test_allocator_runs_with_numba_disable_jit():
+    """Under NUMBA_DISABLE_JIT the entry points are the plain kernels: same results as compiled."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONWARNINGS="ignore")
+    check = "\nfrom kvmm.allocators import _block_kernels as k\nassert k.FAST.admit is k.admit\n"
+    plain = subprocess.run([sys.executable, "-c", _SCENARIO + check], env=env, capture_output=True, text=True,
+                           check=True).stdout
+    compiled = io.StringIO()
+    with contextlib.redirect_stdout(compiled):
+        exec(_SCENARIO, {})  # noqa: S102 - the same calls, compiled, in this process
+    assert plain == compiled.getvalue() and plain.startswith("0 2 ")
+
+
 def test_fast_stubs_resolve_once_and_a_kept_stub_still_works():
     fast = kernels.EntryPoints()
     stub = fast.free_in_order

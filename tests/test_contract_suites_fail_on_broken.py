@@ -27,6 +27,17 @@ MUST_FAIL = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def numba_registries_loaded_out_here():
+    """numba imports some of its own modules (numba.np.polynomial, ...) at the first compile or
+    cache load of a process; pytester's inline runs drop every module they imported, and numba
+    cannot register those twice (KeyError: duplicate registration), so the kvmm tests run after
+    this file failed when it was the first to call a kernel.  Call one here, outside the runs."""
+    from kvmm.allocators import BlockAllocator
+
+    BlockAllocator(4, 2)
+
+
 @pytest.mark.parametrize("cls", sorted(MUST_FAIL))
 def test_suite_fails_exactly_on_the_broken_behaviour(pytester, cls):
     reprec = pytester.inline_run(f"{BREAKERS}::{cls}", "-p", "no:cacheprovider", "-p", "no:randomly")

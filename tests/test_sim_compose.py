@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 from kvmm.allocators.block_allocator import BlockAllocator
+from kvmm.errors import BadInputError
+from kvmm.policies.eviction import LRUPolicy
 from kvmm.policies.stack_distance import StackDistanceTracker
 from kvmm.sim import SimConfig, TierLevel, simulate
+from kvmm.sim.config import make_eviction
 from kvmm.sim.simulator import resolve_trace
 from kvmm.tiers.spec import preset
 from kvmm.traces.mooncake import MooncakeTrace
@@ -148,3 +151,21 @@ def test_builtin_write_all_equals_a_user_written_one(capacity):
     builtin, duck = run("write-all"), run(DuckWriteAll())
     assert duck.as_dict() == builtin.as_dict()
     assert builtin.tier_block_hits[0] > 0 and (capacity > 64 or builtin.tier_evictions[0] > 0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: TierLevel(eviction="mru"), r"unknown eviction policy 'mru'; expected one of \['arc', 'fifo', 'lfu', 'lru'\]"),
+    (lambda: TierLevel(eviction=DuckWriteAll()), r"eviction policy DuckWriteAll lacks \['on_insert', 'on_access', 'on_remove', 'victims'\]"),
+    (lambda: TierLevel(admission="write-none"), r"unknown admission policy 'write-none'; expected one of \['refill-filter'"),
+    (lambda: TierLevel(admission=object()), r"admission policy object lacks \['admit'\]"),
+    (lambda: SimConfig(scorer="h3o"), r"unknown scorer 'h3o'; expected one of \['h2o'"),
+    (lambda: SimConfig(scorer=DuckWriteAll()), r"scorer DuckWriteAll lacks \['observe', 'scores'\]"),
+])
+def test_a_policy_is_a_registered_name_or_an_object_with_its_methods(make, message):
+    with pytest.raises(BadInputError, match=message):
+        make()
+
+
+def test_eviction_names_are_case_insensitive():
+    assert TierLevel(eviction="LRU").eviction == "LRU"
+    assert isinstance(make_eviction("LRU"), LRUPolicy)

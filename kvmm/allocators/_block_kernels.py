@@ -244,7 +244,6 @@ def free(fields, meta, ids, mode, offsets, buffer):
     if _needs_copy(ids, fields, meta) or _needs_copy(offsets, fields, meta):
         return -ERR_COPY
     n = ids.shape[0]
-    num_blocks = fields.shape[1]
     if mode == 0:
         order = ids
     else:
@@ -260,9 +259,9 @@ def free(fields, meta, ids, mode, offsets, buffer):
     prev = fields[FREE_PREV]
     nxt = fields[FREE_NEXT]
     cached = fields[CACHED]
-    for k in range(n):
-        if order[k] < 0 or order[k] >= num_blocks:
-            return _error(ERR_RANGE, k)
+    code = _first_out_of_range(order, fields.shape[1])
+    if code:
+        return code
     for k in range(n):
         b = order[k]
         ref[b] -= 1
@@ -303,10 +302,9 @@ def touch(fields, meta, ids):
     if _needs_copy(ids, fields, meta):
         return -ERR_COPY
     n = ids.shape[0]
-    num_blocks = fields.shape[1]
-    for k in range(n):
-        if ids[k] < 0 or ids[k] >= num_blocks:
-            return _error(ERR_RANGE, k)
+    code = _first_out_of_range(ids, fields.shape[1])
+    if code:
+        return code
     _touch_valid(fields, meta, ids, 0, n)
     return OK
 
@@ -336,11 +334,9 @@ def cache_blocks(fields, block_keys, table, meta, ids, keys):
             or _needs_copy_pool(keys, fields, block_keys, table, meta)):
         return -ERR_COPY
     n = ids.shape[0]
-    num_blocks = fields.shape[1]
-    for k in range(n):
-        b = ids[k]
-        if b < 0 or b >= num_blocks:
-            return _error(ERR_RANGE, k)
+    code = _first_out_of_range(ids, fields.shape[1])
+    if code:
+        return code
     for k in range(n):
         b = ids[k]
         # A block that already holds this very key is left as it is (vLLM's cache_full_blocks
@@ -413,10 +409,9 @@ def evict(fields, block_keys, table, meta, ids):
     if _needs_copy_pool(ids, fields, block_keys, table, meta):
         return -ERR_COPY
     n = ids.shape[0]
-    num_blocks = fields.shape[1]
-    for k in range(n):
-        if ids[k] < 0 or ids[k] >= num_blocks:
-            return _error(ERR_RANGE, k)
+    code = _first_out_of_range(ids, fields.shape[1])
+    if code:
+        return code
     count = 0
     for k in range(n):
         b = ids[k]
@@ -510,6 +505,15 @@ def _error(status, where):
     return -(status | (where << STATUS_BITS))
 
 
+@njit(cache=True, nogil=True, _nrt=False)
+def _first_out_of_range(ids, num_blocks):
+    """OK if every id is in [0, num_blocks), else the ERR_RANGE code of the first that is not."""
+    for k in range(ids.shape[0]):
+        if ids[k] < 0 or ids[k] >= num_blocks:
+            return _error(ERR_RANGE, k)
+    return OK
+
+
 # Input arrays read in place.  The class checks only their type, dtype and dimensions; kernels
 # check the rest in a few nanoseconds (in Python, ``flags`` and numpy's ``base`` chain cost
 # ~0.1 us per argument): the alignment numba's code assumes, and that the array shares no memory
@@ -581,14 +585,13 @@ def entry_point(kernel, signature: str):
     """The compiled function of ``kernel`` for ``signature`` (loaded from numba's cache, or compiled).
 
     It skips the dispatcher: a caller must pass exactly the signature's types (an array of
-    another dtype or dimension would be read as if it had them).  Where numba cannot hand it out
-    (``NUMBA_DISABLE_JIT``, compilation disabled) the kernel itself is returned: it dispatches as
-    usual.
+    another dtype or dimension would be read as if it had them).  Under ``NUMBA_DISABLE_JIT`` the
+    kernel is a plain function (no ``compile``) and is returned itself.  A signature that does not
+    compile raises here, on the first call, rather than falling back to the slower dispatcher.
     """
-    try:
-        return kernel.compile(signature)
-    except Exception:  # noqa: BLE001 - any failure: the dispatcher (which reports real errors when called)
+    if not hasattr(kernel, "compile"):
         return kernel
+    return kernel.compile(signature)
 
 
 class EntryPoints:

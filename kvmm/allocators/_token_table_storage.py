@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvmm._arrays import grown
 from kvmm.allocators import _token_table_kernels as kernels
 from kvmm.allocators._token_table_lookup import note_index_change
 
@@ -50,10 +51,7 @@ def _new_row(table: TokenTable) -> int:
     """A never-used row (the row arrays double when full)."""
     if table.num_rows == table.row_seq.shape[0]:
         for name in ROW_ARRAYS:
-            old = getattr(table, name)
-            new = np.zeros(2 * old.shape[0], dtype=old.dtype)
-            new[:old.shape[0]] = old
-            setattr(table, name, new)
+            setattr(table, name, grown(getattr(table, name), 2 * table.num_rows))
     table.num_rows += 1
     return table.num_rows - 1
 

@@ -17,10 +17,8 @@ staging are not part of this comparison (the colocated runs have none either).
 
 from __future__ import annotations
 
-import numpy as np
-
 from kvmm.sim.config import GiB, PDConfig, SimConfig
-from kvmm.sim.load import offered_seconds
+from kvmm.sim.load import decode_seconds, offered_seconds
 from kvmm.sim.models import MODELS
 from kvmm.sim.simulator import resolve_trace, simulate
 from kvmm.tiers.spec import LINK_PRESETS
@@ -36,8 +34,7 @@ def reproduce(report) -> None:
     links = ("rdma400", "cross-dc") if quick else tuple(LINK_PRESETS)
     trace = resolve_trace("conversation", n)
     m = MODELS[MODEL]
-    decode_s = float(np.maximum(trace.output_length, 1).sum()) * m.decode_step_seconds(m.max_batch) / m.max_batch
-    prefill_share = 1.0 - decode_s / offered_seconds(trace, m)
+    prefill_share = 1.0 - decode_seconds(trace, m) / offered_seconds(trace, m)
     p = min(INSTANCES - 1, max(1, round(prefill_share * INSTANCES)))
     d = INSTANCES - p
 

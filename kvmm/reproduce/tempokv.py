@@ -27,7 +27,6 @@ from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
 from kvmm.sim.workload import Workload
-from kvmm.tiers.spec import preset
 
 POLICIES = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
 BASELINES = ("on-demand", "immediate", "immediate-edf", "write-through-lru")

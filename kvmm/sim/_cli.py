@@ -25,6 +25,8 @@ import re
 
 from kvmm.errors import BadInputError
 
+# kvmm.sim.config.STAGING_NAMES, spelled out: the parser is built on every `kvmm` call and importing
+# the config costs ~0.1 s (numpy); tests/test_sim_cli.py checks the two agree
 STAGING = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvmm.allocators.token_table import TokenTable
 from kvmm.compress.eviction import evict_to_budget
-from kvmm.errors import BadInputError, OutOfBlocksError
+from kvmm.errors import OutOfBlocksError
 
 __all__ = ["Compressor", "SCORER_NAMES", "make_scorer", "check_scorer"]
 
@@ -38,14 +38,9 @@ SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
 
 def check_scorer(scorer: Any) -> None:
     """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
-    if isinstance(scorer, str):
-        if scorer not in SCORER_NAMES:
-            raise BadInputError(f"unknown scorer {scorer!r}; expected one of {list(SCORER_NAMES)} or an object with "
-                                "observe(seq_id, **evidence) and scores(seq_id)")
-        return
-    missing = [m for m in ("observe", "scores") if not callable(getattr(scorer, m, None))]
-    if missing:
-        raise BadInputError(f"scorer {type(scorer).__name__} lacks {missing}; expected a name or a TokenScorer")
+    from kvmm.sim.config import check_name_or_protocol
+
+    check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
 
 
 def make_scorer(scorer: Any) -> Any:
@@ -72,7 +67,6 @@ class Compressor:
         self.rng = np.random.default_rng(seed)
         self.reserved = 0  # sum of the running requests' peak blocks
         self.peak: dict[int, int] = {}
-        self.observed: dict[int, int] = {}  # tokens the scorer has seen per request
         self.compressions = 0
         self.tokens_evicted = 0
 
@@ -96,7 +90,6 @@ class Compressor:
             return False
         self.peak[r] = peak
         self.reserved += peak
-        self.observed[r] = 0
         return True
 
     def after_prefill(self, r: int) -> None:
@@ -137,4 +130,3 @@ class Compressor:
         if hasattr(self.scorer, "forget"):
             self.scorer.forget(r)
         self.reserved -= self.peak.pop(r)
-        self.observed.pop(r, None)

@@ -193,29 +193,30 @@ class SimConfig:
 
 # ---------------------------------------------------------------------- policy resolution
 def check_eviction(policy: Any) -> None:
-    """A registered eviction name or an object with the EvictionPolicy methods."""
-    if isinstance(policy, str):
-        from kvmm.policies.eviction import EVICTION_POLICIES
+    """A registered eviction name (any case) or an object with the EvictionPolicy methods."""
+    from kvmm.policies.eviction import EVICTION_POLICIES
 
-        if policy.lower() not in EVICTION_POLICIES:
-            raise BadInputError(f"unknown eviction policy {policy!r}; expected one of {sorted(EVICTION_POLICIES)} "
-                                "or an object with on_insert/on_access/on_remove/victims")
-        return
-    missing = [m for m in ("on_insert", "on_access", "on_remove", "victims") if not callable(getattr(policy, m, None))]
-    if missing:
-        raise BadInputError(f"eviction policy {type(policy).__name__} lacks {missing}; expected a name or an "
-                            "EvictionPolicy (on_insert, on_access, on_remove, victims)")
+    check_name_or_protocol(policy.lower() if isinstance(policy, str) else policy, "eviction policy", EVICTION_POLICIES,
+                           ("on_insert", "on_access", "on_remove", "victims"), "EvictionPolicy")
 
 
 def check_admission(policy: Any) -> None:
     """A registered admission name or an object with ``admit(request)``."""
-    if isinstance(policy, str):
-        if policy not in ADMISSION_NAMES:
-            raise BadInputError(f"unknown admission policy {policy!r}; expected one of {list(ADMISSION_NAMES)} "
-                                "or an object with admit(request)")
+    check_name_or_protocol(policy, "admission policy", ADMISSION_NAMES, ("admit",), "AdmissionPolicy")
+
+
+def check_name_or_protocol(value: Any, kind: str, names: Any, methods: tuple[str, ...], protocol: str) -> None:
+    """``value`` is one of the registered ``names`` or an object whose ``methods`` are callable
+    (the ``protocol``); else a :class:`BadInputError` saying which it is not."""
+    if isinstance(value, str):
+        if value not in names:
+            raise BadInputError(f"unknown {kind} {value!r}; expected one of {sorted(names)} or an object with "
+                                f"{', '.join(methods)}")
         return
-    if not callable(getattr(policy, "admit", None)):
-        raise BadInputError(f"admission policy {type(policy).__name__} lacks admit(request); expected a name or an AdmissionPolicy")
+    missing = [m for m in methods if not callable(getattr(value, m, None))]
+    if missing:
+        raise BadInputError(f"{kind} {type(value).__name__} lacks {missing}; expected a name or an object of the {protocol} Protocol "
+                            f"({', '.join(methods)})")
 
 
 def make_eviction(policy: Any) -> Any:

@@ -43,7 +43,7 @@ from kvmm.policies.ledger import CONSUMED, READY, STAGING
 from kvmm.policies.staging import make_staging_policy
 from kvmm.sim._engine_kernels import _claims_work_ahead, _first_tick_not_before
 from kvmm.sim.config import SimConfig
-from kvmm.sim.hierarchy import Hierarchy
+from kvmm.sim.hierarchy import Hierarchy, pool_keys
 from kvmm.sim.models import ModelSpec
 from kvmm.sim.write_through import WriteThroughLRU
 from kvmm.traces.mooncake import MooncakeTrace
@@ -72,8 +72,7 @@ class Engine:
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
         self.ids = trace.block_ids.astype(np.int64)
-        self.keys = np.ones((self.ids.shape[0], 2), dtype=np.uint64)  # pool keys: (id, 1), never (0, 0)
-        self.keys[:, 0] = self.ids.astype(np.uint64)
+        self.keys = pool_keys(self.ids)
         self.bt = bt = int(getattr(trace, "block_tokens", 512))  # tokens per block of the trace's format
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
@@ -212,7 +211,7 @@ class Engine:
                 self.first_token[r] = now
                 self.remaining[r] = self.output_len_py[r] - 1
                 o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
-                self.hier.offer(self.ids[o0:o1], np.arange(o1 - o0) < self.gpu_at_take[r])
+                self.hier.offer(self.ids[o0:o1], int(self.gpu_at_take[r]))
                 if self.compressor is not None:
                     self.compressor.after_prefill(r)  # prefill-time compression to the budget
                 if self.write_through:

@@ -27,7 +27,7 @@ from kvmm.sim.config import SimConfig, make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
 
-__all__ = ["Hierarchy"]
+__all__ = ["Hierarchy", "pool_keys"]
 
 
 class Hierarchy:
@@ -51,6 +51,9 @@ class Hierarchy:
         self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
                       for lv in levels]
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
+        # kvmm's own WriteAll is stateless and admits every block the tier lacks; with the cached
+        # ones kept (offer) that is every block, so offer skips its admission call
+        self.writes_all = [type(a) is WriteAll for a in self.admission]
         self.tier_hits = [0] * len(levels)  # blocks found when offered
         self.tier_offered = [0] * len(levels)  # blocks offered
         self.ops: list | None = [] if record_ops else None
@@ -68,11 +71,7 @@ class Hierarchy:
         are each in some lower tier (``src[i]``: the fastest that holds it).  No policy event: a
         lookup is not an access (the blocks are accessed when the request offers them).
         """
-        gpu = 0
-        if self.prefix_cache:
-            gpu = int(self.pool.lookup(keys).shape[0])
-            if self.ops is not None:
-                self.ops.append(("lookup", keys.copy(), gpu))
+        gpu = self.gpu_prefix(keys)
         rest = ids[gpu:]
         if not self.tiers or rest.shape[0] == 0:
             return gpu, np.zeros(0, dtype=np.int64)
@@ -120,27 +119,32 @@ class Hierarchy:
             self.ops.append(("free", rev.copy()))
 
     # ------------------------------------------------------------------ lower tiers
-    def offer(self, ids: np.ndarray, gpu_hit: np.ndarray | None = None) -> None:
-        """Write a prefilled request's blocks down: each tier's admission picks the blocks to write;
-        blocks the tier holds are accessed, admitted ones written, in prefix order."""
+    def offer(self, ids: np.ndarray, gpu_hits: int = 0) -> None:
+        """Write a prefilled request's blocks down: each tier's admission picks the blocks to write
+        (the first ``gpu_hits`` were GPU prefix hits); blocks the tier holds are accessed, admitted
+        ones written, in prefix order."""
         if not self.tiers:
             return
         n = ids.shape[0]
-        hit_mask = np.zeros(n, dtype=bool) if gpu_hit is None else gpu_hit
         for i, tier in enumerate(self.tiers):
-            admission = self.admission[i]
-            if type(admission) is WriteAll:
-                # the built-in WriteAll is stateless and admits every block the tier lacks; with
-                # the cached ones kept (below) that is every block, with no admission call
+            if self.writes_all[i]:
                 write: Any = np.ones(n, dtype=bool)
             else:
-                def write(cached: np.ndarray, admission: Any = admission) -> np.ndarray:  # on what the tier holds now
+                def write(cached: np.ndarray, admission: Any = self.admission[i]) -> np.ndarray:  # on what the tier holds now
                     # a block cached at admission time but evicted by an earlier write of this request
                     # is written back (it was offered and the tier held it: the admission kept it)
-                    return _as_mask(admission.admit(AdmissionRequest(ids, cached, hit_mask)), n) | cached
+                    request = AdmissionRequest(ids, cached, np.arange(n) < gpu_hits)
+                    return _as_mask(admission.admit(request), n) | cached
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
+
+
+def pool_keys(block_ids: np.ndarray) -> np.ndarray:
+    """The GPU pool's keys of trace block ids: rows ``(id, 1)`` (uint64), never the pool's empty key ``(0, 0)``."""
+    keys = np.ones((block_ids.shape[0], 2), dtype=np.uint64)
+    keys[:, 0] = block_ids.astype(np.uint64)
+    return keys
 
 
 def _as_mask(decision: Any, n: int) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from kvmm.sim.models import ModelSpec
 from kvmm.traces.mooncake import MooncakeTrace
 
-__all__ = ["offered_seconds", "arrival_times"]
+__all__ = ["offered_seconds", "decode_seconds", "arrival_times"]
 
 
 def offered_seconds(trace: MooncakeTrace, model: ModelSpec) -> float:
@@ -35,8 +35,14 @@ def offered_seconds(trace: MooncakeTrace, model: ModelSpec) -> float:
     else:
         new_blocks = np.zeros(n, dtype=np.int64)
     new_tokens = np.minimum(new_blocks * int(getattr(trace, "block_tokens", 512)), np.maximum(trace.input_length, 1))
+    return float(new_tokens.sum()) / model.prefill_tokens_per_s + decode_seconds(trace, model)
+
+
+def decode_seconds(trace: MooncakeTrace, model: ModelSpec) -> float:
+    """The decode part of :func:`offered_seconds`: every output token at the per-sequence cost of
+    a full decode batch.  O(requests)."""
     decode = model.decode_step_seconds(model.max_batch) / model.max_batch
-    return float(new_tokens.sum()) / model.prefill_tokens_per_s + float(np.maximum(trace.output_length, 1).sum()) * decode
+    return float(np.maximum(trace.output_length, 1).sum()) * decode
 
 
 def arrival_times(trace: MooncakeTrace, model: ModelSpec, cfg) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.sim.config import SimConfig
-from kvmm.sim.hierarchy import Hierarchy
+from kvmm.sim.hierarchy import Hierarchy, pool_keys
 from kvmm.sim.models import ModelSpec
 from kvmm.traces.mooncake import MooncakeTrace
 
@@ -55,8 +55,7 @@ class _PD:
         self.input_len = np.maximum(trace.input_length, 1)
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
-        self.keys = np.ones((trace.block_ids.shape[0], 2), dtype=np.uint64)
-        self.keys[:, 0] = trace.block_ids.astype(np.uint64)
+        self.keys = pool_keys(trace.block_ids)
         self.bt = bt = int(getattr(trace, "block_tokens", 512))
         self.block_bytes = bt * m.kv_bytes_per_token
         self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False) for _ in range(pd.prefill_instances)]
@@ -219,24 +218,16 @@ class _PD:
 
     # ------------------------------------------------------------------ metrics
     def result(self, end: float):
-        from kvmm.sim.simulator import SimResult
+        from kvmm.sim.simulator import SimResult, latency_metrics
 
         cfg, m = self.cfg, self.m
-        ttft = self.first_token - self.arrival
-        multi = self.output_len > 1
-        tpot = (self.finish[multi] - self.first_token[multi]) / (self.output_len[multi] - 1)
         span = end - float(self.arrival.min())
         stats = [h.pool.stats for h in self.prefill]
         pd = cfg.pd
         return SimResult(
             label=cfg.label or f"{m.name}/pd {pd.prefill_instances}x{pd.decode_instances} {self.link.name}",
-            policy="pd", model=m.name, requests=self.n, duration_s=span,
-            load=float(cfg.load) if cfg.load is not None else float("nan"),
-            output_tokens_per_s=float(self.output_len.sum()) / span if span > 0 else 0.0,
-            ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
-            ttft_p99=float(np.percentile(ttft, 99)), ttft_mean=float(ttft.mean()),
-            tpot_p50=float(np.percentile(tpot, 50)) if tpot.size else 0.0,
-            tpot_p95=float(np.percentile(tpot, 95)) if tpot.size else 0.0,
+            policy="pd", model=m.name, requests=self.n,
+            **latency_metrics(cfg, self.arrival, self.first_token, self.finish, self.output_len, span),
             ttft_p95_high_priority=0.0, high_priority_requests=0, protected_byte_seconds=0.0,
             protected_byte_seconds_per_request=0.0, peak_protected_bytes=0, fast_tier_bytes=0, claims=0,
             ready_in_time=0, ready_late=0, claims_cancelled=0, claims_recomputed=0, slow_hit_token_share=0.0,

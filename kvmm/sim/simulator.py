@@ -94,18 +94,13 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
         from kvmm.sim.pd import simulate_pd
 
         return simulate_pd(config, m, trace, arrival, progress)
-    if config.instances == 1:
-        eng = Engine(config, m, trace, arrival, factory, progress)
-        end = eng.run()
-        eng.warn_if_unbounded()
-        if engine_hook is not None:
-            engine_hook(eng)
-        return collect(config, m, [eng], trace, arrival, end)
     engines, end = [], 0.0
     for i in range(config.instances):  # requests dealt round-robin, one engine each
-        idx = np.arange(i, trace.num_requests, config.instances)
-        sub = subset(trace, idx)
-        eng = Engine(config, m, sub, arrival[idx], factory, progress)
+        if config.instances == 1:
+            eng = Engine(config, m, trace, arrival, factory, progress)
+        else:
+            idx = np.arange(i, trace.num_requests, config.instances)
+            eng = Engine(config, m, subset(trace, idx), arrival[idx], factory, progress)
         end = max(end, eng.run())
         eng.warn_if_unbounded()
         if engine_hook is not None:
@@ -121,9 +116,6 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
     fin = np.concatenate([e.finish for e in engines])
     out_len = np.concatenate([e.output_len for e in engines])
     high = np.concatenate([e.priority_class for e in engines]) == 0
-    ttft = first - arr
-    multi = out_len > 1
-    tpot = (fin[multi] - first[multi]) / (out_len[multi] - 1)
     n = trace.num_requests
     prompt = float(np.maximum(trace.input_length, 1).sum())
     span = end - float(arrival.min()) if n else 0.0
@@ -138,14 +130,8 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
     tiers = len(cfg.tiers)
     label = cfg.label or f"{m.name}/{cfg.policy}"
     return SimResult(
-        label=label, policy=cfg.policy, model=m.name, requests=n, duration_s=span,
-        load=float(cfg.load) if cfg.load is not None else float("nan"),
-        output_tokens_per_s=float(out_len.sum()) / span if span > 0 else 0.0,
-        ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
-        ttft_p99=float(np.percentile(ttft, 99)), ttft_mean=float(ttft.mean()),
-        tpot_p50=float(np.percentile(tpot, 50)) if tpot.size else 0.0,
-        tpot_p95=float(np.percentile(tpot, 95)) if tpot.size else 0.0,
-        ttft_p95_high_priority=float(np.percentile(ttft[high], 95)) if high.any() else 0.0,
+        label=label, policy=cfg.policy, model=m.name, requests=n, **latency_metrics(cfg, arr, first, fin, out_len, span),
+        ttft_p95_high_priority=float(np.percentile((first - arr)[high], 95)) if high.any() else 0.0,
         high_priority_requests=int(high.sum()),
         protected_byte_seconds=bs, protected_byte_seconds_per_request=bs / n,
         peak_protected_bytes=int(peak), fast_tier_bytes=int(cfg.fast_tier.capacity_bytes),
@@ -164,6 +150,22 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines),
         max_running=max(e.max_running for e in engines),
         tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None))
+
+
+def latency_metrics(cfg: SimConfig, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, out_len: np.ndarray,
+                    span: float) -> dict:
+    """The :class:`SimResult` fields every serving mode reports alike: span, load, output rate,
+    TTFT and TPOT percentiles (per request: arrival, first token and finish times, output tokens)."""
+    ttft = first - arrival
+    multi = out_len > 1
+    tpot = (finish[multi] - first[multi]) / (out_len[multi] - 1)
+    return dict(
+        duration_s=span, load=float(cfg.load) if cfg.load is not None else float("nan"),
+        output_tokens_per_s=float(out_len.sum()) / span if span > 0 else 0.0,
+        ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
+        ttft_p99=float(np.percentile(ttft, 99)), ttft_mean=float(ttft.mean()),
+        tpot_p50=float(np.percentile(tpot, 50)) if tpot.size else 0.0,
+        tpot_p95=float(np.percentile(tpot, 95)) if tpot.size else 0.0)
 
 
 def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:

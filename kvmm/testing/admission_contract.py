@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from kvmm.errors import DTypeError, KvmmError, ShapeError
+from kvmm.errors import DTypeError, ShapeError
 from kvmm.protocols import AdmissionPolicy
 
 __all__ = ["AdmissionPolicyContract", "admission_requests", "as_admit_mask"]

@@ -28,10 +28,6 @@ def as_keys(keys):
     return np.array(keys, dtype=np.uint64).reshape(-1, 2)
 
 
-def tup(keys):
-    return [(int(a), int(b)) for a, b in keys]
-
-
 class BlockAllocatorMachine(RuleBasedStateMachine):
     """A :class:`~kvmm.allocators.BlockAllocator` against
     :class:`~kvmm.testing.models.NaiveBlockAllocator`, rule by rule.
@@ -73,6 +69,10 @@ class BlockAllocatorMachine(RuleBasedStateMachine):
     @rule(counts=st.lists(st.integers(0, 3), max_size=4))
     def allocate_many(self, counts):
         if sum(counts) > self.model.num_free:
+            before = self.real.snapshot()
+            with pytest.raises(OutOfBlocksError):
+                self.real.allocate_many(counts)
+            assert_same_snapshot(before, self.real.snapshot())
             return
         offsets, ids = self.real.allocate_many(counts)
         want = self.model.allocate_many(counts)
@@ -80,23 +80,25 @@ class BlockAllocatorMachine(RuleBasedStateMachine):
         assert [ids[offsets[r]:offsets[r + 1]].tolist() for r in range(len(counts))] == want
         self.held += ids.tolist()
 
-    @precondition(lambda self: self.held)
-    @rule(data=st.data())
-    def free(self, data):
+    def take_held(self, data):
+        """Draw some of the references held and stop holding them (the caller frees them)."""
         picks = data.draw(st.lists(st.integers(0, len(self.held) - 1), unique=True, max_size=len(self.held)))
         ids = [self.held[i] for i in picks]
         for i in sorted(picks, reverse=True):
             del self.held[i]
+        return ids
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free(self, data):
+        ids = self.take_held(data)
         self.real.free(np.array(ids, dtype=np.int32))
         self.model.free(ids)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())
     def free_requests(self, data):
-        picks = data.draw(st.lists(st.integers(0, len(self.held) - 1), unique=True, max_size=len(self.held)))
-        ids = [self.held[i] for i in picks]
-        for i in sorted(picks, reverse=True):
-            del self.held[i]
+        ids = self.take_held(data)
         cut = data.draw(st.integers(0, len(ids)))
         self.real.free_requests([0, cut, len(ids)], ids)
         self.model.free(ids[:cut][::-1] + ids[cut:][::-1])

@@ -67,6 +67,7 @@ _times = st.sampled_from([0.0, 0.001, 0.005, 0.02, 0.1, 0.5, 2.0])
 _work = st.sampled_from([0.0, 5.0, 50.0, 200.0, 1000.0, 1e5])
 _BAD_NUMBERS = [-1.0, float("nan"), float("inf"), 1e300, "1", None, True]
 _maybe_bad = st.sampled_from([None] * 12 + _BAD_NUMBERS)  # None: no fault
+OPEN = (CLAIMED, PENDING, STAGING, READY, CONSUMED)  # every state of an open claim
 _FOREIGN = (999, -1, 1 << 40, (7 << 32) | 3)  # never issued here (another ledger's, or nonsense)
 
 
@@ -173,7 +174,7 @@ class CommitmentLedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.claims)
     @rule(data=st.data(), wa=_work, delay=st.none() | _times, bad=_maybe_bad)
     def update(self, data, wa, delay, bad):
-        ids = self.draw_ids(data, (CLAIMED, PENDING, STAGING, READY, CONSUMED))
+        ids = self.draw_ids(data, OPEN)
         vals = [wa * (i + 1) for i in range(len(ids))]
         if bad is not None and self.spoiled is None:
             vals[-1] = bad
@@ -212,7 +213,7 @@ class CommitmentLedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.claims)
     @rule(data=st.data())
     def need(self, data):
-        a, b = self.both("need", self.draw_ids(data, (CLAIMED, PENDING, STAGING, READY, CONSUMED)), now=self.now)
+        a, b = self.both("need", self.draw_ids(data, OPEN), now=self.now)
         assert a == (None if b is None else b.tolist())
 
     @precondition(lambda self: self.ids_in((READY,)))
@@ -223,7 +224,7 @@ class CommitmentLedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.claims)
     @rule(data=st.data())
     def release(self, data):
-        ids = self.draw_ids(data, (CLAIMED, PENDING, STAGING, READY, CONSUMED))
+        ids = self.draw_ids(data, OPEN)
         a, b = self.both("release", ids, now=self.now)
         if a is not None:
             assert np.allclose(a, b, rtol=1e-9, atol=1e-9)

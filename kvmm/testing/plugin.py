@@ -99,8 +99,10 @@ def kvmm_policy_benchmark(request: Any, kvmm_bench_scale: str) -> Callable[..., 
 
         keys = trace_keys(str(trace), SMOKE_REQUESTS if kvmm_bench_scale == "smoke" else None)
         factory = policy_factory if role == "kvmm" else LRUPolicy
-        name = label or getattr(policy_factory, "__name__", type(policy_factory()).__name__)
-        name = name if role == "kvmm" else "LRUPolicy"
+        if role == "kvmm":  # a policy is built for its class name only when the factory has no __name__
+            name = label or getattr(policy_factory, "__name__", None) or type(policy_factory()).__name__
+        else:
+            name = "LRUPolicy"
         group = f"{request.node.originalname}: {trace}, {capacity} blocks, {kvmm_bench_scale}"
         replay_policy(factory(), keys[:200], capacity)  # warm up (numba kernels compile here)
         benchmark = request.getfixturevalue("benchmark")  # pytest-benchmark (kvmm[test])
@@ -113,10 +115,9 @@ def kvmm_policy_benchmark(request: Any, kvmm_bench_scale: str) -> Callable[..., 
         stats = getattr(getattr(benchmark, "stats", None), "stats", None)
         seconds = stats.mean if stats is not None and stats.mean else seconds / rounds
         baseline_hits = hits if role == "baseline" else _lru_hits(request.config, keys, capacity)
-        benchmark.extra_info.update(hits=hits, hit_ratio=hits / len(keys) if keys else 0.0,
-                                    baseline_hit_ratio=baseline_hits / len(keys) if keys else 0.0)
         result = PolicyBenchmarkResult(label=name, role=role, group=group, trace=str(trace), capacity=capacity,
                                        refs=len(keys), hits=hits, seconds=seconds, baseline_hits=baseline_hits)
+        benchmark.extra_info.update(hits=hits, hit_ratio=result.hit_ratio, baseline_hit_ratio=result.baseline_hit_ratio)
         request.config.stash[_RESULTS].append(result)
         return result
 

@@ -117,14 +117,16 @@ class TokenScorerContract:
         if not isinstance(scorer, TokenScorerBase):
             pytest.skip("evidence checks of TokenScorerBase only")
         live = self.drive(scorer)
+        before = np.array(scorer.scores(0), copy=True)
         rng = np.random.default_rng(9)
+        shrank = self.evidence(rng, live - 1, 0, live)  # shrank without on_evict
         with pytest.raises(KvmmError):
-            scorer.observe(0, **self.evidence(rng, live - 1, 0, live))  # shrank without on_evict
+            scorer.observe(0, **shrank)
+        bad = self.evidence(rng, live + 1, 1, live)
+        bad["attention"][0, 0, 0] = np.nan
         with pytest.raises(KvmmError):
-            bad = self.evidence(rng, live + 1, 1, live)
-            bad["attention"][0, 0, 0] = np.nan
             scorer.observe(0, **bad)
-        assert scorer.scores(0).shape == (live,)  # rejected evidence changed nothing
+        np.testing.assert_array_equal(scorer.scores(0), before)  # rejected evidence changed nothing
 
     def test_victims_are_the_lowest_scores(self) -> None:
         from kvmm.compress import select_victims

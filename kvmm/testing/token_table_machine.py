@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.errors import OutOfBlocksError, StalePlanError
+from kvmm.testing.allocator_machine import assert_same_snapshot
 from kvmm.testing.models.token_table import NaiveTokenTable
 
 __all__ = ["TokenTableMachine"]
@@ -90,7 +91,7 @@ class TokenTableMachine(RuleBasedStateMachine):
             before = self.real.snapshot()
             with pytest.raises(OutOfBlocksError):
                 self.real.append(seqs, counts)
-            assert_same(before, self.real.snapshot())
+            assert_same_snapshot(before, self.real.snapshot())
             return
         lengths = [len(self.model.seqs[s]["tok"]) for s in seqs]
         got = self.real.append(seqs, counts)
@@ -195,9 +196,3 @@ class TokenTableMachine(RuleBasedStateMachine):
                 if slot >= 0:
                     want = alias.get((seq, logical), token_id(seq, logical))
                     assert self.store[slot] == want, (seq, logical, slot)
-
-
-def assert_same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert np.array_equal(a[k], b[k]), k

@@ -55,6 +55,14 @@ class NaiveBlockAllocator:
                 "cached_blocks": len(self.block_key), "cached_keys": len(self.cached)}
 
     # -- blocks
+    def _block_ids(self, ids) -> list[int]:
+        """``ids`` as ints; IndexError for one outside [0, num_blocks)."""
+        ids = _ids(ids)
+        for b in ids:
+            if not 0 <= b < self.num_blocks:
+                raise IndexError(b)
+        return ids
+
     def _uncache(self, b: int) -> None:
         key = self.block_key.pop(b)
         del self.cached[key][b]
@@ -80,10 +88,7 @@ class NaiveBlockAllocator:
         return [self.allocate(c) for c in counts]
 
     def free(self, ids: list[int]) -> None:
-        ids = _ids(ids)
-        for b in ids:
-            if not 0 <= b < self.num_blocks:
-                raise IndexError(b)
+        ids = self._block_ids(ids)
         need: dict[int, int] = {}
         for b in ids:
             need[b] = need.get(b, 0) + 1
@@ -102,10 +107,7 @@ class NaiveBlockAllocator:
             self.free_q.move_to_end(b, last=False)
 
     def touch(self, ids: list[int]) -> None:
-        ids = _ids(ids)
-        for b in ids:
-            if not 0 <= b < self.num_blocks:
-                raise IndexError(b)
+        ids = self._block_ids(ids)
         for b in ids:
             if self.ref[b] == 0:
                 del self.free_q[b]
@@ -149,10 +151,7 @@ class NaiveBlockAllocator:
         return [self.lookup(keys) for keys in requests]
 
     def evict(self, ids: list[int]) -> int:
-        ids = _ids(ids)
-        for b in ids:
-            if not 0 <= b < self.num_blocks:
-                raise IndexError(b)
+        ids = self._block_ids(ids)
         n = 0
         for b in ids:
             if b in self.block_key:

@@ -82,12 +82,15 @@ class LedgerModel:
     def ids(self, slot):
         return self.generation[slot] << 32 | slot
 
-    def _time(self, now):
+    def _advance(self, now):
+        """Check ``now`` (a number, not before the clock) and move the clock to it; every call
+        checks its other arguments first, so a refused call changes nothing."""
         if isinstance(now, (bool, str)) or now is None:
             raise DTypeError("now must be a number")
         if not (self.clock <= now <= MAX_SECONDS):
             raise BadInputError("now out of bounds or backwards")
-        return float(now)
+        self.clock = float(now)
+        return self.clock
 
     def _open(self, ids, allowed=None, *, unique=True, releasing=False):
         ids = [int(i) for i in ids]
@@ -132,8 +135,7 @@ class LedgerModel:
         src = [0] * k if source is None else list(source)
         if len(src) != k or any(not 0 <= s < len(self.latency) for s in src):
             raise BadInputError("bad source")
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         out = []
         for i in range(k):
             if self.released_slots:
@@ -157,8 +159,7 @@ class LedgerModel:
         slots = self._open(ids)
         wa = self._floats(work_ahead, len(slots), MAX_WORK)
         dl = [0.0] * len(slots) if delay_s is None else self._floats(delay_s, len(slots), MAX_SECONDS)
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         olds = [self.use_at(self.claims[s]) for s in slots]
         news = [now + d + w / self.rate for w, d in zip(wa, dl)]
         earlier = sum(o - n for o, n in zip(olds, news) if o - n > 0)
@@ -181,8 +182,7 @@ class LedgerModel:
     def request(self, ids, *, now, deadline=None):
         slots = self._open(ids, (CLAIMED, PENDING))
         dls = None if deadline is None else self._floats(deadline, len(slots), MAX_SECONDS, allow_inf=True)
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         for i, s in enumerate(slots):
             c = self.claims[s]
             d = self.use_at(c) if dls is None else dls[i]
@@ -190,8 +190,7 @@ class LedgerModel:
             c["state"] = PENDING
 
     def expire(self, now):
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         self.expired_ids = []
         if self.ready_lease_s is not None:
             for s in sorted(self.claims):
@@ -206,7 +205,7 @@ class LedgerModel:
     def poll(self, now, *, timely=True, fifo=False):
         if not isinstance(timely, bool) or not isinstance(fifo, bool):
             raise BadInputError("timely and fifo are booleans")
-        now = self._time(now)
+        now = self._advance(now)
         if self.last_poll is not None and now > self.last_poll:
             self.poll_gap = (1 - self.rate_alpha) * self.poll_gap + self.rate_alpha * (now - self.last_poll)
         self.last_poll = now
@@ -236,8 +235,7 @@ class LedgerModel:
 
     def mark_ready(self, ids, *, now):
         slots = self._open(ids, (STAGING,))
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         for s in slots:
             c = self.claims[s]
             sample = _clip((now - c["committed_at"]) / c["model_at_grant"], RATIO_LO, RATIO_HI)
@@ -247,8 +245,7 @@ class LedgerModel:
 
     def need(self, ids, *, now):
         slots = self._open(ids)
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         for s in slots:
             c = self.claims[s]
             if c["needed_at"] is None:
@@ -262,8 +259,7 @@ class LedgerModel:
 
     def consume(self, ids, *, now):
         slots = self._open(ids, (READY,))
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         for s in slots:
             c = self.claims[s]
             first_need = now if c["needed_at"] is None else c["needed_at"]
@@ -275,8 +271,7 @@ class LedgerModel:
 
     def release(self, ids, *, now):
         slots = self._open(ids, releasing=True)
-        now = self._time(now)
-        self.clock = now
+        now = self._advance(now)
         return [self._free(s, now) for s in slots]
 
     def _free(self, slot, now):
