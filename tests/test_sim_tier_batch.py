@@ -124,6 +124,23 @@ def test_prefix_shaped_offer_at_the_capacity_edge(policy, room):
     batch.check()
 
 
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_prefix_shaped_offer_larger_than_the_tier_evicts_its_own_keys(policy):
+    # 12 new keys in a tier of 10: later keys evict earlier ones of the same call (and the hits),
+    # so the victims cannot all be taken before one write: it must still equal the one-key calls
+    batch, single = _tier(policy), _tier(policy)
+    for t in (batch, single):
+        for k in range(6):
+            t.put_size(k, 100)
+    offered = [0, 1] + list(range(100, 112))
+    hits = batch.access_or_put_size_many(offered, 100, [True] * len(offered))
+    assert hits.tolist() == _one_key_calls(single, offered, [True] * len(offered))
+    assert batch.policy.keys() == single.policy.keys() == list(range(102, 112))
+    assert batch.evictions == single.evictions == 8  # 6 stored + 12 new - 10 slots
+    _same_write_stats(batch, single)
+    batch.check()
+
+
 def test_repeated_and_interleaved_keys_take_the_per_key_path():
     batch, single = _tier("lru"), _tier("lru")
     for t in (batch, single):

@@ -138,6 +138,8 @@ def test_bad_lines_follow_the_shared_rules(tmp_path, fmt):
     ({**BAILIAN_LINES[0], "type": 3}, "bailian", "'type'"),
     ({**BAILIAN_LINES[0], "timestamp": -1.0}, "bailian", "'timestamp'"),
     ({**BAILIAN_LINES[0], "hash_ids": [1, -1]}, "bailian", "hash_ids"),
+    ({**BAILIAN_LINES[0], "hash_ids": [2**64]}, "bailian", "'hash_ids' must be a list of non-negative integers"),
+    ({**BAILIAN_LINES[0], "hash_ids": [1, True]}, "bailian", "'hash_ids' must be a list of non-negative integers"),
     ({**LMCACHE_LINES[0], "chunk_size": 0}, "lmcache", "chunk_size"),
     ({**LMCACHE_LINES[0], "chunk_hashes": [2**64]}, "lmcache", "does not fit 64 bits"),
     ({**LMCACHE_LINES[0], "chunk_hashes": ["xyz"]}, "lmcache", "not a hex string"),
@@ -177,6 +179,9 @@ def test_save_trace_rejects_bad_arguments(tmp_path):
         load_trace("synthetic", medium="GPU")
     with pytest.raises(BadInputError, match="the bailian reader takes no option 'x'"):
         next(iter_trace_chunks("synthetic", "bailian", x=1))
+    save_trace(trace, tmp_path / "t.oracleGeneral", "oracle")
+    with pytest.raises(BadInputError, match="the oracle reader takes no option 'medium'"):
+        iter_trace_chunks(tmp_path / "t.oracleGeneral", medium="GPU")
     with pytest.raises(BadInputError, match="must be a KVTrace"):
         save_trace("synthetic", tmp_path / "x.jsonl", "mooncake")
     with pytest.raises(BadInputError, match="file path"):

@@ -182,12 +182,9 @@ def damaged_record_keys(buf: Any, offset: int, size: int, known: Any) -> list[Ha
     key_start = offset + RECORD_HEADER_BYTES
     found: list[Hashable] = []
     if 0 < key_len <= _MAX_SALVAGED_KEY and key_start + key_len <= size:
-        try:
-            key = normalize_key(decode_key(bytes(buf[key_start:key_start + key_len])))
-            hash(key)
+        key = stored_key(bytes(buf[key_start:key_start + key_len]))
+        if key is not None:
             found.append(key)
-        except Exception:  # any bytes may be here: not a key this library wrote
-            pass
     (header_crc,) = U32.unpack(buf[offset + RECORD_HEADER.size:offset + RECORD_HEADER_BYTES])
     for candidate in known:
         key_bytes = encode_key(candidate)
@@ -197,6 +194,15 @@ def damaged_record_keys(buf: Any, offset: int, size: int, known: Any) -> list[Ha
         if zlib.crc32(key_bytes, zlib.crc32(RECORD_HEADER.pack(*fields))) == header_crc:
             found.append(candidate)
     return found
+
+
+def stored_key(key_bytes: bytes) -> Hashable | None:
+    """The normal key ``key_bytes`` encode (:func:`~kvmm.tiers._base.encode_key`), or None
+    when they are not a key this library wrote (damaged or foreign bytes)."""
+    try:
+        return normalize_key(decode_key(key_bytes))
+    except Exception:  # any bytes may be here: a bad literal, too deep, not a key type, ...
+        return None
 
 
 def find_next_record(buf: Any, start: int, size: int) -> int | None:
@@ -323,7 +329,7 @@ def write_all(fd: int, parts: list, total: int, offset: int) -> None:
 
 def lock_folder(path: Path) -> int:
     try:
-        fd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise BackendUnavailableError(f"cannot open the lock file of tier folder {str(path)!r}: {exc}") from None
     try:

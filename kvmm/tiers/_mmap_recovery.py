@@ -10,9 +10,6 @@ from typing import Any, Hashable
 
 from kvmm.errors import CapacityExceededError, CorruptTierError
 from kvmm.tiers import _mmap_format as fmt
-from kvmm.tiers._base import decode_key, normalize_key
-
-_KEY_ERRORS = (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError, TypeError)
 
 
 def new_report() -> dict[str, Any]:
@@ -205,11 +202,8 @@ class RecoveryMixin:
                 else:
                     problems.append(f"the record at offset {offset} runs past the end")
                 break
-            try:
-                key = normalize_key(decode_key(key_bytes))
-                hash(key)
-            except _KEY_ERRORS:
-                # Not a key this library wrote (a checksummed foreign record): skip it.
+            key = fmt.stored_key(key_bytes)
+            if key is None:  # not a key this library wrote (a checksummed foreign record): skip it
                 self.recovery["corrupt"] += 1
                 applied[offset] = key_bytes
                 offset += record_bytes
@@ -276,24 +270,19 @@ class RecoveryMixin:
         for key_bytes, (offset, _) in index.items():
             if applied.get(offset) == key_bytes:
                 continue
-            try:
-                key = normalize_key(decode_key(key_bytes))
-            except _KEY_ERRORS:
-                continue
-            self._drop_key(key)
+            key = fmt.stored_key(key_bytes)
+            if key is not None:
+                self._drop_key(key)
         self.recovery["damaged_segments"][name] = "; ".join(problems)
         self._damaged_lengths[segment] = sealed_len
 
     def _drop_key(self, key: Hashable) -> None:
-        """Forget every value of ``key`` (a tombstone is written once recovery ends, so an
-        older record can never resurface)."""
+        """Forget every value of ``key`` and list it in ``recovery["dropped_keys"]`` (the caller
+        writes its tombstone, recovery once it ends, so an older record can never resurface)."""
         previous = self._index.get(key)
         if previous is not None:
             self._used -= previous.payload_len
         self._supersede(key)
-        self._note_dropped(key)
-
-    def _note_dropped(self, key: Hashable) -> None:
         if key not in self._dropped:
             self._dropped.add(key)
             self.recovery["dropped_keys"].append(key)

@@ -225,63 +225,56 @@ class ManagedTier:
     def _offer_batched(self, ks: list, flags: list, nbytes: int, hooks: tuple, found: list) -> np.ndarray:
         """:meth:`access_or_put_size_many` for a built-in policy's fast hooks and a backend with
         ``size_writer_many`` (``found``: the keys managed at the start of the call).  A request
-        shaped as usual (its hits first, then new keys, none twice) is one run of accesses and
-        one write of the new keys.  Otherwise consecutive new keys that fit are written and
-        inserted as one run (one backend call, one policy call), flushed before any access or
-        eviction, so the policy sees the same events in the same order as one key at a time."""
+        shaped as usual (its hits first, then new keys, none twice) is one run of accesses, the
+        victims its new keys need, and one write of the new keys.  Any other request (or one whose
+        new keys could evict each other) takes one key at a time, exactly as separate calls."""
         backend, sizes = self.backend, self._sizes
-        on_access, _, insert_many, evict_first = hooks
+        on_access, insert, insert_many, evict_first = hooks
         store_many = backend.size_writer_many(nbytes)
         capacity = backend.capacity_bytes
+        # every backend entry is managed: evicting in the policy's order frees any bytes needed
+        # up to the whole capacity, the first victims one at a time, as _put would
+        all_managed = len(backend) == len(sizes)
         first_new = found.index(False) if False in found else len(ks)
         if True not in found[first_new:] and len(set(ks)) == len(ks):
-            # the usual shape of a request: its hits first, then new blocks, no key twice: the
-            # accesses in order, then one run of the new keys to write, if they all fit
+            # the usual shape of a request: its hits first, then new blocks, no key twice.  The new
+            # keys all go after the accesses, so with every entry managed and the new keys no more
+            # than the capacity, the victims are the same first entries of the policy's order
+            # whether evicted one new key at a time or all before one write
             new = [k for k, w in zip(ks[first_new:], flags[first_new:]) if w]
-            if len(new) * nbytes <= capacity - backend.used_bytes:
+            need = len(new) * nbytes - (capacity - backend.used_bytes)
+            if need <= 0 or (all_managed and len(new) * nbytes <= capacity):
                 deque(map(on_access, ks[:first_new]), maxlen=0)
+                self._evict_first(need, evict_first)
                 if new:
                     store_many(new)
                     sizes.update(dict.fromkeys(new, nbytes))
                     insert_many(new)
                 return np.array(found, dtype=bool)
-        run: dict = {}  # new keys of the current run, in order (a dict: O(1) membership)
-        room = capacity - backend.used_bytes
-
-        def flush() -> None:
-            keys = list(run)
-            store_many(keys)
-            sizes.update(dict.fromkeys(keys, nbytes))
-            insert_many(keys)
-            run.clear()
-
         hit = [False] * len(ks)
         for i, (k, w) in enumerate(zip(ks, flags)):
-            if k in sizes or k in run:  # found (a key may repeat within the call)
-                if run:
-                    flush()
+            if k in sizes:  # again per key: an earlier write of this call may have stored or evicted it
                 on_access(k)
                 hit[i] = True
             elif w:
-                if room < nbytes:
-                    if run:
-                        flush()
-                    if len(backend) != len(sizes):  # entries this object does not manage: plan victims
-                        self._put(k, nbytes, lambda key: store_many([key]), ())
-                        room = capacity - backend.used_bytes
-                        continue
-                    # every entry is managed and nbytes <= capacity, so evicting in the policy's
-                    # order always frees enough: the first victims, one at a time, as _put would
-                    while room < nbytes:
-                        victim = evict_first()
-                        backend.delete(victim)
-                        room += sizes.pop(victim)
-                        self.evictions += 1
-                run[k] = None
-                room -= nbytes
-        if run:
-            flush()
+                need = nbytes - (capacity - backend.used_bytes)
+                if need > 0 and not all_managed:  # entries this object does not manage: plan victims
+                    self._put(k, nbytes, lambda key: store_many([key]), ())
+                    continue
+                self._evict_first(need, evict_first)
+                store_many([k])
+                sizes[k] = nbytes
+                insert(k, nbytes)
         return np.array(hit, dtype=bool)
+
+    def _evict_first(self, need: int, evict_first: Any) -> None:
+        """Evict the policy's first victims until ``need`` bytes are freed (none if ``need <= 0``)."""
+        backend, sizes = self.backend, self._sizes
+        while need > 0:
+            victim = evict_first()
+            backend.delete(victim)
+            need -= sizes.pop(victim)
+            self.evictions += 1
 
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
@@ -350,24 +343,13 @@ def _key_list(keys: Any) -> list:
     """Batch keys as a list of normal keys: an integer numpy array in one ``tolist``."""
     if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iu":
         return keys.tolist()
-    _require_key_list(keys)
-    return [_key(k) for k in keys]
+    return normalize_keys(keys)
 
 
 def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> None:
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
         raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
-
-
-def _require_key_list(keys: Any) -> None:
-    if isinstance(keys, (str, bytes, int, np.integer)) or not hasattr(keys, "__iter__"):
-        raise DTypeError(f"keys must be a list of keys, got {type(keys).__name__} {keys!r:.60}")
-
-
-def _key(key: Any) -> Hashable:
-    """:func:`normalize_key`, with plain ints (the common case in batch calls) passed through."""
-    return key if type(key) is int else normalize_key(key)
 
 
 def _takes_second_argument(method: Any) -> bool:

@@ -416,10 +416,8 @@ class MmapTier(RecoveryMixin, TierBase):
             payload = self._read_payload(loc)
             if payload is None or zlib.crc32(payload, zlib.crc32(loc.meta)) != loc.body_crc:
                 # Damaged on disk since it was written: it cannot be moved faithfully; drop it.
-                self._supersede(k)
-                self._used -= loc.payload_len
+                self._drop_key(k)
                 self.recovery["corrupt"] += 1
-                self._note_dropped(k)
                 self._write_tombstone(k)
                 continue
             new = self._append(KIND_PUT, encode_key(k), loc.meta, payload)

@@ -27,7 +27,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, iter_json_lines,
-                               trace_name, write_json_lines)
+                               trace_name, uint64_list, write_json_lines)
 
 __all__ = ["BAILIAN_BLOCK_TOKENS", "iter_bailian", "load_bailian", "write_bailian", "conversation_turns"]
 
@@ -120,8 +120,4 @@ def _parse(obj: Any) -> tuple:
     kind = obj.get("type")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"field 'type' must be a non-empty string (text, search, image, file), got {str(kind)[:40]!r}")
-    ids = obj.get("hash_ids")
-    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 or h >= 2**64
-                                        for h in ids):
-        raise ValueError(f"field 'hash_ids' must be a list of non-negative integers below 2**64, got {str(ids)[:60]!r}")
-    return ts, il, ol, chat, parent, turn, kind, ids
+    return ts, il, ol, chat, parent, turn, kind, uint64_list(obj, "hash_ids")

@@ -129,16 +129,14 @@ def iter_trace_chunks(path_or_name: Any, format: str | None = None, *, chunk_ref
     """
     chunk_refs = as_count(chunk_refs, "chunk_refs", minimum=1)
     path, fmt = _resolve(path_or_name, format)
-    if fmt == "oracle":
-        if options:
-            raise BadInputError(f"the oracle reader takes no option {', '.join(map(repr, sorted(options)))}")
-        return iter_oracle_general_chunks(path, chunk_refs, skip_bad=skip_bad, stats=stats)
     if fmt == "vllm":
         _check_options(iter_vllm_requests, {**options, "skip_bad": skip_bad}, fmt, "reader")
         records = ((ids,) for _, _, ids, _, _ in iter_vllm_requests(path, skip_bad=skip_bad, stats=stats, **options))
         return block_chunks(records, chunk_refs)
-    if options:
+    if options:  # the other streaming readers take none
         raise BadInputError(f"the {fmt} reader takes no option {', '.join(map(repr, sorted(options)))}")
+    if fmt == "oracle":
+        return iter_oracle_general_chunks(path, chunk_refs, skip_bad=skip_bad, stats=stats)
     streams = {"mooncake": iter_mooncake, "bailian": iter_bailian, "lmcache": iter_lmcache}
     records = streams[fmt](path, skip_bad=skip_bad, stats=stats)
     if fmt == "mooncake":

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kvmm.errors import BadInputError
-from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, UINT64_MASK, KVTrace, MooncakeRecord, MooncakeTrace,
-                               TraceBuilder, as_trace_file, field_int, iter_json_lines, trace_name,
-                               write_json_lines)
+from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, KVTrace, MooncakeRecord, MooncakeTrace, TraceBuilder,
+                               as_trace_file, field_int, iter_json_lines, trace_name, uint64_list, write_json_lines)
 
 __all__ = ["MooncakeRecord", "MooncakeTrace", "iter_mooncake", "load_mooncake", "write_mooncake",
            "bundled_trace_path", "resolve_trace_path", "BUNDLED_TRACES", "MOONCAKE_BLOCK_TOKENS"]
@@ -89,17 +88,8 @@ def write_mooncake(trace: KVTrace, path: Any) -> Path:
                                    for r in range(trace.num_requests)))
 
 
-_INT_ONLY = {int}
-
-
 def _parse(obj: Any) -> MooncakeRecord:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     ts, il, ol = (field_int(obj, f, expected=_FIELDS) for f in ("timestamp", "input_length", "output_length"))
-    ids = obj.get("hash_ids")
-    if type(ids) is list and (not ids or ({*map(type, ids)} == _INT_ONLY and min(ids) >= 0 and max(ids) <= UINT64_MASK)):
-        return MooncakeRecord(ts, il, ol, tuple(ids))  # fast path: plain ints in range (what json.loads gives)
-    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 or h > UINT64_MASK
-                                        for h in ids):
-        raise ValueError(f"field 'hash_ids' must be a list of non-negative integers below 2**64, got {str(ids)[:60]!r}")
-    return MooncakeRecord(ts, il, ol, tuple(ids))
+    return MooncakeRecord(ts, il, ol, tuple(uint64_list(obj, "hash_ids")))

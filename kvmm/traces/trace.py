@@ -302,6 +302,21 @@ def field_seconds_ms(obj: dict, name: str, expected: str = "") -> int:
     return int(round(v * 1000))
 
 
+_INT_ONLY = {int}
+
+
+def uint64_list(obj: dict, name: str) -> list[int]:
+    """``obj[name]``: a list of non-negative integers below ``2**64`` (the block ids of the
+    Mooncake and Qwen-Bailian formats, bools rejected), else ``ValueError``."""
+    ids = obj.get(name)
+    if type(ids) is list and (not ids or ({*map(type, ids)} == _INT_ONLY and min(ids) >= 0 and max(ids) <= UINT64_MASK)):
+        return ids  # fast path: plain ints in range (what json.loads gives)
+    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 or h > UINT64_MASK
+                                        for h in ids):
+        raise ValueError(f"field {name!r} must be a list of non-negative integers below 2**64, got {str(ids)[:60]!r}")
+    return ids
+
+
 def hash_word(h: Any) -> int:
     """A block hash as a 64-bit word in ``[0, 2**64)``.
 
