@@ -102,3 +102,35 @@ def test_array_requests_and_list_requests_give_the_same_decisions(make):
         want = as_lists.admit(AdmissionRequest(keys.tolist(), cached.tolist(), gpu_hit.tolist()))
         assert np.asarray(got).tolist() == np.asarray(want).tolist()
         assert all(np.array_equal(a, b) for a, b in zip((keys, cached, gpu_hit), before))
+
+
+def test_admission_mask_accepts_the_protocol_forms():
+    from kvmm.policies import admission_mask
+
+    assert admission_mask(np.array([True, False, True]), 3).tolist() == [True, False, True]
+    assert admission_mask(np.array([2, 0]), 3).tolist() == [True, False, True]
+    assert admission_mask([], 2).tolist() == [False, False]
+
+
+@pytest.mark.parametrize("bad", [np.array([-1]), np.array([3]), np.array([True, False]), np.zeros(0, dtype=bool),
+                                 np.array([0.5, 1.0]), np.array([[0]])])
+def test_admission_mask_rejects_what_numpy_would_wrap_or_misread(bad):
+    from kvmm.errors import BadInputError
+    from kvmm.policies import admission_mask
+
+    with pytest.raises(BadInputError, match=r"WriteAll.admit returned .*expected a boolean mask of shape \(3,\)"):
+        admission_mask(bad, 3, WriteAll())
+
+
+def test_a_simulated_tier_refuses_an_admission_index_out_of_range():
+    # an index of -1 used to wrap around to the request's last block; now it is a clear error
+    from kvmm.errors import BadInputError
+    from kvmm.sim import SimConfig, TierLevel, simulate
+
+    class LastByNegativeIndex:
+        def admit(self, request):
+            return np.array([-1])
+
+    cfg = SimConfig(workload="conversation", max_requests=50, tiers=(TierLevel("dram", admission=LastByNegativeIndex()),))
+    with pytest.raises(BadInputError, match="LastByNegativeIndex.admit returned"):
+        simulate(cfg)

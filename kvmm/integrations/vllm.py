@@ -69,7 +69,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.policies.admission import AdmissionRequest
+from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.protocols import AdmissionPolicy, EvictionPolicy
 
@@ -288,8 +288,8 @@ class KvmmAdmissionManager(CPUOffloadingManager):
         keys = list(keys)
         if keys:
             cached = np.fromiter((self._policy.get(k) is not None for k in keys), dtype=bool, count=len(keys))
-            admitted = _as_mask(self.admission.admit(AdmissionRequest(keys=offload_key_words(keys), cached=cached)),
-                                len(keys), self.admission)
+            admitted = admission_mask(self.admission.admit(AdmissionRequest(keys=offload_key_words(keys), cached=cached)),
+                                      len(keys), self.admission)
             self.admission_skipped += int(np.count_nonzero(~cached & ~admitted))
             keys = [k for k, keep in zip(keys, cached | admitted) if keep]
         return super().prepare_store(keys, req_context)
@@ -363,15 +363,3 @@ def _fresh_policy(factory: Callable[[], Any], capacity: int) -> Any:
     if hasattr(policy, "attach"):
         policy.attach(capacity)
     return policy
-
-
-def _as_mask(result: Any, n: int, policy: Any) -> np.ndarray:
-    arr = np.asarray(result)
-    if arr.dtype == np.bool_ and arr.shape == (n,):
-        return arr
-    if arr.dtype.kind in "iu" and arr.ndim == 1 and (arr.size == 0 or (arr.min() >= 0 and arr.max() < n)):
-        mask = np.zeros(n, dtype=bool)
-        mask[arr] = True
-        return mask
-    raise BadInputError(f"{type(policy).__name__}.admit returned {arr.dtype} of shape {arr.shape}; expected a "
-                        f"boolean mask of shape ({n},) or indices in [0, {n})")

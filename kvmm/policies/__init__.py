@@ -25,6 +25,7 @@ _LAZY = {
     # admission (the AdmissionPolicy Protocol)
     "AdmissionRequest": "kvmm.policies.admission",
     "WriteAll": "kvmm.policies.admission",
+    "admission_mask": "kvmm.policies.admission",
     "StoreThreshold": "kvmm.policies.admission",
     "SelectiveWriteThrough": "kvmm.policies.admission",
     "RefillFilter": "kvmm.policies.admission",

@@ -30,7 +30,7 @@ from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import _stack_kernels as K
 from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words, _next_pow2
 
-__all__ = ["AdmissionRequest", "WriteAll", "StoreThreshold", "SelectiveWriteThrough", "RefillFilter"]
+__all__ = ["AdmissionRequest", "WriteAll", "StoreThreshold", "SelectiveWriteThrough", "RefillFilter", "admission_mask"]
 
 
 @dataclass
@@ -162,6 +162,28 @@ class RefillFilter:
         if int(np.count_nonzero(counted)) > self.max_refill_blocks:
             return np.zeros(keys.shape[0], dtype=bool)
         return uncached
+
+
+def admission_mask(decision: Any, n: int, policy: Any = None) -> np.ndarray:
+    """An ``admit`` result as a boolean mask over the request's ``n`` blocks.
+
+    ``admit`` may return a bool mask of shape ``(n,)`` or integer indices in ``[0, n)``; anything
+    else (another shape, a float array, an index out of range, negative ones included, which
+    numpy would silently wrap) raises :class:`~kvmm.errors.BadInputError` naming ``policy``'s
+    class.  Runtime complexity: O(n).
+    """
+    arr = np.asarray(decision)
+    if arr.dtype == np.bool_ and arr.shape == (n,):
+        return arr
+    if arr.dtype != np.bool_ and arr.ndim == 1 and arr.size == 0:  # no index (an empty list arrives as float64)
+        return np.zeros(n, dtype=bool)
+    if arr.dtype.kind in "iu" and arr.ndim == 1 and arr.min() >= 0 and arr.max() < n:
+        mask = np.zeros(n, dtype=bool)
+        mask[arr] = True
+        return mask
+    who = "admission" if policy is None else f"{type(policy).__name__}.admit"
+    raise BadInputError(f"{who} returned {arr.dtype} of shape {arr.shape}; expected a boolean mask of shape "
+                        f"({n},) or indices in [0, {n})")
 
 
 class _KeyCounter:

@@ -22,7 +22,7 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError, OutOfBlocksError
-from kvmm.policies.admission import AdmissionRequest, WriteAll
+from kvmm.policies.admission import AdmissionRequest, WriteAll, admission_mask
 from kvmm.sim.config import SimConfig, make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
@@ -134,7 +134,7 @@ class Hierarchy:
                     # a block cached at admission time but evicted by an earlier write of this request
                     # is written back (it was offered and the tier held it: the admission kept it)
                     request = AdmissionRequest(ids, cached, np.arange(n) < gpu_hits)
-                    return _as_mask(admission.admit(request), n) | cached
+                    return admission_mask(admission.admit(request), n, admission) | cached
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
@@ -145,15 +145,3 @@ def pool_keys(block_ids: np.ndarray) -> np.ndarray:
     keys = np.ones((block_ids.shape[0], 2), dtype=np.uint64)
     keys[:, 0] = block_ids.astype(np.uint64)
     return keys
-
-
-def _as_mask(decision: Any, n: int) -> np.ndarray:
-    """An admission decision (bool mask or index array) as a bool mask of length ``n``."""
-    arr = np.asarray(decision)
-    if arr.dtype == np.bool_:
-        if arr.shape != (n,):
-            raise BadInputError(f"admission returned a mask of shape {arr.shape}; expected ({n},)")
-        return arr
-    mask = np.zeros(n, dtype=bool)
-    mask[arr.astype(np.int64)] = True
-    return mask
