@@ -12,8 +12,6 @@ costs nothing until a name is used::
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Callable, Mapping
 
 
@@ -25,15 +23,14 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict,
     the package returned as themselves.  A resolved name is cached in ``namespace`` (the
     package's ``globals()``), so later look-ups skip ``__getattr__``.
 
-    A name exported from a submodule of the same name (``kvmm.sim.sweep`` defines ``sweep``) stays
-    the exported object: importing the submodule binds it as an attribute of the package, which
-    would otherwise shadow the export (``from kvmm.sim import sweep`` would give the module after
-    ``import kvmm.sim.sweep``), so the package's module type binds the export instead.
+    An export must not share its name with a submodule of the package: importing the submodule
+    binds it as an attribute of the package, which would shadow the export (so ``kvmm.sim.sweep``,
+    the function, lives in ``kvmm.sim._sweep``).
     """
-    same_named = {name for name, module in exports.items() if module == f"{package}.{name}"}
-    if same_named:
-        module = sys.modules[package]
-        module.__class__ = type("LazyPackage", (types.ModuleType,), {"__setattr__": _keep_exports(same_named)})
+    clashing = sorted(name for name, module in exports.items() if module == f"{package}.{name}")
+    if clashing:
+        raise ImportError(f"{package} exports {clashing} from submodules of the same names; the submodule "
+                          "would shadow the export once imported (rename the module)")
 
     def __getattr__(name: str) -> object:
         if name in exports:
@@ -49,14 +46,3 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict,
         return sorted(set(namespace) | set(exports) | set(submodules))
 
     return __getattr__, __dir__
-
-
-def _keep_exports(same_named: set[str]) -> Callable[[types.ModuleType, str, object], None]:
-    """A module ``__setattr__`` that binds ``name`` to the submodule's ``name``, not the submodule."""
-
-    def __setattr__(self: types.ModuleType, name: str, value: object) -> None:
-        if name in same_named and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
-            value = getattr(value, name)
-        types.ModuleType.__setattr__(self, name, value)
-
-    return __setattr__

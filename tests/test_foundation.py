@@ -127,12 +127,19 @@ def test_kvmm_policies_exports_every_registered_policy():
             assert getattr(kvmm.policies, cls.__name__) is cls
 
 
-def test_an_export_named_like_its_submodule_stays_the_export_after_the_submodule_is_imported():
-    # kvmm.sim.sweep (the module) defines kvmm.sim.sweep (the function): importing the module
-    # first must not make `from kvmm.sim import sweep` return the module
-    code = ("import types, kvmm.sim.sweep\n"
+def test_an_export_stays_the_export_after_its_module_is_imported():
+    # kvmm.sim.sweep is a function (in kvmm.sim._sweep): importing its module first, as the CLI
+    # does, must not turn `from kvmm.sim import sweep` into a module
+    code = ("import types, kvmm.sim._sweep\n"
             "from kvmm.sim import sweep\n"
             "print(isinstance(sweep, types.ModuleType), sweep.__module__, sweep.__name__)")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "kvmm.sim.sweep", "sweep"]
+    assert out.split() == ["False", "kvmm.sim._sweep", "sweep"]
+
+
+def test_an_export_named_like_its_submodule_is_refused():
+    from kvmm._lazy import lazy_exports
+
+    with pytest.raises(ImportError, match=r"kvmm.sim exports \['sweep'\] from submodules of the same names"):
+        lazy_exports("kvmm.sim", {"sweep": "kvmm.sim.sweep"}, {})

@@ -8,7 +8,7 @@ import pytest
 
 from kvmm.errors import BadInputError
 from kvmm.sim.simulator import GiB, SimConfig, simulate
-from kvmm.sim.sweep import sweep
+from kvmm.sim._sweep import sweep
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import preset
 

@@ -18,7 +18,7 @@ _LAZY = {
     "SimResult": "kvmm.sim.simulator",
     "simulate": "kvmm.sim.simulator",
     "QueueGrowthWarning": "kvmm.sim.engine",
-    "sweep": "kvmm.sim.sweep",
+    "sweep": "kvmm.sim._sweep",
     "ModelSpec": "kvmm.sim.models",
     "MODELS": "kvmm.sim.models",
     "Workload": "kvmm.sim.workload",

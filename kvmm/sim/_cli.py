@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from kvmm.report import format_table
     from kvmm.sim.config import GiB
     from kvmm.sim.simulator import simulate
-    from kvmm.sim.sweep import sweep
+    from kvmm.sim._sweep import sweep
 
     configs = build_configs(args)
     if args.jobs > 1 and len(configs) > 1:
