@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from kvmm._progress import Progress
 
-__all__ = ["Report", "SECTIONS", "run_sections", "format_table"]
+__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "spread", "mean_pm"]
 
 #: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
 TRACE_SECTION = "allocator"
@@ -187,6 +187,21 @@ def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]
         ran.append(name)
         report.sections.append(name)
     return ran
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """``(mean, std)`` of repeated measurements: the run-to-run spread every reproduction reports,
+    with the sample standard deviation (``ddof=1``; 0 for a single value)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64).ravel()
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+
+
+def mean_pm(values: Sequence[float], fmt: str = ".3f", *, scale: float = 1.0, unit: str = "") -> str:
+    """``"mean<unit> ± std"`` of :func:`spread` (each times ``scale``), e.g. ``1.23x ± 0.05``."""
+    mean, std = spread(values)
+    return f"{scale * mean:{fmt}}{unit} ± {scale * std:{fmt}}"
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -63,3 +63,12 @@ def test_plots_have_no_axis_offset(tmp_path):
 
     _report(tmp_path).figure("f", draw)
     assert seen["offset"] == ""
+
+
+def test_spread_is_the_sample_standard_deviation_and_mean_pm_formats_it():
+    from kvmm.report import mean_pm, spread
+
+    assert spread([1.0, 2.0, 3.0]) == (2.0, 1.0)  # ddof=1: sqrt(((1-2)^2 + 0 + (3-2)^2) / 2)
+    assert spread([5.0]) == (5.0, 0.0)
+    assert mean_pm([1.0, 2.0, 3.0], ".2f", unit="x") == "2.00x ± 1.00"
+    assert mean_pm([0.001, 0.003], scale=1e3) == "2.000 ± 1.414"

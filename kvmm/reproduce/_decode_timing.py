@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from kvmm.report import mean_pm
+
 REPEATS = 5
 COMPRESSION = 10
 BIG_HEADS = (32, 8, 128)  # query heads, KV heads, head_dim (Llama-3-8B-class layer)
@@ -38,7 +40,7 @@ def report_decode_timing(report, model, *, quick: bool, claim: str) -> None:
                               ("whole decode step (pydoc-llama)", _time_model_step)):
                 full, small, ratio = fn(torch, model, n, calls)
                 rows.append([label, n, n // COMPRESSION, _ms(full), _ms(small),
-                             f"{np.mean(ratio):.2f}x ± {np.std(ratio):.2f}", claim])
+                             mean_pm(ratio, ".2f", unit="x"), claim])
                 bar.update(1)
     report.table(
         f"Decode-step time on this CPU, full vs {COMPRESSION}x-compressed KV cache",
@@ -107,4 +109,4 @@ def _compare(full_fn, small_fn, calls):
 
 
 def _ms(seconds):
-    return f"{1e3 * np.mean(seconds):.3f} ± {1e3 * np.std(seconds):.3f}"
+    return mean_pm(seconds, scale=1e3)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 
+from kvmm.report import spread
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
@@ -133,14 +133,10 @@ def _goal(res) -> str:
 
 
 def _mean_std(results) -> dict:
-    def ms(values):
-        arr = np.asarray(values, dtype=np.float64)
-        return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-
-    return {"ttft_p95": ms([r.ttft_p95 for r in results]),
-            "bs": ms([r.protected_byte_seconds_per_request / GiB for r in results]),
-            "in_time": ms([r.ready_in_time / r.claims if r.claims else 0.0 for r in results]),
-            "queue": ms([r.max_waiting for r in results])}
+    return {"ttft_p95": spread([r.ttft_p95 for r in results]),
+            "bs": spread([r.protected_byte_seconds_per_request / GiB for r in results]),
+            "in_time": spread([r.ready_in_time / r.claims if r.claims else 0.0 for r in results]),
+            "queue": spread([r.max_waiting for r in results])}
 
 
 def _pm(pair, digits: int) -> str:

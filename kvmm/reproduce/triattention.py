@@ -39,6 +39,7 @@ from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapK
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.compress.triattention_policy import AGGREGATIONS, TriAttentionPolicy
 from kvmm.errors import BackendUnavailableError
+from kvmm.report import mean_pm, spread
 
 #: Where the baselines come from (printed in the report).
 BASELINES = "kvmm.compress.scorers (H2OScorer, SnapKVScorer, StreamingLLMScorer, KeyNormScorer, RandomScorer)"
@@ -102,7 +103,7 @@ def reproduce(report) -> None:
                                                                           pearson_out))],
         note="Distances 1..N-1. Out of sample: the calibration's curve against the windows' measured logits, "
              "per head averaged over windows.")
-    rows = [[method] + [_mean_std(recalls[(method, f)]) for f in FRACTIONS]
+    rows = [[method] + [mean_pm(recalls[(method, f)]) for f in FRACTIONS]
             for method in _method_order(cal.num_layers)]
     report.table(
         "Attention recall of the next queries on the kept keys (real attention, bundled model)",
@@ -210,8 +211,6 @@ def _method_order(layers):
         list(BASELINE_METHODS) + [ORACLE]
 
 
-def _mean_std(values):
-    return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
 
 
 def _softmax(x):
@@ -225,7 +224,7 @@ def _draw_recall(ax, recalls, layers):
     x = np.arange(len(methods))
     for i, frac in enumerate(FRACTIONS):
         ax.bar(x + (i - 0.5) * 0.4, [np.mean(recalls[(m, frac)]) for m in methods], 0.4,
-               yerr=[np.std(recalls[(m, frac)]) for m in methods], label=f"keep {int(100 * frac)} %")
+               yerr=[spread(recalls[(m, frac)])[1] for m in methods], label=f"keep {int(100 * frac)} %")
     ax.set_xticks(x, methods, rotation=70, fontsize=6)
     ax.set_ylabel("attention recall")
     ax.set_ylim(0, 1)

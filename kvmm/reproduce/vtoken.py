@@ -34,6 +34,7 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.allocators.token_table import TokenTable
+from kvmm.report import mean_pm
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BackendUnavailableError
 from kvmm.reproduce._vtoken_cost import (DecodeCostModel, repetitions, sla_comparison, sla_ratios,  # noqa: F401
@@ -337,7 +338,7 @@ def reproduce(report) -> None:
         per_repack_ms = 1e3 * (v["plan_s"] + v["commit_s"]) / max(1, len(v["commit_moves"]))
         move_rows.append((_label(name), v["freed"], v["moves"], v["min_moves"],
                           round(v["moves"] / max(v["freed"], 1), 2), round(v["min_moves"] / max(v["freed"], 1), 2),
-                          v["dropped"], f"{np.mean(per_repack_ms):.3f} ± {np.std(per_repack_ms):.3f}"))
+                          v["dropped"], mean_pm(per_repack_ms)))
     sweep_rows = []
     for budget in sweep:
         st = runs[("H2O", budget)]
@@ -482,7 +483,7 @@ def _fmt_ratio(r) -> str:
     values = np.atleast_1d(np.asarray(r, dtype=np.float64))
     if not np.all(np.isfinite(values)):
         return "n/a"
-    return f"{values[0]:.2f}x" if values.size == 1 else f"{values.mean():.2f}x ± {values.std():.2f}"
+    return f"{values[0]:.2f}x" if values.size == 1 else mean_pm(values, ".2f", unit="x")
 
 
 @functools.lru_cache(maxsize=None)
