@@ -28,11 +28,15 @@ def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.nd
     if dtype is np.int64 and ndim == 1:  # fast paths (hot in simulations): nothing to convert or range-check
         if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1:
             return x.copy()
-        if type(x) is list and x and all(type(v) is int for v in x):
-            try:
-                return np.array(x, dtype=np.int64)
-            except OverflowError:
-                pass  # the general path below names the value that does not fit
+        if type(x) is list and x:
+            for v in x:  # a plain loop: several times cheaper than all() over a generator for short lists
+                if type(v) is not int:
+                    break
+            else:
+                try:
+                    return np.array(x, dtype=np.int64)
+                except OverflowError:
+                    pass  # the general path below names the value that does not fit
     arr = as_array(x, name)
     if arr.ndim == 0 and ndim == 1:
         arr = arr.reshape(1)

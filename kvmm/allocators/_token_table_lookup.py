@@ -134,22 +134,6 @@ def seq_key(seq_id) -> int:
     return key
 
 
-def small_int_array(values) -> np.ndarray | None:
-    """``values`` as a new int64 array if it is a short list of plain ints that fit, else None.
-
-    The general validator (``as_index_array``) then handles everything else, errors included.
-    """
-    if type(values) is not list or len(values) > SMALL_BATCH:
-        return None
-    for v in values:
-        if type(v) is not int:
-            return None
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:
-        return None
-
-
 def small_counts(counts, n: int, limit: int) -> int | None:
     """Sum of ``counts`` if it is a list of ``n`` plain ints in ``[0, limit]``, else None."""
     if type(counts) is not list or len(counts) != n or n > SMALL_BATCH:

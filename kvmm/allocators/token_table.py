@@ -64,7 +64,6 @@ from kvmm.allocators._token_table_lookup import (
     per_sequence_counts,
     seq_key,
     small_counts,
-    small_int_array,
     sorted_index,
 )
 from kvmm.allocators._token_table_plan import CommitResult, RepackPlan, commit_plan, plan_repack
@@ -306,9 +305,7 @@ class TokenTable:
         Runtime complexity: O(positions).
         """
         row = lookup_row(self, seq_id)
-        positions = small_int_array(logical_positions)
-        if positions is None:
-            positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
+        positions = as_index_array(logical_positions, "logical_positions", dtype=np.int64)
         self._evict_rows(np.array([row], dtype=np.int64), np.array([0, positions.shape[0]], dtype=np.int64),
                          positions)
 
