@@ -1,4 +1,4 @@
-"""Review of the eviction policies behind a ManagedTier: the same miss ratios as libCacheSim's
+"""The eviction policies behind a ManagedTier on streams their own tests do not use: the same miss ratios as libCacheSim's
 LRU / FIFO / LFU / ARC on unseen streams, entries of wildly different sizes with every policy,
 and a refused put that must leave ARC's adaptation exactly as if it never happened."""
 

@@ -1,5 +1,5 @@
-"""Review of the stack-distance tracker, SHARDS and admission policies on inputs their own tests
-do not use: libCacheSim's LRU at many capacities, streams cut at arbitrary points, 64-bit keys
+"""The stack-distance tracker, SHARDS and admission policies on inputs their own tests do not
+use: libCacheSim's LRU at many capacities, streams cut at arbitrary points, 64-bit keys
 of both signs, many compactions, huge capacities, empty and all-cached requests."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Review of the tiers on unusual inputs: every dtype kind, 0-d and zero-byte values,
+"""The tiers on unusual inputs: every dtype kind, 0-d and zero-byte values,
 non-contiguous arrays, odd keys, and MmapTier recovery from a damaged byte anywhere in a record
 (header, key or value) or a cut anywhere in it.  (Capacity exactly full, a bigger overwrite that
 does not fit and copies on put/get are in kvmm.testing.TierBackendContract.)"""
