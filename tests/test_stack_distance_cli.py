@@ -25,6 +25,19 @@ def test_mrc_sampled_and_file_path(tmp_path, capsys):
     assert main(["mrc", str(path), "--fixed-size", "2"]) == 0
 
 
+def test_mrc_stratify_rate_option(capsys):
+    assert main(["mrc", "synthetic", "--sample-rate", "0.05", "--points", "3"]) == 0
+    assert "SHARDS fixed rate 0.05, stratified (counting rate 0.25)" in capsys.readouterr().out
+    assert main(["mrc", "synthetic", "--sample-rate", "0.05", "--stratify-rate", "0.2", "--points", "3"]) == 0
+    assert "stratified (counting rate 0.2)" in capsys.readouterr().out
+    assert main(["mrc", "synthetic", "--sample-rate", "0.05", "--stratify-rate", "none", "--points", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(SHARDS fixed rate 0.05)" in out and "stratified" not in out
+    for bad in ("0.01", "lots"):
+        assert main(["mrc", "synthetic", "--sample-rate", "0.05", "--stratify-rate", bad]) == 2
+        assert "stratify" in capsys.readouterr().err
+
+
 def test_mrc_errors_are_clear(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\nnot json\n')

@@ -10,7 +10,10 @@ from kvmm.policies import ShardsTracker, StackDistanceTracker
 
 TRACKERS = {
     "exact": lambda: StackDistanceTracker(initial_keys=4),
-    "shards-rate": lambda: ShardsTracker(rate=0.5, initial_keys=4),
+    "shards-rate": lambda: ShardsTracker(rate=0.5, initial_keys=4),  # stratified, counting the sampled keys
+    "shards-stratified": lambda: ShardsTracker(rate=0.2, stratify_rate=0.6, initial_keys=4),
+    "shards-count-all": lambda: ShardsTracker(rate=0.2, stratify_rate=1.0, initial_keys=4),
+    "shards-plain": lambda: ShardsTracker(rate=0.5, stratify_rate=None, initial_keys=4),
     "shards-size": lambda: ShardsTracker(fixed_size=8, initial_keys=4),
 }
 

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="fixed-size SHARDS keeping at most N sampled blocks")
     group.add_argument("--dask", default=None, metavar="SCHEDULER",
                        help="MRC from exact trackers over --parts key partitions on Dask: a scheduler address, or 'local'")
+    parser.add_argument("--stratify-rate", default="auto", metavar="R1",
+                        help="with --sample-rate: share of keys counted for the frequency strata, in [R, 1], "
+                             "'auto' (10 R, at most 0.25, at least R) or 'none' for plain SHARDS-adj (default auto)")
     parser.add_argument("--parts", type=int, default=8, metavar="P", help="key partitions for --dask (default 8)")
     parser.add_argument("--chunk-refs", type=int, default=1 << 18, metavar="N",
                         help="references read per chunk with --dask (default 262144)")
@@ -52,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"trace {name}: {summary} ({mode})")
         return _report(args, hist, fractions, points, name, mode)
     if args.sample_rate is not None:
-        tracker = ShardsTracker(rate=args.sample_rate)
-        mode = f"SHARDS fixed rate {args.sample_rate:g}"
+        stratify = _stratify_rate(args.stratify_rate)
+        tracker = ShardsTracker(rate=args.sample_rate, stratify_rate=stratify)
+        mode = f"SHARDS fixed rate {args.sample_rate:g}" + (
+            f", stratified (counting rate {tracker.stratify_rate:g})" if tracker.stratify_rate is not None else "")
     elif args.fixed_size is not None:
         tracker = ShardsTracker(fixed_size=args.fixed_size)
         mode = f"SHARDS fixed size {args.fixed_size}"
@@ -159,3 +164,14 @@ def _dask_histogram(args: argparse.Namespace):
     summary = (f"{int(hist.total)} block references, {int(hist.cold)} distinct blocks"
                + (f", {bad} bad lines skipped" if bad else ""))
     return hist, name, summary
+
+
+def _stratify_rate(text: str):
+    """``--stratify-rate``: 'auto', 'none' or a number (validated by ShardsTracker)."""
+    if text.lower() in ("auto", "none"):
+        return None if text.lower() == "none" else "auto"
+    try:
+        return float(text)
+    except ValueError:
+        from kvmm.errors import BadInputError
+        raise BadInputError(f"--stratify-rate must be a number in [R, 1], 'auto' or 'none', got {text!r}") from None

@@ -60,7 +60,9 @@ ST_REFS = 4  # every reference offered, sampled or not
 ST_SAMPLED = 5  # references that passed the sampling filter (== REFS in exact mode)
 ST_HEAP = 6  # fixed-size SHARDS: entries in the max-heap of sampled keys
 ST_ACTIVE = 7  # fixed-size SHARDS: 1 once the sample first overflowed (threshold in force)
-ST_LEN = 8
+ST_STRATA_KEYS = 8  # stratified SHARDS: distinct keys in the frequency sample (``strata_slots``)
+ST_STRATA_REFS = 9  # stratified SHARDS: references to those keys
+ST_LEN = 10
 
 # kernel exit statuses
 DONE = 0
@@ -68,6 +70,8 @@ GROW_TABLE = 1
 GROW_IDS = 2
 GROW_TIME = 3
 GROW_HIST = 4
+GROW_STRATA = 5
+GROW_LOG = 6
 
 #: references per chunk: pass 1 maps a chunk's keys to ids, pass 2 computes their distances
 CHUNK = 4096
@@ -87,13 +91,20 @@ TWO_POW_64 = 18446744073709551616.0
 # --------------------------------------------------------------------------- batch kernels
 @njit(cache=True, nogil=True)
 def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, time_owner, time_bits, block_tree,
-                 hist, state, distances, want_distances, id_buf, pos_buf, hash_buf):
+                 hist, state, distances, want_distances, id_buf, pos_buf, hash_buf, stratify, strata_max,
+                 strata_slots, registers, log_ids, log_dist):
     """Stack distances of ``keys[start:]``: exact, or (``sampled_only``) of the references whose
     key hash is below ``threshold`` (fixed-rate SHARDS).  Returns ``(next position, status)``.
 
     ``hist[d]`` counts sampled references at (sampled) distance ``d``; cold misses go to
     ``state[ST_COLD]``.  ``distances[i]`` (when ``want_distances``) gets the distance, -1 for a
     cold miss, -2 for a reference the sampling filter skipped.
+
+    ``stratify`` (stratified SHARDS): every reference whose key hash is ``<= strata_max`` (a
+    superset of the sampled keys) also counts in ``strata_slots`` (open addressing like
+    ``slots``, second word = the key's reference count), every reference updates the
+    HyperLogLog ``registers`` (see :func:`count_strata`), and each sampled reference appends its
+    (id, distance) to ``log_ids``/``log_dist`` at index ``state[ST_SAMPLED]``.
 
     Works chunk by chunk in two passes so cache misses overlap instead of queueing behind each
     other: pass 1 maps keys to dense ids (independent hash probes); pass 2 counts marks,
@@ -112,6 +123,11 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
             return i, GROW_TABLE
         if n_ids + chunk > id_keys.shape[0]:
             return i, GROW_IDS
+        if stratify:
+            if (state[ST_STRATA_KEYS] + chunk) * 4 > strata_slots.shape[0]:
+                return i, GROW_STRATA
+            if state[ST_SAMPLED] + chunk > log_ids.shape[0]:
+                return i, GROW_LOG
         if state[ST_CLOCK] + chunk > time_size:
             if (state[ST_LIVE] + chunk) * 2 > time_size:
                 return i, GROW_TIME
@@ -121,6 +137,8 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
             hash_buf[j] = mix64(keys[i + j])
         # pass 1: ids (a new key gets an id with id_last = -1: its first reference is cold)
         m = 0
+        if stratify:
+            count_strata(keys, i, chunk, hash_buf, strata_max, strata_slots, registers, state)
         for j in range(i, i + chunk):
             if j + PREFETCH_SLOTS < i + chunk:
                 prefetch(slots, 2 * np.int64(hash_buf[j - i + PREFETCH_SLOTS] & mask))
@@ -159,6 +177,7 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
         # most two words instead of walking the tree.
         last_pos = -(1 << 40)  # far below every position: the shortcut never fires first
         last_marks = 0
+        log_at = state[ST_SAMPLED]
         for q in range(m):
             if q + PREFETCH_AHEAD < m:
                 prefetch(id_last, id_buf[q + PREFETCH_AHEAD])
@@ -194,6 +213,9 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
             time_owner[clock] = ident
             id_last[ident] = clock
             clock += 1
+            if stratify:
+                log_ids[log_at + q] = ident
+                log_dist[log_at + q] = d
             id_buf[q] = d  # the id is not needed any more; pass 3 reads the distance back
         if pending != 0:
             tree_add(block_tree, pending_block + 1, pending)
@@ -214,111 +236,36 @@ def access_batch(keys, start, threshold, sampled_only, slots, id_keys, id_last, 
 
 
 @njit(cache=True, nogil=True)
-def access_fixed_size(keys, start, max_keys, slots, id_keys, id_last, id_hash, time_owner, time_bits, block_tree,
-                      heap, whist, wstate, threshold_box, state, distances, want_distances):
-    """Fixed-size SHARDS over ``keys[start:]``: track at most ``max_keys`` sampled keys.
+def count_strata(keys, start, chunk, hash_buf, strata_max, strata_slots, registers, state):
+    """Stratified SHARDS's counting for ``keys[start:start+chunk]`` (hashes in ``hash_buf``).
 
-    Until the set first overflows every key is sampled (``state[ST_ACTIVE] == 0``, rate 1).
-    When a new sampled key makes the set exceed ``max_keys``, the key with the largest hash is
-    dropped (its mark removed) and the threshold ``threshold_box[0]`` falls to that hash, so the
-    rate R = threshold / 2^64 only decreases and a dropped key is never sampled again.  Each
-    sampled reference adds weight ``1/R`` (the references it stands for) at scaled distance
-    ``floor(d / R)`` into ``whist`` (float64); cold misses add ``1/R`` to ``wstate[0]``.
-    ``heap`` is a max-heap of the live sampled ids keyed by ``id_hash`` (``state[ST_HEAP]``).
-    Returns ``(next position, status)``; checks room per chunk like :func:`access_batch` (a
-    GROW_HIST stop happens before the reference is applied).
-    Runtime complexity: O(log T + log max_keys) per sampled reference, O(1) per skipped one.
-    """
-    mask = np.uint64(slots.shape[0] // 2 - 1)
-    table_size = slots.shape[0] // 2
-    time_size = time_owner.shape[0]
-    n = keys.shape[0]
-    n_ids = state[ST_IDS]
-    clock = state[ST_CLOCK]
-    live = state[ST_LIVE]
-    heap_len = state[ST_HEAP]
-    active = state[ST_ACTIVE] != 0
-    threshold = threshold_box[0]
-    rate = np.float64(threshold) / TWO_POW_64 if active else 1.0
-    hist_len = whist.shape[0]
-    status = DONE
-    i = start
-    chunk_end = start
-    while i < n:
-        if i == chunk_end:  # room for a whole chunk of (possibly all new) sampled keys?
-            chunk = min(CHUNK, n - i)
-            state[ST_CLOCK] = clock
-            if (n_ids + chunk) * 2 > table_size:
-                status = GROW_TABLE
-                break
-            if n_ids + chunk > id_keys.shape[0]:
-                status = GROW_IDS
-                break
-            if clock + chunk > time_size:
-                if (live + chunk) * 2 > time_size:
-                    status = GROW_TIME
-                    break
-                clock = compact_time(time_owner, id_last, time_bits, block_tree, state, time_owner, time_bits,
-                                     block_tree)
-            chunk_end = i + chunk
-        key = keys[i]
-        h = mix64(key)
-        if active and h >= threshold:
-            if want_distances:
-                distances[i] = -2
-            i += 1
+    Every reference updates the HyperLogLog ``registers`` (``2**b`` uint8): register ``h & (2**b
+    - 1)`` keeps the largest rank ``trailing zeros of (h >> b) + 1`` (``65 - b`` when ``h >> b``
+    is 0).  References whose hash is ``<= strata_max`` also count in ``strata_slots`` (key,
+    count) pairs; the caller guarantees room."""
+    mask = np.uint64(strata_slots.shape[0] // 2 - 1)
+    index_bits = np.uint64(trailing_zeros(np.uint64(registers.shape[0])))
+    index_mask = np.uint64(registers.shape[0] - 1)
+    n_keys = state[ST_STRATA_KEYS]
+    n_refs = state[ST_STRATA_REFS]
+    for j in range(chunk):
+        h = hash_buf[j]
+        rest = h >> index_bits
+        rank = np.uint8(trailing_zeros(rest) + 1) if rest != 0 else np.uint8(65 - index_bits)
+        slot = np.int64(h & index_mask)
+        if rank > registers[slot]:
+            registers[slot] = rank
+        if h > strata_max:
             continue
-        s = find_slot(slots, mask, key, h)
-        tag = slots[2 * s + 1]
-        if tag == 0:
-            ident = n_ids
-            n_ids += 1
-            slots[2 * s] = key
-            slots[2 * s + 1] = np.uint64(ident + 1)
-            id_keys[ident] = key
-            id_hash[ident] = h
-            id_last[ident] = -1
-            # first reference: cold.  (A dropped key never comes back: its hash is at or
-            # above the threshold from then on.)
-            d = -1
-            wstate[0] += 1.0 / rate
-            live += 1
-            heap_len = heap_push(heap, heap_len, id_hash, ident)
-        else:
-            ident = np.int64(tag) - 1
-            prev = id_last[ident]
-            d = live - marks_through(time_bits, block_tree, prev)
-            scaled = np.int64(d / rate)
-            if scaled >= hist_len:
-                status = GROW_HIST
-                break
-            mark_clear(time_bits, block_tree, prev)
-            whist[scaled] += 1.0 / rate
-        mark_set(time_bits, block_tree, clock)
-        time_owner[clock] = ident
-        id_last[ident] = clock
-        clock += 1
-        state[ST_SAMPLED] += 1
-        if want_distances:
-            distances[i] = d
-        i += 1
-        if live > max_keys:
-            victim = heap[0]
-            heap_len = heap_pop(heap, heap_len, id_hash)
-            mark_clear(time_bits, block_tree, id_last[victim])
-            id_last[victim] = -1
-            live -= 1
-            threshold = id_hash[victim]
-            active = True
-            rate = np.float64(threshold) / TWO_POW_64
-    state[ST_IDS] = n_ids
-    state[ST_CLOCK] = clock
-    state[ST_LIVE] = live
-    state[ST_REFS] += i - start
-    state[ST_HEAP] = heap_len
-    state[ST_ACTIVE] = 1 if active else 0
-    threshold_box[0] = threshold
-    return i, status
+        key = keys[start + j]
+        s = find_slot(strata_slots, mask, key, h)
+        if strata_slots[2 * s + 1] == 0:
+            strata_slots[2 * s] = key
+            n_keys += 1
+        strata_slots[2 * s + 1] += np.uint64(1)
+        n_refs += 1
+    state[ST_STRATA_KEYS] = n_keys
+    state[ST_STRATA_REFS] = n_refs
 
 
 # --------------------------------------------------------------------------- maintenance kernels
@@ -554,40 +501,3 @@ def tree_add(tree, i, delta):
     while i <= n:
         tree[i] += delta
         i += i & (-i)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def heap_push(heap, heap_len, id_hash, ident):
-    """Push ``ident`` on the max-heap keyed by ``id_hash``; return the new length."""
-    pos = heap_len
-    key = id_hash[ident]
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if id_hash[heap[parent]] >= key:
-            break
-        heap[pos] = heap[parent]
-        pos = parent
-    heap[pos] = ident
-    return heap_len + 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def heap_pop(heap, heap_len, id_hash):
-    """Remove the root (largest hash) of the max-heap; return the new length."""
-    heap_len -= 1
-    last = heap[heap_len]
-    key = id_hash[last]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= heap_len:
-            break
-        if child + 1 < heap_len and id_hash[heap[child + 1]] > id_hash[heap[child]]:
-            child += 1
-        if id_hash[heap[child]] <= key:
-            break
-        heap[pos] = heap[child]
-        pos = child
-    if heap_len > 0:
-        heap[pos] = last
-    return heap_len

@@ -31,6 +31,10 @@ from kvmm.policies import _stack_kernels as K
 
 __all__ = ["StackDistanceTracker", "DistanceHistogram"]
 
+# the kernel's stratification arguments when stratification is off (never written)
+_NO_STRATA_SLOTS = np.zeros(2, dtype=np.uint64)
+_NO_REGISTERS = np.zeros(1, dtype=np.uint8)
+_NO_LOG = np.zeros(0, dtype=np.int32)
 MAX_INITIAL_KEYS = 1 << 24  # keys preallocated at construction (about 1 GiB of tables); more grow on demand
 
 
@@ -298,7 +302,7 @@ class StackDistanceTracker:
             pos, status = K.access_batch(key_words, pos, threshold, sample, self._slots, self._id_keys,
                                          self._id_last, self._time_owner, self._time_bits, self._block_tree,
                                          self._hist, self._state, distances, want, self._id_buf, self._pos_buf,
-                                         self._hash_buf)
+                                         self._hash_buf, *self._strata_args())
             if status == K.DONE:
                 break
             self._grow(status, min(K.CHUNK, n - pos))
@@ -326,11 +330,19 @@ class StackDistanceTracker:
             K.compact_time(self._time_owner, self._id_last, self._time_bits, self._block_tree, self._state, new_owner,
                            new_bits, new_tree)
             self._time_owner, self._time_bits, self._block_tree = new_owner, new_bits, new_tree
-        else:  # pragma: no cover - kernels return only the statuses above
-            raise AssertionError(f"unknown kernel status {status}")
+        else:
+            self._grow_sample_arrays(status, chunk)
 
     def _grow_extra_ids(self, cap: int) -> None:
         """Hook for subclasses with more per-id arrays."""
+
+    def _grow_sample_arrays(self, status: int, chunk: int) -> None:  # pragma: no cover - exact mode never asks
+        """Hook for subclasses whose kernels stop for arrays of their own."""
+        raise AssertionError(f"unknown kernel status {status}")
+
+    def _strata_args(self) -> tuple:
+        """The kernel's stratified-sampling arguments: switched off for the exact tracker."""
+        return False, np.uint64(0), _NO_STRATA_SLOTS, _NO_REGISTERS, _NO_LOG, _NO_LOG
 
     def _merge_groups(self, groups: np.ndarray, distances: np.ndarray) -> None:
         g = np.concatenate((self._group_ids, groups))

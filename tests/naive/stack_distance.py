@@ -2,13 +2,14 @@
 
 * :func:`mattson_distances`: the textbook LRU stack (a list, most recent first).
 * :func:`lru_miss_ratio`: an LRU cache of one capacity replayed with an OrderedDict.
-* :func:`shards_fixed_rate` / :func:`shards_fixed_size`: SHARDS over the Mattson stack, with
-  the same splitmix64 key hash as the kernels.
+* :func:`shards_fixed_rate` / :func:`shards_fixed_size` / :func:`shards_stratified`: SHARDS
+  over the Mattson stack, with the same splitmix64 key hash as the kernels.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
+from collections import Counter, OrderedDict
 
 MASK64 = (1 << 64) - 1
 
@@ -96,6 +97,119 @@ def shards_fixed_rate(keys, rate: float):
         return min(max(1.0 - hits / total, 0.0), 1.0) if total else 1.0
 
     return out, mrc
+
+
+def hll_registers(keys, bits: int) -> list[int]:
+    """HyperLogLog registers as documented in ``kvmm.policies._stack_kernels.count_strata``:
+    register ``h mod 2**bits`` keeps the largest (trailing zeros of ``h >> bits``) + 1."""
+    registers = [0] * (1 << bits)
+    for k in keys:
+        h = mix64(int(k) & MASK64)
+        rest = h >> bits
+        rank = (rest & -rest).bit_length() if rest else 65 - bits
+        registers[h & ((1 << bits) - 1)] = max(registers[h & ((1 << bits) - 1)], rank)
+    return registers
+
+
+def hll_improved_estimate(registers) -> float:
+    """Ertl (2017), the improved raw estimator, in its sum form:
+    alpha m^2 / (m sigma(C_0/m) + sum_{k=1..q} C_k 2^-k + m tau(1 - C_{q+1}/m) 2^-q),
+    alpha = 1 / (2 ln 2), C_k = registers holding k, q = 64 - bits."""
+    m = len(registers)
+    q = 64 - (m.bit_length() - 1)
+    held = Counter(registers)
+    c = [held.get(k, 0) for k in range(q + 2)]
+    if c[0] == m:
+        return 0.0
+    x = c[0] / m
+    sigma = x + sum(x ** (2 ** k) * 2 ** (k - 1) for k in range(1, 40))
+    y = 1 - c[q + 1] / m
+    tau = 0.0 if y in (0.0, 1.0) else (1 - y - sum((1 - y ** (2.0 ** -k)) ** 2 * 2.0 ** -k for k in range(1, 80))) / 3
+    denominator = m * sigma + sum(c[k] * 2.0 ** -k for k in range(1, q + 1)) + m * tau * 2.0 ** -q
+    return m * m / (2 * math.log(2)) / denominator
+
+
+def distinct_estimate(keys, stratify_rate: float, sketch_bits: int = 16) -> float:
+    """Stratified SHARDS's distinct-key estimate D (see :func:`shards_stratified`)."""
+    counted = {int(k) & MASK64 for k in keys if mix64(int(k) & MASK64) < stratify_rate * 2.0**64}
+    from_counted = len(counted) / stratify_rate
+    if stratify_rate >= 1.0:
+        return from_counted
+    sketch = hll_improved_estimate(hll_registers(keys, sketch_bits))
+    if not counted:
+        return sketch
+    var_counted = from_counted * (1 - stratify_rate) / stratify_rate
+    var_sketch = (1.04 * max(sketch, 1.0)) ** 2 / 2**sketch_bits
+    return (from_counted / var_counted + sketch / var_sketch) / (1 / var_counted + 1 / var_sketch)
+
+
+def shards_stratified(keys, rate: float, stratify_rate: float, min_stratum_keys: int, sketch_bits: int = 16):
+    """The MRC function of stratified fixed-rate SHARDS, from ``kvmm.policies.shards``' docstring.
+
+    Keys hashing below ``stratify_rate * 2**64`` are counted; those below ``rate * 2**64`` are
+    also sampled (Mattson distances among them).  Frequency band = floor(log2(references));
+    strata: bands from the hottest down, closed once they hold ``min_stratum_keys`` sampled keys,
+    a short coldest remainder joining the stratum above.  Stratum weight = (counted keys in it /
+    stratify_rate) / (sampled keys in it), all weights then scaled so they add up to D, the
+    inverse-variance weighted mean of counted keys / stratify_rate (variance D (1 - r) / r) and
+    the HyperLogLog estimate (variance (1.04 D)^2 / registers); D = counted keys / r at r = 1,
+    the HyperLogLog estimate alone while no key is counted.
+    A sampled distance d stands for d * D / n (n = sampled keys); SHARDS-adj adds the
+    references not accounted for to the distance-0 hits.  Returns ``mrc(capacity)``.
+    """
+    counted: dict[int, int] = {}
+    sampled_keys = []
+    for k in keys:
+        k = int(k) & MASK64
+        h = mix64(k)
+        if h < stratify_rate * 2.0**64:
+            counted[k] = counted.get(k, 0) + 1
+        if rate >= 1.0 or h < int(rate * 2.0**64):
+            sampled_keys.append(k)
+    total = len(keys)
+    freq: dict[int, int] = {}
+    for k in sampled_keys:
+        freq[k] = freq.get(k, 0) + 1
+    band = {k: n.bit_length() - 1 for k, n in freq.items()}
+    counted_bands = [n.bit_length() - 1 for n in counted.values()]
+    top = max(counted_bands + list(band.values()) + [0])
+    strata: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for b in range(top, -1, -1):
+        current.append(b)
+        held += sum(1 for k in freq if band[k] == b)
+        if held >= min_stratum_keys:
+            strata.append(current)
+            current, held = [], 0
+    if current:
+        if strata:
+            strata[-1].extend(current)
+        else:
+            strata.append(current)
+    weight_of_band = {}
+    for stratum in strata:
+        n_counted = sum(1 for b in counted_bands if b in stratum)
+        n_sampled = sum(1 for k in freq if band[k] in stratum)
+        for b in stratum:
+            weight_of_band[b] = (n_counted / stratify_rate) / max(n_sampled, 1)
+    from_counted = len(counted) / stratify_rate
+    distinct = distinct_estimate(keys, stratify_rate, sketch_bits)
+    weight = {k: weight_of_band[band[k]] * distinct / from_counted for k in freq}
+    scale = distinct / len(freq) if freq else 1.0
+    distances = mattson_distances(sampled_keys)
+    cold = sum(weight.values())
+    warm = [(d, weight[k]) for d, k in zip(distances, sampled_keys) if d >= 0]
+    adj = total - (cold + sum(w for _, w in warm))
+
+    def mrc(capacity: int) -> float:
+        if not total:
+            return 1.0
+        hits = sum(w for d, w in warm if d * scale < capacity) + (adj if capacity > 0 else 0.0)
+        hits = min(max(hits, 0.0), total - cold)
+        return min(max(1.0 - hits / total, 0.0), 1.0)
+
+    return mrc
 
 
 def shards_fixed_size(keys, max_keys: int):
