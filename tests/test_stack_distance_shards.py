@@ -1,14 +1,16 @@
 """SHARDS (fixed rate, stratified fixed rate, fixed size) vs plain-Python SHARDS references and
 vs the exact MRC."""
 
+import math
+
 import numpy as np
 import pytest
 
 from kvmm.policies import ShardsTracker, StackDistanceTracker
 import kvmm.policies.shards as shards_module
 from kvmm.errors import BadInputError
-from tests.naive.stack_distance import (distinct_estimate, hll_improved_estimate, hll_registers, shards_fixed_rate,
-                                        shards_fixed_size, shards_stratified)
+from tests.naive.stack_distance import (MASK64, distinct_estimate, hll_improved_estimate, hll_registers,
+                                        key_with_hash, mix64, shards_fixed_rate, shards_fixed_size, shards_stratified)
 from tests.test_stack_distance_exact import agent_stream, zipf_stream
 
 
@@ -160,3 +162,40 @@ def test_hll_registers_and_estimate_match_reference(bits, monkeypatch):
         assert estimate == pytest.approx(hll_improved_estimate(tracker._registers.tolist()), rel=1e-9)
         assert abs(estimate / distinct - 1) < 4 * 1.04 / np.sqrt(2**bits) + 1e-9
     assert shards_module.hll_estimate(np.zeros(16, dtype=np.uint8)) == 0.0
+
+
+@pytest.mark.parametrize("rate, stratify_rate", [(0.25, 0.5), (1e-5, 1e-4), (2e-5, 2e-5), (1e-20, 1e-20),
+                                                 (1e-21, "auto")])
+def test_keys_at_the_hash_thresholds(rate, stratify_rate):
+    """Keys hashing exactly at the sampling threshold ``floor(R 2**64)`` and around the counting
+    bound ``stratify_rate * 2**64`` (counted iff below it, so a bound that is not a whole number,
+    as at small rates, counts its floor; a bound below 1 still counts hash 0), and at the
+    HyperLogLog's extreme ranks: sampled distances, counted keys, registers and MRC against the
+    plain-Python reference."""
+    r1 = max(rate, min(10 * rate, 0.25)) if stratify_rate == "auto" else stratify_rate
+    threshold, bound = int(rate * 2.0**64), r1 * 2.0**64
+    edges = [0, 1, threshold - 1, threshold, threshold + 1, math.floor(bound) - 1, math.floor(bound),
+             math.ceil(bound), MASK64]
+    edge_keys = [key_with_hash(h) for h in sorted(set(edges)) if 0 <= h <= MASK64]
+    rng = np.random.default_rng(5)
+    keys = np.concatenate([np.array(edge_keys, dtype=np.uint64).view(np.int64).repeat(3),
+                           rng.integers(-(2**40), 2**40, size=300)])
+    keys = np.concatenate([keys, rng.permutation(keys)])
+    tracker = ShardsTracker(rate=rate, stratify_rate=stratify_rate, initial_keys=2)
+    got = tracker.access(keys, return_distances=True)
+    expect, _ = shards_fixed_rate(keys, rate)
+    assert got.tolist() == expect
+    tracker.check()
+    table = tracker._strata_slots.reshape(-1, 2)
+    counted = {int(k): int(c) for k, c in table[table[:, 1] != 0]}
+    expect_counted: dict[int, int] = {}
+    for k in keys.tolist():
+        if mix64(k & MASK64) < bound:
+            expect_counted[k & MASK64] = expect_counted.get(k & MASK64, 0) + 1
+    assert counted == expect_counted and key_with_hash(0) in counted
+    registers = tracker._registers.tolist()
+    assert registers == hll_registers(keys, shards_module.DISTINCT_SKETCH_BITS)
+    assert registers[0] == 65 - shards_module.DISTINCT_SKETCH_BITS and registers[-1] >= 1  # hashes 0 and 2**64 - 1
+    mrc = shards_stratified(keys, rate, r1, shards_module.MIN_STRATUM_KEYS)
+    for c in [0, 1, 2, 5, 50, 300, 10**6, 2**62]:
+        assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c

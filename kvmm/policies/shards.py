@@ -59,6 +59,7 @@ distance step stands for ``1/R`` blocks).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -113,9 +114,10 @@ class ShardsTracker(StackDistanceTracker):
             self.stratify_rate = _stratify_rate(stratify_rate, self.rate)
             super().__init__(initial_keys)
             if self.stratify_rate is not None:
-                # counted iff hash <= strata_max: rate 1 counts every key, and the sampled keys
-                # (hash < threshold <= strata_max + 1) are always among the counted ones
-                self._strata_max = np.uint64(min(int(self.stratify_rate * K.TWO_POW_64), 2**64) - 1)
+                # counted iff hash < stratify_rate * 2**64, i.e. hash <= ceil(that) - 1 =: strata_max
+                # (>= 0 for any rate > 0; rate 1 counts every key); the sampled keys (hash <
+                # threshold = floor(rate * 2**64) <= strata_max + 1) are always among the counted ones
+                self._strata_max = np.uint64(min(math.ceil(self.stratify_rate * K.TWO_POW_64), 2**64) - 1)
                 self._strata_slots = np.zeros(4 * self._id_keys.shape[0], dtype=np.uint64)  # grown on demand
                 self._registers = np.zeros(1 << DISTINCT_SKETCH_BITS, dtype=np.uint8)
                 self._log_ids = np.zeros(K.CHUNK, dtype=np.int32)

@@ -22,6 +22,22 @@ def mix64(key: int) -> int:
     return z ^ (z >> 31)
 
 
+def key_with_hash(h: int) -> int:
+    """The 64-bit key whose :func:`mix64` is ``h`` (the finaliser is a bijection: each xor-shift
+    and each odd multiplication is undone in reverse order).  Tests use it to put keys exactly at
+    a sampling threshold."""
+    def unshift(y: int, s: int) -> int:
+        x = y
+        for _ in range(64 // s + 1):
+            x = y ^ (x >> s)
+        return x
+
+    z = unshift(h & MASK64, 31)
+    z = unshift((z * pow(0x94D049BB133111EB, -1, 1 << 64)) & MASK64, 27)
+    z = unshift((z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & MASK64, 30)
+    return (z - 0x9E3779B97F4A7C15) & MASK64
+
+
 def mattson_distances(keys) -> list[int]:
     """Stack distance of every reference (-1 for a first reference)."""
     stack: list[int] = []
