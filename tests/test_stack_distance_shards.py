@@ -199,3 +199,23 @@ def test_keys_at_the_hash_thresholds(rate, stratify_rate):
     mrc = shards_stratified(keys, rate, r1, shards_module.MIN_STRATUM_KEYS)
     for c in [0, 1, 2, 5, 50, 300, 10**6, 2**62]:
         assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c
+
+
+def test_saturated_sketch_leaves_the_estimate_finite(monkeypatch):
+    """Every register at the top rank (keys hashing to 0 .. 2**bits - 1, one per register) makes
+    Ertl's estimate infinite; the distinct-key estimate then uses the counted keys alone and the
+    MRC stays finite and equal to the reference's (it was NaN, and mrc() raised)."""
+    bits = 4
+    monkeypatch.setattr(shards_module, "DISTINCT_SKETCH_BITS", bits)
+    saturating = np.array([key_with_hash(h) for h in range(1 << bits)], dtype=np.uint64).view(np.int64)
+    keys = np.concatenate([saturating, zipf_stream(600, 80, 0.9, 2), saturating])
+    tracker = ShardsTracker(rate=0.3, stratify_rate=0.6)
+    tracker.access(keys)
+    tracker.check()
+    assert tracker._registers.tolist() == [65 - bits] * (1 << bits)
+    assert shards_module.hll_estimate(tracker._registers) == math.inf == hll_improved_estimate([65 - bits] * 16)
+    counted = int(np.count_nonzero(tracker._strata_slots[1::2]))
+    assert tracker.distinct_keys_estimate == counted / 0.6 == pytest.approx(distinct_estimate(keys, 0.6, bits))
+    mrc = shards_stratified(keys, 0.3, 0.6, shards_module.MIN_STRATUM_KEYS, bits)
+    for c in [0, 1, 3, 10, 40, 200]:
+        assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c

@@ -370,13 +370,16 @@ def hll_estimate(registers: np.ndarray) -> float:
     """Distinct-count estimate from HyperLogLog registers (``2**b`` of them, ranks ``0 .. 65 -
     b``): Ertl's improved raw estimator ("New cardinality estimation algorithms for HyperLogLog
     sketches", 2017, section 4), unbiased from 0 to far beyond the register count without
-    HLL++'s empirical bias tables.  Relative standard error ~1.04 / sqrt(2**b).
+    HLL++'s empirical bias tables.  Relative standard error ~1.04 / sqrt(2**b).  Infinite when
+    every register holds the top rank (the sketch then bounds nothing, as in Ertl's algorithm).
     Runtime complexity: O(2**b)."""
     m = registers.shape[0]
     q = 64 - (m.bit_length() - 1)
     hist = np.bincount(registers, minlength=q + 2).astype(np.float64)
     if hist[0] == m:
         return 0.0
+    if hist[q + 1] == m:
+        return math.inf
     z = m * _tau(1.0 - hist[q + 1] / m)
     for k in range(q, 0, -1):
         z = 0.5 * (z + hist[k])
@@ -413,9 +416,10 @@ def _tau(x: float) -> float:
 def _combined_distinct(counted: float, stratify_rate: float, sketch: float, registers: int) -> float:
     """Inverse-variance weighted mean of two independent distinct-key estimates: ``counted /
     stratify_rate`` (variance ``D (1 - r) / r``, exact at ``r = 1``) and the sketch (relative
-    standard error 1.04 / sqrt(registers)); the sketch alone while nothing is counted."""
+    standard error 1.04 / sqrt(registers)); the sketch alone while nothing is counted, the
+    counted keys alone when the sketch is saturated (infinite)."""
     from_counted = counted / stratify_rate
-    if stratify_rate >= 1.0:
+    if stratify_rate >= 1.0 or (from_counted > 0.0 and not math.isfinite(sketch)):
         return from_counted
     if from_counted <= 0.0:  # no key counted yet (variance estimate 0): the sketch alone
         return sketch

@@ -130,13 +130,16 @@ def hll_registers(keys, bits: int) -> list[int]:
 def hll_improved_estimate(registers) -> float:
     """Ertl (2017), the improved raw estimator, in its sum form:
     alpha m^2 / (m sigma(C_0/m) + sum_{k=1..q} C_k 2^-k + m tau(1 - C_{q+1}/m) 2^-q),
-    alpha = 1 / (2 ln 2), C_k = registers holding k, q = 64 - bits."""
+    alpha = 1 / (2 ln 2), C_k = registers holding k, q = 64 - bits; 0 with every register 0,
+    infinite with every register at q + 1 (the denominator is then 0)."""
     m = len(registers)
     q = 64 - (m.bit_length() - 1)
     held = Counter(registers)
     c = [held.get(k, 0) for k in range(q + 2)]
     if c[0] == m:
         return 0.0
+    if c[q + 1] == m:
+        return math.inf
     x = c[0] / m
     sigma = x + sum(x ** (2 ** k) * 2 ** (k - 1) for k in range(1, 40))
     y = 1 - c[q + 1] / m
@@ -154,6 +157,8 @@ def distinct_estimate(keys, stratify_rate: float, sketch_bits: int = 16) -> floa
     sketch = hll_improved_estimate(hll_registers(keys, sketch_bits))
     if not counted:
         return sketch
+    if math.isinf(sketch):  # a saturated sketch bounds nothing
+        return from_counted
     var_counted = from_counted * (1 - stratify_rate) / stratify_rate
     var_sketch = (1.04 * max(sketch, 1.0)) ** 2 / 2**sketch_bits
     return (from_counted / var_counted + sketch / var_sketch) / (1 / var_counted + 1 / var_sketch)
@@ -169,7 +174,8 @@ def shards_stratified(keys, rate: float, stratify_rate: float, min_stratum_keys:
     stratify_rate) / (sampled keys in it), all weights then scaled so they add up to D, the
     inverse-variance weighted mean of counted keys / stratify_rate (variance D (1 - r) / r) and
     the HyperLogLog estimate (variance (1.04 D)^2 / registers); D = counted keys / r at r = 1,
-    the HyperLogLog estimate alone while no key is counted.
+    the HyperLogLog estimate alone while no key is counted, counted keys / r alone when the
+    sketch is saturated (infinite).
     A sampled distance d stands for d * D / n (n = sampled keys); SHARDS-adj adds the
     references not accounted for to the distance-0 hits.  Returns ``mrc(capacity)``.
     """
