@@ -219,3 +219,35 @@ def test_saturated_sketch_leaves_the_estimate_finite(monkeypatch):
     mrc = shards_stratified(keys, 0.3, 0.6, shards_module.MIN_STRATUM_KEYS, bits)
     for c in [0, 1, 3, 10, 40, 200]:
         assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c
+
+
+def test_rate_one_counting_every_key_is_the_exact_histogram():
+    """rate 1 with stratify_rate 1: every key sampled and counted, so the weights are 1, the
+    distance scale 1 and the histogram the exact tracker's, bucket for bucket."""
+    keys = zipf_stream(20_000, 3_000, 0.9, 6)
+    exact, tracker = StackDistanceTracker(), ShardsTracker(rate=1.0, stratify_rate=1.0, initial_keys=1)
+    exact.access(keys)
+    tracker.access(keys)
+    want, got = exact.histogram(), tracker.histogram()
+    assert got.scale == 1.0 and got.cold == want.cold and got.total == want.total
+    assert np.array_equal(got.counts, want.counts[: got.counts.shape[0]]) and not want.counts[got.counts.shape[0]:].any()
+    assert tracker.distinct_keys_estimate == exact.num_keys and np.all(tracker.stratum_weights()[1] == 1.0)
+
+
+def test_counts_table_and_log_grow_many_times():
+    """From one preallocated key, batches of uneven sizes make the counts table (30,000 new keys
+    first) and the (id, distance) log (then 40,000 references to 500 hot keys) grow several
+    times; check() after every batch, and the result equals the reference."""
+    keys = np.concatenate([np.arange(30_000, dtype=np.int64) * 7919 + 10**9, zipf_stream(40_000, 500, 0.9, 8)])
+    tracker = ShardsTracker(rate=0.5, stratify_rate=0.75, initial_keys=1)
+    table_sizes, log_sizes = {tracker._strata_slots.shape[0]}, {tracker._log_ids.shape[0]}
+    cuts = np.cumsum([1, 4095, 1, 4097, 3, 9000, 20, 12_000, 5000, 7, 10_000, 8000])
+    for part in np.split(keys, cuts):
+        tracker.access(part)
+        tracker.check()
+        table_sizes.add(tracker._strata_slots.shape[0])
+        log_sizes.add(tracker._log_ids.shape[0])
+    assert len(table_sizes) >= 4 and len(log_sizes) >= 4
+    mrc = shards_stratified(keys, 0.5, 0.75, shards_module.MIN_STRATUM_KEYS)
+    for c in [0, 1, 10, 100, 1000]:
+        assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c
