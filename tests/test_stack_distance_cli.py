@@ -36,6 +36,9 @@ def test_mrc_stratify_rate_option(capsys):
     for bad in ("0.01", "lots"):
         assert main(["mrc", "synthetic", "--sample-rate", "0.05", "--stratify-rate", bad]) == 2
         assert "stratify" in capsys.readouterr().err
+    for other in ([], ["--fixed-size", "64"]):  # it would be silently ignored without --sample-rate
+        assert main(["mrc", "synthetic", "--stratify-rate", "0.5", *other]) == 2
+        assert "--stratify-rate needs --sample-rate" in capsys.readouterr().err
 
 
 def test_mrc_errors_are_clear(tmp_path, capsys):

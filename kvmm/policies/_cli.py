@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="fixed-size SHARDS keeping at most N sampled blocks")
     group.add_argument("--dask", default=None, metavar="SCHEDULER",
                        help="MRC from exact trackers over --parts key partitions on Dask: a scheduler address, or 'local'")
-    parser.add_argument("--stratify-rate", default="auto", metavar="R1",
+    parser.add_argument("--stratify-rate", default=None, metavar="R1",
                         help="with --sample-rate: share of keys counted for the frequency strata, in [R, 1], "
                              "'auto' (10 R, at most 0.25, at least R) or 'none' for plain SHARDS-adj (default auto)")
     parser.add_argument("--parts", type=int, default=8, metavar="P", help="key partitions for --dask (default 8)")
@@ -49,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
     points = as_count(args.points, "--points", minimum=2)
     if args.png:
         _check_png_path(args.png)  # before the (possibly long) run, not a traceback at savefig
+    if args.stratify_rate is not None and args.sample_rate is None:
+        from kvmm.errors import BadInputError
+        raise BadInputError("--stratify-rate needs --sample-rate (only fixed-rate SHARDS is stratified)")
     if args.dask is not None:
         hist, name, summary = _dask_histogram(args)
         mode = f"exact per part, {args.parts} key partitions on Dask"
         print(f"trace {name}: {summary} ({mode})")
         return _report(args, hist, fractions, points, name, mode)
     if args.sample_rate is not None:
-        stratify = _stratify_rate(args.stratify_rate)
+        stratify = _stratify_rate(args.stratify_rate or "auto")
         tracker = ShardsTracker(rate=args.sample_rate, stratify_rate=stratify)
         mode = f"SHARDS fixed rate {args.sample_rate:g}" + (
             f", stratified (counting rate {tracker.stratify_rate:g})" if tracker.stratify_rate is not None else "")
