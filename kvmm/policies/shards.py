@@ -35,11 +35,11 @@ least ``MIN_STRATUM_KEYS`` sampled keys.  A sampled key in stratum ``g`` weighs 
 of g / stratify_rate) / (sampled keys of g)``, all weights then scaled so they add up to ``D``
 (instead of ``1/R`` each), and a sampled distance ``d`` stands for ``d * D / n`` with ``n`` the
 sampled keys (the effective rate ``n / D`` instead of the nominal ``R``).  SHARDS-adj applies as
-before.  Costs: the counts table (16-32 bytes per counted key, a few times the sample's own
-memory at the default rate), 64 KiB of registers, and an (id, distance) log of 8 bytes per
-sampled reference (kept because a key's stratum depends on its final frequency, so memory grows
-with the sampled references, not only the sampled keys); throughput about halves (still ~130-180
-M refs/s at ``R = 0.01`` here).
+before.  Costs: the counts table (32-64 bytes per counted key, 16-byte slots at most half full:
+a few times the sample's own memory at the default rate), 64 KiB of registers, and an (id,
+distance) log of 8 bytes per sampled reference (kept because a key's stratum depends on its
+final frequency, so memory grows with the sampled references, not only the sampled keys);
+throughput about halves (still ~130-180 M refs/s at ``R = 0.01`` here).
 
 Error (``bench/test_bench_stack_distance.py``: mean absolute miss-ratio error over 200
 capacities up to the largest distance, across relabellings of the keys, which redraw the sampled
