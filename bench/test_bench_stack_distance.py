@@ -9,6 +9,8 @@ against the exact curve is recorded in ``extra_info`` and printed).  Baselines i
 on a prefix of the stream: it is slow; compare per-reference rates) and, when the ``libcachesim``
 package is installed, libCacheSim's LRU at one capacity (one full pass per capacity), and the
 first committed kvmm kernel (``bench/stack_kernels_v0.py``, commit 5464a2d; same histogram).
+SHARDS error over redraws of the sampled keys: ``test_shards_sampling_error`` (the Zipf 0.95
+trace) and ``test_shards_error_across_streams`` (seven other streams, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -183,6 +185,62 @@ def test_shards_sampling_error(mode):
           f"min {maes.min():.4f}, max {maes.max():.4f}, share <= 0.005: {(maes <= 0.005).mean():.2f}; "
           f"expected |error| of plain SHARDS-adj from key sampling alone: {floor:.4f}")
     assert np.all(maes < 0.1)  # a broken estimator (no 1/R scaling, no SHARDS-adj) is far off
+
+
+#: streams of the "other streams" table in docs/performance.md (section 4, SHARDS)
+OTHER_STREAMS = ["zipf0.8", "uniform", "loop+uniform", "agents", "mooncake-conversation-x8", "mooncake-synthetic",
+                 "zipf0.9"]
+OTHER_DRAWS = size(12, 2)
+
+
+def other_stream(name: str) -> np.ndarray:
+    """The streams of :func:`test_shards_error_across_streams` (seeded; smoke scale: prefixes)."""
+    rng = np.random.default_rng(2)
+    if name == "zipf0.8":
+        return zipf_keys(size(2_000_000, 20_000), size(400_000, 4_000), 0.8, seed=1)
+    if name == "uniform":
+        return rng.integers(0, size(200_000, 2_000), size=size(1_000_000, 10_000))
+    if name == "loop+uniform":  # half the references cycle over 10^5 keys, half are uniform over 3 x 10^5 others
+        n = size(2_000_000, 20_000)
+        out = np.empty(n, dtype=np.int64)
+        is_loop = rng.permutation(n) < n // 2
+        out[is_loop] = np.arange(n // 2) % size(100_000, 1_000)
+        out[~is_loop] = rng.integers(10**9, 10**9 + size(300_000, 3_000), size=n - n // 2)
+        return out
+    if name == "agents":
+        return agent_keys(size(4_000_000, 20_000))
+    if name.startswith("mooncake"):
+        from kvmm.traces import load_trace
+
+        ids = load_trace(name.split("-")[1]).block_ids
+        copies = 8 if name.endswith("x8") else 1  # fresh ids per copy
+        tiled = (ids[None, :] + (int(ids.max()) + 1) * np.arange(copies)[:, None]).reshape(-1)
+        return tiled[: size(tiled.size, 20_000)]
+    return workload(name)
+
+
+@pytest.mark.parametrize("name", OTHER_STREAMS)
+def test_shards_error_across_streams(name):
+    """Median / worst MAE of plain SHARDS-adj and stratified SHARDS at rate 0.01, and of fixed
+    size 32 K, over OTHER_DRAWS relabellings of each stream (printed; the table in
+    docs/performance.md)."""
+    keys = other_stream(name)
+    exact = StackDistanceTracker()
+    exact.access(keys)
+    caps = np.unique(np.linspace(0, exact.histogram().max_capacity, 200).astype(np.int64))
+    truth = exact.mrc(caps)
+    modes = {"plain": dict(rate=0.01, stratify_rate=None), "stratified": dict(rate=0.01),
+             "fixed size 32K": dict(fixed_size=size(32_768, 256))}
+    maes: dict[str, list[float]] = {mode: [] for mode in modes}
+    for salt in range(OTHER_DRAWS):
+        relabelled_keys = relabelled(keys, salt)
+        for mode, kwargs in modes.items():
+            tracker = ShardsTracker(**kwargs)
+            tracker.access(relabelled_keys)
+            maes[mode].append(float(np.abs(tracker.mrc(caps) - truth).mean()))
+    print(f"\nSHARDS on {name} ({keys.size:,} refs, {exact.num_keys:,} keys), MAE median / worst over "
+          f"{OTHER_DRAWS} draws: " + "; ".join(f"{mode} {np.median(m):.4f} / {max(m):.4f}" for mode, m in maes.items()))
+    assert all(max(m) < size(0.1, 0.3) for m in maes.values())  # a broken estimator is far off
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

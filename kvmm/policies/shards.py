@@ -49,12 +49,12 @@ draws: plain SHARDS-adj median 0.0038, 90th percentile 0.011, worst 0.018, 65 % 
 0.005; stratified median 0.0018, 90th percentile 0.0037, worst 0.0055, 97 % <= 0.005.  At ``R =
 0.05``: plain median 0.0023 (worst 0.0058), stratified 0.0010 (worst 0.0020).  On 10 M Zipf-0.9
 references over 10^6 keys at ``R = 0.01``, 12 draws: plain median 0.0034 (worst 0.0052),
-stratified 0.0008 (worst 0.0012).  Stratification also lowered the median error 1.2-4.5x on
-uniform, loop-plus-random, agent-shaped and Mooncake block streams (docs/performance.md).  Fixed
-size at 32 K keys: median 0.0011, worst 0.0028.  The paper reports MAE 0.0027 at ``R = 0.01``
-and 0.0002-0.002 at ``s_max = 8 K``.  With ``R x distinct keys`` below a few thousand, prefer the
-exact tracker or a higher rate.  Capacities below ``1/R`` blocks cannot be resolved (one sampled
-distance step stands for ``1/R`` blocks).
+stratified 0.0008 (worst 0.0012); fixed size at 32 K keys: median 0.0009, worst 0.0021.
+Stratification also lowered the median error 1.2-4.3x on Zipf 0.8, uniform, loop-plus-random,
+agent-shaped and Mooncake block streams (``-k across_streams``; docs/performance.md).  The
+paper reports MAE 0.0027 at ``R = 0.01`` and 0.0002-0.002 at ``s_max = 8 K``.  With ``R x
+distinct keys`` below a few thousand, prefer the exact tracker or a higher rate.  Capacities
+below ``1/R`` blocks cannot be resolved (one sampled distance step stands for ``1/R`` blocks).
 """
 
 from __future__ import annotations
