@@ -247,6 +247,13 @@ class ShardsTracker(StackDistanceTracker):
         found = np.empty(counted_keys.shape[0], dtype=np.int64)
         K.lookup_ids(counted_keys, self._strata_slots, found)
         assert np.array_equal(found, table[occupied, 1].astype(np.int64) - 1)  # lookup returns count - 1
+        # sketch registers hold ranks 0 .. 65 - b, and each counted key's register at least its rank
+        bits = self._registers.shape[0].bit_length() - 1
+        assert int(self._registers.max()) <= 65 - bits
+        rest = hashes >> np.uint64(bits)
+        lowest_bit = (rest & (~rest + np.uint64(1))).astype(np.float64)  # a power of two: log2 is exact
+        ranks = np.where(rest != 0, np.log2(np.maximum(lowest_bit, 1.0)) + 1, 65 - bits)
+        assert np.all(self._registers[hashes & np.uint64(self._registers.shape[0] - 1)] >= ranks)
         # the log has one (id, distance) entry per sampled reference, and it is the histogram
         log_ids, log_dist = self._log_ids[:sampled], self._log_dist[:sampled]
         assert log_ids.shape[0] == sampled and np.all((log_ids >= 0) & (log_ids < n_ids))
