@@ -1,5 +1,7 @@
 """Bad input raises a clear KvmmError and leaves the table (and its allocator) exactly as before."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,19 @@ def test_commit_twice_is_stale(table):
     table.commit(plan)
     err = assert_unchanged(table, lambda: table.commit(plan), StalePlanError, "already committed")
     assert f"plan {plan.plan_id}" in str(err)
+
+
+def test_plan_bookkeeping_does_not_grow_with_plans_made_and_dropped(table):
+    held = table.plan()
+    for _ in range(50):
+        table.plan()  # made and dropped, never committed
+    for _ in range(50):
+        table.commit(table.plan())  # committed and dropped
+    gc.collect()
+    assert list(table.issued_plans.keys()) == [held.plan_id] and len(table.committed_plans) == 0
+    table.commit(held)
+    err = assert_unchanged(table, lambda: table.commit(held), StalePlanError, "already committed")
+    assert f"plan {held.plan_id}" in str(err)
 
 
 def test_failing_copy_changes_nothing_and_plan_stays_usable(table):

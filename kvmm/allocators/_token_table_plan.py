@@ -139,7 +139,7 @@ def commit_plan(table: TokenTable, plan: RepackPlan,
                 copy_slots: Callable[[np.ndarray, np.ndarray], None] | None) -> CommitResult:
     """The body of :meth:`TokenTable.commit`, for a plan of this table (checked by the caller)."""
     with table.lock:
-        if plan.plan_id in table.committed_plans:
+        if table.committed_plans.get(plan.plan_id) is plan:
             raise StalePlanError(f"plan {plan.plan_id} was already committed; make a new plan")
         if table.issued_plans.get(plan.plan_id) is not plan:
             raise BadInputError(f"plan {plan.plan_id} was not produced by this table's plan() (a hand-made or "
@@ -156,7 +156,7 @@ def commit_plan(table: TokenTable, plan: RepackPlan,
                 copy_slots(plan.src, plan.dst)  # may raise: nothing has changed yet
             else:
                 copy_slots(plan.src[valid], plan.dst[valid])
-        table.committed_plans.add(plan.plan_id)
+        table.committed_plans[plan.plan_id] = plan
         del table.issued_plans[plan.plan_id]
         freed = np.empty(plan.num_blocks, dtype=np.int32)
         nf = kernels.commit_moves(plan.src, plan.dst, plan.move_row, plan.move_logical, valid, plan.free_blocks,

@@ -89,8 +89,7 @@ class BlockAllocator:
         self.salt = as_salt(salt)
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._secret = bytes(secret)
-        self._k0, self._k1 = secret_words(self._secret)
+        self._k0, self._k1 = secret_words(bytes(secret))  # the key words only: the raw secret is not kept
         self._tenant = _tenant_key(self._k0, self._k1, self.salt)
 
         table_size = 1 << max(3, (8 * num_blocks - 1).bit_length())

@@ -144,10 +144,12 @@ class TokenTable:
         self.slot_logical = np.full(nb * self.block_size, -1, dtype=np.int64)
         self.next_incarnation = 1
         self.next_plan_id = 1
-        self.committed_plans: set[int] = set()
         # Plans handed out by plan() and not yet committed.  commit() accepts only these very
-        # objects, so a hand-made or altered RepackPlan can never reach the kernels.
+        # objects, so a hand-made or altered RepackPlan can never reach the kernels.  Committed
+        # plans the caller still holds, so a second commit of one says so.  Both are weak: a plan
+        # the caller drops leaves them, so neither grows with the number of plans made.
         self.issued_plans: weakref.WeakValueDictionary[int, RepackPlan] = weakref.WeakValueDictionary()
+        self.committed_plans: weakref.WeakValueDictionary[int, RepackPlan] = weakref.WeakValueDictionary()
         # Bumped by every change of the mapping: a plan made at the current version is valid by
         # construction, so commit re-checks only the allocator's ref counts.
         self.version = 0
@@ -479,7 +481,7 @@ class TokenTable:
                                    self.total_live, self.total_blocks], dtype=np.int64)
         out["row_of"] = np.array(sorted(self.row_of.items()), dtype=np.int64).reshape(-1, 2)
         out["free_rows"] = np.array(self.free_rows, dtype=np.int64)
-        out["committed_plans"] = np.array(sorted(self.committed_plans), dtype=np.int64)
+        out["committed_plans"] = np.array(sorted(self.committed_plans.keys()), dtype=np.int64)
         if hasattr(self.allocator, "snapshot"):
             for k, v in self.allocator.snapshot().items():
                 out[f"allocator.{k}"] = np.asarray(v).copy()
