@@ -251,3 +251,24 @@ def test_counts_table_and_log_grow_many_times():
     mrc = shards_stratified(keys, 0.5, 0.75, shards_module.MIN_STRATUM_KEYS)
     for c in [0, 1, 10, 100, 1000]:
         assert tracker.mrc([c])[0] == pytest.approx(mrc(c), abs=1e-9), c
+
+
+@pytest.mark.parametrize("repeats", [1, 4])
+def test_no_sampled_key_yet_still_counts_the_cold_misses(repeats):
+    """A stream in which no key passes the sampling filter: stratified SHARDS has no distance
+    but still knows the distinct keys (sketch and counted keys), so every miss ratio at c >= 1 is
+    the cold misses' share, not 0 (all-distinct keys: 1.0, like the exact curve)."""
+    rate = 0.01
+    keys = np.array([k for k in range(3000) if mix64(k) >= int(rate * 2.0**64)][:400], dtype=np.int64)
+    keys = np.tile(keys, repeats)
+    tracker = ShardsTracker(rate=rate, initial_keys=2)
+    tracker.access(keys)
+    tracker.check()
+    assert tracker.num_keys == 0
+    exact = StackDistanceTracker()
+    exact.access(keys)
+    reference = shards_stratified(keys, rate, tracker.stratify_rate, shards_module.MIN_STRATUM_KEYS)
+    for c in [0, 1, 50, 10_000]:
+        assert tracker.mrc([c])[0] == pytest.approx(reference(c), abs=1e-9)
+        assert abs(tracker.mrc([c])[0] - (1.0 if c == 0 else 1 / repeats)) < 0.01  # 400 cold misses
+    assert ShardsTracker(rate=rate).mrc([0, 1]).tolist() == [1.0, 1.0]  # nothing seen at all

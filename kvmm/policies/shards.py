@@ -35,7 +35,8 @@ least ``MIN_STRATUM_KEYS`` sampled keys.  A sampled key in stratum ``g`` weighs 
 of g / stratify_rate) / (sampled keys of g)``, all weights then scaled so they add up to ``D``
 (instead of ``1/R`` each), and a sampled distance ``d`` stands for ``d * D / n`` with ``n`` the
 sampled keys (the effective rate ``n / D`` instead of the nominal ``R``).  SHARDS-adj applies as
-before.  Costs: the counts table (32-64 bytes per counted key, 16-byte slots at most half full:
+before.  With no sampled key yet the histogram holds ``D`` cold misses and, by SHARDS-adj, every
+other reference in bucket 0.  Costs: the counts table (32-64 bytes per counted key, 16-byte slots at most half full:
 a few times the sample's own memory at the default rate), 64 KiB of registers, and an (id,
 distance) log of 8 bytes per sampled reference (kept because a key's stratum depends on its
 final frequency, so memory grows with the sampled references, not only the sampled keys);
@@ -169,10 +170,14 @@ class ShardsTracker(StackDistanceTracker):
 
     def histogram(self) -> DistanceHistogram:
         """Weighted histogram in full-stream units, with the SHARDS-adj correction in bucket 0
-        (stratified: weights and distance scale from the frequency strata)."""
+        (stratified: weights and distance scale from the frequency strata; before the first
+        sampled key, the estimated distinct keys as cold misses and no distances)."""
         total = float(self._state[K.ST_REFS])
         if self.stratify_rate is not None and self._state[K.ST_IDS] > 0:
             counts, cold, scale = self._stratified_counts()
+        elif self.stratify_rate is not None:
+            # no sampled key: no distance is known, but the cold misses are (not 0 misses at c >= 1)
+            counts, cold, scale = np.zeros(1), self.distinct_keys_estimate, 1.0
         elif self.rate is not None:
             weight = 1.0 / self.rate
             n_ids = int(self._state[K.ST_IDS])

@@ -177,7 +177,8 @@ def shards_stratified(keys, rate: float, stratify_rate: float, min_stratum_keys:
     the HyperLogLog estimate alone while no key is counted, counted keys / r alone when the
     sketch is saturated (infinite).
     A sampled distance d stands for d * D / n (n = sampled keys); SHARDS-adj adds the
-    references not accounted for to the distance-0 hits.  Returns ``mrc(capacity)``.
+    references not accounted for to the distance-0 hits.  With no sampled key, D cold misses.
+    Returns ``mrc(capacity)``.
     """
     counted: dict[int, int] = {}
     sampled_keys = []
@@ -220,7 +221,7 @@ def shards_stratified(keys, rate: float, stratify_rate: float, min_stratum_keys:
     weight = {k: weight_of_band[band[k]] * distinct / from_counted for k in freq}
     scale = distinct / len(freq) if freq else 1.0
     distances = mattson_distances(sampled_keys)
-    cold = sum(weight.values())
+    cold = sum(weight.values()) if freq else distinct
     warm = [(d, weight[k]) for d, k in zip(distances, sampled_keys) if d >= 0]
     adj = total - (cold + sum(w for _, w in warm))
 
