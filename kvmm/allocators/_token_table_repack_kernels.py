@@ -389,8 +389,6 @@ def commit_moves(src, dst, move_row, move_logical, valid, free_blocks, free_rows
             nf += 1
     # compact each affected row's block list once, dropping the blocks just freed (a listed block
     # is otherwise owned by the row or shared, never FREE)
-    for i in range(nf):
-        r = block_row.shape[0]  # placeholder to keep numba's types simple
     last = -1
     for i in range(free_rows.shape[0]):
         r = free_rows[i]
