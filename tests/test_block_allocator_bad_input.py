@@ -41,7 +41,10 @@ CASES = [
     ("free floats", lambda a: a.free(np.array([0.0])), DTypeError, "integer"),
     ("free 2-D", lambda a: a.free(np.zeros((1, 1), dtype=np.int32)), ShapeError, "1-dimensional"),
     ("free_requests bad offsets", lambda a: a.free_requests([0, 3], i32(0, 1)), BadInputError, "offsets"),
-    ("free_requests double free", lambda a: a.free_requests([0, 2, 3], i32(0, 2, 2)), DoubleFreeError, "block 2"),
+    ("free_requests double free", lambda a: a.free_requests([0, 2, 3], i32(0, 2, 2)), DoubleFreeError,
+     "ids (last-first per request)[2] frees block 2"),  # freeing order 2, 0, 2: the second 2 fails
+    ("free_requests out of range", lambda a: a.free_requests([0, 2, 3], i32(0, 9, 2)), InvalidIdError,
+     "ids (last-first per request)[0] is block id 9"),
     ("touch out of range", lambda a: a.touch(i32(1, 9)), InvalidIdError, "[0, 8)"),
     ("touch floats", lambda a: a.touch([1.0]), DTypeError, "integer"),
     ("cache a block under another key", lambda a: a.cache_blocks([0], K[1:2]), BadInputError, "another cached key"),

@@ -269,13 +269,14 @@ class BlockAllocator:
         """
         ids = block_ids(self, ids, "ids")
         offsets = offsets_array(offsets, "offsets")  # the kernel checks the CSR shape first
-        code = _FAST.free(self.block_fields, self.meta, ids, 1, offsets, np.empty(len(ids), _INT32))
+        order = np.empty(len(ids), _INT32)  # the kernel writes the freeing order here before it checks ids
+        code = _FAST.free(self.block_fields, self.meta, ids, 1, offsets, order)
         if code:
             if code == -ERR_COPY:
                 return self.free_requests(offsets.copy(), copy_block_ids(self, ids, "ids"))
             if code == -ERR_OFFSETS:
                 raise_offsets(offsets, len(ids), "offsets")
-            raise_ids(self, code, _reverse_segments(ids, offsets), "ids (last-first per request)")
+            raise_ids(self, code, order, "ids (last-first per request)")
 
     def touch(self, ids) -> None:
         """Increment the ref counts of ``ids`` (prefix-cache hits taken by a request).
@@ -574,6 +575,3 @@ def _tenant_key(k0: int, k1: int, salt: int) -> tuple[int, int]:
     t0, t1 = derive_tenant_key(np.uint64(k0), np.uint64(k1), np.uint64(salt))
     return int(t0), int(t1)
 
-
-def _reverse_segments(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    return np.concatenate([ids[offsets[r]:offsets[r + 1]][::-1] for r in range(offsets.shape[0] - 1)] or [ids[:0]])
