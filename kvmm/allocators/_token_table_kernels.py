@@ -94,7 +94,6 @@ def gather_segments(rows, start, out_offsets, pool, out):
             out[out_offsets[i] + j] = pool[s + j]
 
 
-#: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
 @njit(cache=True, nogil=True)
 def release_row_blocks(blocks, row, block_size, block_row, block_live, block_fill, block_shared, slot_logical):
     """Drop a freed row's hold on ``blocks``: owned blocks become free and empty; shared blocks
@@ -152,6 +151,7 @@ def context_lengths(rows, block_size, row_tok_start, row_tok_len, row_blk_start,
         out[i] = length
 
 
+#: ``evict_tokens`` status codes (``OK`` or the kind of the first bad position).
 OK, OUT_OF_RANGE, DEAD, REPEATED = 0, 1, 2, 3
 
 
