@@ -34,9 +34,10 @@ class BlockAllocatorMachine(RuleBasedStateMachine):
 
     Rules: allocate (and batch allocate_many), free (and free_requests, last-first per
     request), double frees (must raise and change nothing), touch, cache_blocks, lookup (and
-    lookup_many), admit (and admit_many), evict, reset_prefix_cache.  After every step
-    ``check()`` runs and the free queue, ref counts, prefix cache, stats, free count and usage
-    equal the model's; a call that raises leaves ``snapshot()`` unchanged.
+    lookup_many), admit (and admit_many, with and without per-request extra blocks), evict,
+    reset_prefix_cache.  After every step ``check()`` runs and the free queue, ref counts,
+    prefix cache, stats, free count and usage equal the model's; a call that raises leaves
+    ``snapshot()`` unchanged.
 
     Subclass to test a wrapper or extension: override :meth:`make_allocator` and add rules
     (``self.real``, ``self.model``, ``self.held``: one entry per reference held).
@@ -154,12 +155,13 @@ class BlockAllocatorMachine(RuleBasedStateMachine):
         assert (ids.tolist(), h) == want
         self.held += ids.tolist()
 
-    @rule(reqs=st.lists(key_lists, max_size=3))
-    def admit_many(self, reqs):
+    @rule(reqs=st.lists(key_lists, max_size=3), data=st.data())
+    def admit_many(self, reqs, data):
         offsets = np.concatenate([[0], np.cumsum([len(r) for r in reqs])]).astype(np.int64)
         flat = [k for r in reqs for k in r]
-        n, block_offsets, block_ids, hits = self.real.admit_many(offsets, as_keys(flat))
-        want = self.model.admit_many(reqs)
+        extra = data.draw(st.none() | st.lists(st.integers(0, 3), min_size=len(reqs), max_size=len(reqs)))
+        n, block_offsets, block_ids, hits = self.real.admit_many(offsets, as_keys(flat), extra)
+        want = self.model.admit_many(reqs, extra)
         assert n == len(want)
         got = [(block_ids[block_offsets[i]:block_offsets[i + 1]].tolist(), int(hits[i])) for i in range(n)]
         assert got == want
