@@ -68,6 +68,8 @@ CASES = [
     ("hash float tokens", lambda a: a.hash_blocks(np.ones(8)), DTypeError, "integer"),
     ("hash_many float tokens", lambda a: a.hash_blocks_many([0, 8], np.ones(8)), DTypeError, "integer"),
     ("hash parent of three words", lambda a: a.hash_blocks(np.arange(8), parent=[1, 2, 3]), ShapeError, "one key"),
+    ("hash parent with a negative word", lambda a: a.hash_blocks(np.arange(8), parent=[-1, 0]), BadInputError,
+     "negative"),  # as lookup's keys: not read as 2**64 - 1
     ("hash negative salt", lambda a: a.hash_blocks(np.arange(8), salt=-1), BadInputError, "salt"),
     ("block_key out of range", lambda a: a.block_key(8), InvalidIdError, "[0, 8)"),
 ]

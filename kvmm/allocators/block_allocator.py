@@ -40,7 +40,7 @@ import os
 
 import numpy as np
 
-from kvmm._validate import as_count, as_index_array, as_key_array
+from kvmm._validate import as_count, as_index_array
 from kvmm.allocators import _block_kernels as kernels
 from kvmm.allocators._block_kernels import (CACHED, ERR_COPY, ERR_OFFSETS, FREE_NEXT, FREE_PREV, KEY_NEXT, KEY_PREV,
                                             META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS, META_NUM_CACHED,
@@ -310,7 +310,7 @@ class BlockAllocator:
             pk = python_keys(parent, "parent")
             if pk.size != 2:
                 raise ShapeError(f"parent must be one key (2 uint64 words), got shape {np.shape(parent)}")
-            pk = as_key_array(pk.reshape(1, 2), "parent")
+            pk = copy_key_array(pk.reshape(1, 2), "parent")  # (negative words raise, as in lookup's keys)
             has_parent, p0, p1 = True, int(pk[0, 0]), int(pk[0, 1])
         if extra is None:
             ext = np.zeros((n_full, 0), dtype=np.uint64)
