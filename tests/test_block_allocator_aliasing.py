@@ -13,6 +13,7 @@ import pytest
 
 from kvmm.allocators import BlockAllocator
 from kvmm.errors import KvmmError
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 def prepared() -> BlockAllocator:
@@ -68,7 +69,7 @@ def test_aliasing_input_acts_like_its_copy(name, call, make):
     a.check()
     if outcomes[0][0] != "ok":  # a call that raises leaves the pool exactly as it was
         after = a.snapshot()
-        assert all(np.array_equal(before[k], after[k]) for k in before)
+        assert_same_snapshot(before, after)
 
 
 def test_free_of_ref_counts_raises_and_leaves_the_pool_intact():
@@ -79,7 +80,7 @@ def test_free_of_ref_counts_raises_and_leaves_the_pool_intact():
     with pytest.raises(KvmmError, match="more times than it is referenced"):
         a.free(a.ref_counts)
     after = a.snapshot()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert_same_snapshot(before, after)
     a.check()
 
 

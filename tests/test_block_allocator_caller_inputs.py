@@ -5,6 +5,7 @@ import pytest
 
 from kvmm.allocators import BlockAllocator
 from kvmm.errors import KvmmError, OutOfBlocksError
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 def prepared() -> tuple[BlockAllocator, np.ndarray]:
@@ -12,10 +13,6 @@ def prepared() -> tuple[BlockAllocator, np.ndarray]:
     ids = a.allocate(4)
     a.cache_blocks(ids[:2], [(1, 0), (2**64 - 1, 2**63)])
     return a, ids
-
-
-def _same(before, after) -> bool:
-    return before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64, ">i4"])
@@ -73,7 +70,7 @@ def test_huge_counts_raise_out_of_blocks_and_change_nothing(call):
     before = a.snapshot()
     with pytest.raises(OutOfBlocksError, match="free"):
         call(a)
-    assert _same(before, a.snapshot())
+    assert_same_snapshot(before, a.snapshot())
 
 
 @pytest.mark.parametrize("extra", [[2**40], [2**62, 2**62], [2**63 - 1, 0]])
@@ -83,7 +80,7 @@ def test_admit_many_with_huge_extra_admits_nothing_and_changes_nothing(extra):
     offsets = [0] + [1] * len(extra)
     n, block_offsets, block_ids, hits = a.admit_many(offsets, [(9, 0)], num_extra=extra)
     assert (n, block_offsets.tolist(), block_ids.tolist(), hits.tolist()) == (0, [0], [], [])
-    assert _same(before, a.snapshot())
+    assert_same_snapshot(before, a.snapshot())
 
 
 def test_admit_many_stops_at_a_huge_request_after_admitting_the_ones_before():
@@ -100,4 +97,4 @@ def test_non_integer_ids_raise_kvmm_errors(bad):
     for method in (a.free, a.touch, a.evict):
         with pytest.raises(KvmmError):
             method(bad)
-    assert _same(before, a.snapshot())
+    assert_same_snapshot(before, a.snapshot())

@@ -16,6 +16,7 @@ from numba import njit
 from kvmm.allocators import BlockAllocator
 from kvmm.allocators import _block_kernels as kernels
 from kvmm.errors import ShapeError
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 # ----------------------------------------------------------------- plain-Python references
@@ -161,7 +162,7 @@ def test_keys_of_the_wrong_width_raise_and_change_nothing(width):
         with pytest.raises(ShapeError, match=r"\(n, 2\)"):
             call()
         after = a.snapshot()
-        assert all(np.array_equal(before[k], after[k]) for k in before)
+        assert_same_snapshot(before, after)
     a.check()
 
 
@@ -177,7 +178,7 @@ def test_offsets_that_alias_the_pool_are_sent_back_for_a_copy():
     assert kernels.admit_many(f, bk, t, m, m[:2], _keys([1, 2]), np.zeros(0, dtype=np.int64),
                               np.empty(2, dtype=np.int64), out, np.empty(1, dtype=np.int64))[0] == -kernels.ERR_COPY
     after = a.snapshot()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert_same_snapshot(before, after)
 
 
 # ----------------------------------------------------------------- entry points

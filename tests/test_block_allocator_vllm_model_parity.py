@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from kvmm.allocators import BlockAllocator
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 class _Block:
@@ -232,12 +233,12 @@ def test_caching_a_block_under_the_key_it_holds_is_a_no_op_and_another_key_raise
     before = pool.snapshot()
     pool.cache_blocks(ids[::-1], [(2, 0), (1, 0)])  # each block under the key it already holds
     after = pool.snapshot()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert_same_snapshot(before, after)
     from kvmm.errors import BadInputError
     with pytest.raises(BadInputError, match="another cached key"):
         pool.cache_blocks(ids[:1], [(3, 0)])
     with pytest.raises(BadInputError, match="twice"):  # a duplicate is still an error, and changes nothing
         pool.cache_blocks([ids[0], ids[0]], [(1, 0), (1, 0)])
     after = pool.snapshot()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert_same_snapshot(before, after)
     pool.check()

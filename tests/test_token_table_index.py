@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.errors import BadInputError, UnknownSequenceError
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 def rows_by_dict(table, seqs):
@@ -123,7 +124,7 @@ def test_a_repeated_sequence_in_a_batch_is_rejected_by_both_duplicate_checks(bat
     with pytest.raises(BadInputError, match="repeats a sequence"):
         table.append(seqs, [1] * batch)
     after = table.snapshot()
-    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert_same_snapshot(before, after)
     assert table.live_counts(list(range(batch))).tolist() == [0] * batch  # distinct ids pass
 
 

@@ -5,12 +5,7 @@ import pytest
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.errors import BadInputError, OutOfBlocksError
-
-
-def _same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert np.array_equal(a[k], b[k]), k
+from kvmm.testing.allocator_machine import assert_same_snapshot
 
 
 @pytest.mark.parametrize("seq_id", [2**70, np.uint64(2**63 + 3), -(2**63) - 1])
@@ -20,7 +15,7 @@ def test_sequence_ids_beyond_int64_are_rejected(seq_id):
     before = table.snapshot()
     with pytest.raises(BadInputError, match="does not fit int64"):
         table.add_sequence(seq_id)
-    _same(before, table.snapshot())
+    assert_same_snapshot(before, table.snapshot())
     table.check()
 
 
@@ -33,6 +28,6 @@ def test_huge_append_counts_do_not_wrap():
     before = table.snapshot()
     with pytest.raises(OutOfBlocksError, match=r"appending 4611686018427387904 tokens .* 32 token slots"):
         table.append([0, 1], [2**62, 2**62])
-    _same(before, table.snapshot())
+    assert_same_snapshot(before, table.snapshot())
     assert alloc.num_free == 7
     table.check()
