@@ -74,7 +74,6 @@ from kvmm.errors import (
     OutOfBlocksError,
     ShapeError,
     StalePlanError,
-    UnknownSequenceError,
 )
 
 __all__ = ["TokenTable", "RepackPlan", "CommitResult"]
@@ -218,9 +217,7 @@ class TokenTable:
         Runtime complexity: O(blocks * block_size) (the batched-lookup index is updated lazily).
         """
         key = seq_key(seq_id)
-        row = self.row_of.get(key)
-        if row is None:
-            raise UnknownSequenceError(f"sequence {key} is not registered; call add_sequence({key}) first")
+        row = lookup_row(self, key)
         with self.lock:
             n_blocks = int(self.row_blk_len[row])
             if n_blocks:
