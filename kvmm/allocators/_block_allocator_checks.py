@@ -90,7 +90,7 @@ def csr_offsets(x, length: int, name: str) -> np.ndarray:
 
 def offsets_array(x, name: str) -> np.ndarray:
     """``x`` as an int64 array, no copy when it already is one (the CSR shape is checked by the
-    caller, in the kernel that reads it, or by :meth:`_offsets`)."""
+    caller, in the kernel that reads it, or by :func:`csr_offsets`)."""
     if type(x) is np.ndarray and (x.dtype is _INT64 or x.dtype == np.int64) and x.ndim == 1:
         return x
     return as_index_array(x, name, dtype=np.int64)
