@@ -5,8 +5,8 @@ blocks, ``plan_repack`` proposes the moves, on the copy and without the GIL) and
 (``validate_moves`` re-checks them against the live table, ``commit_moves`` applies them) run
 off the per-request path, so they live apart from the append / evict / view kernels of
 :mod:`kvmm.allocators._token_table_kernels`, whose conventions (array names, ``FREE`` /
-``SHARED``, valid arguments) they share.  ``tests/naive/token_table.py`` holds a plain-Python
-version of each one.
+``SHARED``, valid arguments) and plain-Python reference (``NaiveTokenTable.plan`` / ``commit``)
+they share.
 """
 
 from __future__ import annotations
