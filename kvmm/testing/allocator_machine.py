@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvmm.allocators import BlockAllocator
-from kvmm.errors import DoubleFreeError, OutOfBlocksError
+from kvmm.errors import BadInputError, DoubleFreeError, OutOfBlocksError
 from kvmm.testing.models.block_allocator import NaiveBlockAllocator
 
 __all__ = ["BlockAllocatorMachine"]
@@ -123,11 +123,20 @@ class BlockAllocatorMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def cache_blocks(self, data):
-        cand = sorted({b for b in self.held if b not in self.model.block_key})
+        cand = sorted(set(self.held))
         ids = data.draw(st.lists(st.sampled_from(cand), unique=True, max_size=3)) if cand else []
-        keys = data.draw(st.lists(st.sampled_from(KEYS), min_size=len(ids), max_size=len(ids)))
+        # a block that holds a key is offered it again (a no-op) as often as any other key (an error)
+        keys = [data.draw(st.sampled_from(KEYS if b not in self.model.block_key else
+                                          [self.model.block_key[b]] * len(KEYS) + KEYS)) for b in ids]
+        try:
+            self.model.cache_blocks(ids, keys)
+        except ValueError:
+            before = self.real.snapshot()
+            with pytest.raises(BadInputError, match="another cached key"):
+                self.real.cache_blocks(np.array(ids, dtype=np.int32), as_keys(keys))
+            assert_same_snapshot(before, self.real.snapshot())
+            return
         self.real.cache_blocks(np.array(ids, dtype=np.int32), as_keys(keys))
-        self.model.cache_blocks(ids, keys)
 
     @rule(keys=key_lists)
     def lookup(self, keys):

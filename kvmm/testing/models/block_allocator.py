@@ -122,14 +122,15 @@ class NaiveBlockAllocator:
         ids, keys = _ids(ids), _keys(keys)
         if len(ids) != len(keys) or len(set(ids)) != len(ids):
             raise ValueError("bad cache_blocks")
-        for b in ids:
+        for b, k in zip(ids, keys):
             if not 0 <= b < self.num_blocks:
                 raise IndexError(b)
-            if b in self.block_key or self.ref[b] == 0:
+            if self.ref[b] == 0 or self.block_key.get(b, k) != k:  # free, or holding another key
                 raise ValueError(f"cannot cache {b}")
         for b, k in zip(ids, keys):
-            self.block_key[b] = k
-            self.cached.setdefault(k, {})[b] = None
+            if b not in self.block_key:  # a block already holding this key is left as it is
+                self.block_key[b] = k
+                self.cached.setdefault(k, {})[b] = None
 
     def _prefix(self, keys) -> list[int]:
         out = []
