@@ -91,8 +91,6 @@ class KvmmPress(ScorerPress):
         self.__post_init__()
 
     def __post_init__(self) -> None:
-        if isinstance(self.compression_ratio, bool):
-            raise BadInputError(f"compression_ratio must be a number in [0, 1), got {self.compression_ratio!r}")
         self.compression_ratio = as_fraction(self.compression_ratio, "compression_ratio", include_zero=True)
         if self.compression_ratio >= 1.0:
             raise BadInputError(f"compression_ratio must be in [0, 1) (share pruned), got {self.compression_ratio}")

@@ -132,6 +132,8 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
 def test_bad_configuration_is_a_clear_error(model, input_ids):
     with pytest.raises(BadInputError, match="compression_ratio"):
         KvmmPress(KeyNormScorer(), 1.0)
+    with pytest.raises(BadInputError, match=r"compression_ratio must be a number in \[0, 1\], got True"):
+        KvmmPress(KeyNormScorer(), True)
     with pytest.raises(BadInputError, match="TokenScorer"):
         KvmmPress(object(), 0.5)
     with pytest.raises(BadInputError, match="per-layer scorers"):
