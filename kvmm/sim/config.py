@@ -23,6 +23,7 @@ from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
+from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
 from kvmm.traces.mooncake import MooncakeTrace
 
@@ -51,13 +52,7 @@ class TierLevel:
     capacity_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        spec = self.spec
-        if isinstance(spec, str):
-            spec = preset(spec)
-        if not isinstance(spec, TierSpec):
-            raise BadInputError(f"TierLevel.spec must be a TierSpec or a preset name, got {type(self.spec).__name__}")
-        if self.capacity_bytes is not None:
-            spec = spec.with_capacity(as_count(self.capacity_bytes, "capacity_bytes"))
+        spec = resolve_spec(self.spec, self.capacity_bytes)
         object.__setattr__(self, "spec", spec)
         object.__setattr__(self, "capacity_bytes", spec.capacity_bytes)
         check_eviction(self.eviction)
