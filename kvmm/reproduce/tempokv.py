@@ -44,7 +44,7 @@ BURSTY = "bursty arrivals (MMPP, rates 1.8x / 0.2x, 30 s phases)"
 
 
 def reproduce(report) -> None:
-    quick = bool(getattr(report, "quick", False))
+    quick = report.quick
     n_trace = 150 if quick else 600
     n_wl = 80 if quick else 200
     loads = LOADS[1:2] if quick else LOADS

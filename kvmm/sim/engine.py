@@ -73,7 +73,7 @@ class Engine:
         self.offsets = trace.block_offsets
         self.ids = trace.block_ids.astype(np.int64)
         self.keys = pool_keys(self.ids)
-        self.bt = bt = int(getattr(trace, "block_tokens", 512))  # tokens per block of the trace's format
+        self.bt = bt = int(trace.block_tokens)  # tokens per block of the trace's format
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
         kvb = model.kv_bytes_per_token

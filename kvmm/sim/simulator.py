@@ -219,4 +219,4 @@ def subset(trace: MooncakeTrace, idx: np.ndarray) -> MooncakeTrace:
     return MooncakeTrace(
         name=f"{trace.name}[subset]", timestamp_ms=trace.timestamp_ms[idx], input_length=trace.input_length[idx],
         output_length=trace.output_length[idx], block_offsets=offsets, block_ids=trace.block_ids[take],
-        bad_lines=trace.bad_lines, block_tokens=int(getattr(trace, "block_tokens", 512)))
+        bad_lines=trace.bad_lines, block_tokens=int(trace.block_tokens))
