@@ -31,16 +31,7 @@ from kvmm.allocators.token_table import TokenTable
 from kvmm.compress.eviction import evict_to_budget
 from kvmm.errors import OutOfBlocksError
 
-__all__ = ["Compressor", "SCORER_NAMES", "make_scorer", "check_scorer"]
-
-SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
-
-
-def check_scorer(scorer: Any) -> None:
-    """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
-    from kvmm.sim.config import check_name_or_protocol
-
-    check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
+__all__ = ["Compressor", "make_scorer"]
 
 
 def make_scorer(scorer: Any) -> Any:
