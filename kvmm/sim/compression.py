@@ -103,14 +103,14 @@ class Compressor:
 
     def compress(self, rs: list[int]) -> None:
         """Evict ``rs`` to the budget with the scorer, then repack (free the emptied blocks)."""
-        live = self.table.live_counts(rs)
-        todo = [r for r, n in zip(rs, live.tolist()) if n > self.budget]
-        if not todo:
-            return
-        for r, n in zip(rs, live.tolist()):
+        todo = []
+        for r, n in zip(rs, self.table.live_counts(rs).tolist()):
             if n > self.budget:
                 weights = self.rng.pareto(1.5, n) + 1.0
                 self.scorer.observe(r, attention=weights / weights.sum())
+                todo.append(r)
+        if not todo:
+            return
         evicted = evict_to_budget(self.table, self.scorer, todo, self.budget)
         self.tokens_evicted += int(evicted.sum())
         self.compressions += len(todo)
