@@ -62,3 +62,17 @@ def test_a_user_scorer_object_runs_and_the_budget_holds():
 def test_bad_compression_configs(kw):
     with pytest.raises(BadInputError):
         SimConfig(**kw)
+
+
+def test_every_scorer_name_builds_and_validating_a_config_loads_no_compression_code():
+    import subprocess
+    import sys
+
+    from kvmm.sim.compression import make_scorer
+    from kvmm.sim.config import SCORER_NAMES
+
+    assert all(callable(make_scorer(name).scores) for name in SCORER_NAMES)
+    code = ("import sys; from kvmm.sim.config import SimConfig; SimConfig(token_budget=64, scorer='snapkv'); "
+            "print('kvmm.sim.compression' in sys.modules, 'numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -29,7 +29,7 @@ MODEL = "llama3-8b"
 
 
 def reproduce(report) -> None:
-    quick = bool(getattr(report, "quick", False))
+    quick = report.quick
     n = 300 if quick else 2000
     links = ("rdma400", "cross-dc") if quick else tuple(LINK_PRESETS)
     trace = resolve_trace("conversation", n)

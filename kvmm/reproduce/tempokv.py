@@ -12,7 +12,7 @@ on the same arrivals, hierarchy and parameters (no slack for any policy: ``margi
 
 Experiments: the bundled Mooncake conversation trace at loads 0.6, 0.8 and 0.95 (arrivals
 rescaled, no randomness: one run each), and on a seeded shared-prefix workload (three seeds,
-mean +- std) the scenarios bursty arrivals (a Markov-modulated Poisson process) at loads 0.6, 0.8
+mean ± std) the scenarios bursty arrivals (a Markov-modulated Poisson process) at loads 0.6, 0.8
 and 0.95, a slow remote tier (the ``dfs`` preset) and staging bandwidth at 50 % of nominal.  The goal checked per cell: >= 50 % less protected byte-time than immediate staging
 with p95 TTFT within 5 % of the best baseline.  The recompute fallback is off everywhere.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import warnings
 
 
-from kvmm.report import spread
+from kvmm.report import mean_pm, spread
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
@@ -44,7 +44,7 @@ BURSTY = "bursty arrivals (MMPP, rates 1.8x / 0.2x, 30 s phases)"
 
 
 def reproduce(report) -> None:
-    quick = bool(getattr(report, "quick", False))
+    quick = report.quick
     n_trace = 150 if quick else 600
     n_wl = 80 if quick else 200
     loads = LOADS[1:2] if quick else LOADS
@@ -99,19 +99,21 @@ def reproduce(report) -> None:
 
     rows = []
     for name, ld in cells:
-        agg = {p: _mean_std([wl_res[(name, ld, s, p)] for s in seeds]) for p in POLICIES}
+        per_seed = {p: _per_seed([wl_res[(name, ld, s, p)] for s in seeds]) for p in POLICIES}
         for p in POLICIES:
-            a = agg[p]
-            rows.append((name, ld, p, _pm(a["ttft_p95"], 3), _pm(a["bs"], 4), _pm(a["in_time"], 2), _pm(a["queue"], 0)))
-        reduction = 1 - agg["timely"]["bs"][0] / agg["immediate"]["bs"][0] if agg["immediate"]["bs"][0] else float("nan")
-        best = min(agg[p]["ttft_p95"][0] for p in BASELINES)
-        delta = agg["timely"]["ttft_p95"][0] / best - 1 if best else float("nan")
+            v = per_seed[p]
+            rows.append((name, ld, p, mean_pm(v["ttft_p95"], ".3f"), mean_pm(v["bs"], ".4f"), mean_pm(v["in_time"], ".2f"),
+                         mean_pm(v["queue"], ".0f")))
+        mean = {p: {k: spread(v)[0] for k, v in per_seed[p].items()} for p in POLICIES}
+        reduction = 1 - mean["timely"]["bs"] / mean["immediate"]["bs"] if mean["immediate"]["bs"] else float("nan")
+        best = min(mean[p]["ttft_p95"] for p in BASELINES)
+        delta = mean["timely"]["ttft_p95"] / best - 1 if best else float("nan")
         ok = reduction >= 0.5 and delta <= 0.05
         rows.append((name, ld, "goal", f"{100 * delta:+.1f} % vs best", f"{100 * reduction:.0f} % less than immediate",
                      "met" if ok else "missed", ""))
     report.table(
         f"Scenarios on a seeded shared-prefix workload (16k-token prompts, 75 % one of 400 shared contexts, Zipf 0.8: "
-        f"more than the GPU pool holds; {n_wl} requests; mean +- std over seeds {list(seeds)})",
+        f"more than the GPU pool holds; {n_wl} requests; mean ± std over seeds {list(seeds)})",
         ["scenario", "load", "staging", "TTFT p95 s", "protected GiB*s / req", "ready-in-time share", "max queue"], rows,
         note="Why the goal is met or missed: a claim's byte-time under immediate staging is the queueing time before "
              "its use plus the copy and read time every policy pays; timely staging can only remove the first part.  "
@@ -132,12 +134,9 @@ def _goal(res) -> str:
     return f"{verdict}: {100 * red:.0f} % less byte-time, p95 TTFT {100 * delta:+.1f} % vs best baseline"
 
 
-def _mean_std(results) -> dict:
-    return {"ttft_p95": spread([r.ttft_p95 for r in results]),
-            "bs": spread([r.protected_byte_seconds_per_request / GiB for r in results]),
-            "in_time": spread([r.ready_in_time / r.claims if r.claims else 0.0 for r in results]),
-            "queue": spread([r.max_waiting for r in results])}
-
-
-def _pm(pair, digits: int) -> str:
-    return f"{pair[0]:.{digits}f} +- {pair[1]:.{digits}f}"
+def _per_seed(results) -> dict:
+    """The scenario table's columns, one value per seed."""
+    return {"ttft_p95": [r.ttft_p95 for r in results],
+            "bs": [r.protected_byte_seconds_per_request / GiB for r in results],
+            "in_time": [r.ready_in_time / r.claims if r.claims else 0.0 for r in results],
+            "queue": [r.max_waiting for r in results]}

@@ -65,7 +65,7 @@ def reproduce(report) -> None:
     except (ImportError, BackendUnavailableError) as exc:
         report.text(f"Skipped: this section needs the hf extra (torch, transformers): {exc}")
         return
-    w = workload(bool(getattr(report, "quick", False)))
+    w = workload(report.quick)
     model = load_model()
     rope = hf.rope_from_config(model.config)
     cal_q, cal_k = _capture_chunks(hf, model, [heldout_ids(1024, 1024 * i) for i in range(w["calibration_chunks"])])
@@ -114,7 +114,7 @@ def reproduce(report) -> None:
     report.figure("triattention_recall", lambda ax: _draw_recall(ax, recalls, cal.num_layers))
     from kvmm.reproduce._decode_timing import report_decode_timing
 
-    report_decode_timing(report, model, quick=bool(getattr(report, "quick", False)), claim=PAPER["speedup"])
+    report_decode_timing(report, model, quick=report.quick, claim=PAPER["speedup"])
 
 
 def recall_experiment(pairs, logits, calibration, n_tokens, *, seed=0, fractions=FRACTIONS) -> dict:

@@ -31,16 +31,7 @@ from kvmm.allocators.token_table import TokenTable
 from kvmm.compress.eviction import evict_to_budget
 from kvmm.errors import OutOfBlocksError
 
-__all__ = ["Compressor", "SCORER_NAMES", "make_scorer", "check_scorer"]
-
-SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
-
-
-def check_scorer(scorer: Any) -> None:
-    """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
-    from kvmm.sim.config import check_name_or_protocol
-
-    check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
+__all__ = ["Compressor", "make_scorer"]
 
 
 def make_scorer(scorer: Any) -> Any:
@@ -112,14 +103,14 @@ class Compressor:
 
     def compress(self, rs: list[int]) -> None:
         """Evict ``rs`` to the budget with the scorer, then repack (free the emptied blocks)."""
-        live = self.table.live_counts(rs)
-        todo = [r for r, n in zip(rs, live.tolist()) if n > self.budget]
-        if not todo:
-            return
-        for r, n in zip(rs, live.tolist()):
+        todo = []
+        for r, n in zip(rs, self.table.live_counts(rs).tolist()):
             if n > self.budget:
                 weights = self.rng.pareto(1.5, n) + 1.0
                 self.scorer.observe(r, attention=weights / weights.sum())
+                todo.append(r)
+        if not todo:
+            return
         evicted = evict_to_budget(self.table, self.scorer, todo, self.budget)
         self.tokens_evicted += int(evicted.sum())
         self.compressions += len(todo)

@@ -23,10 +23,11 @@ from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
+from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
 from kvmm.traces.mooncake import MooncakeTrace
 
-__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES"]
+__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES", "SCORER_NAMES"]
 
 GiB = 1 << 30
 
@@ -34,6 +35,8 @@ GiB = 1 << 30
 ADMISSION_NAMES = ("write-all", "store-threshold", "selective", "refill-filter")
 #: staging policies the simulator runs (kvmm.policies.staging, plus the write-through LRU baseline)
 STAGING_NAMES = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
+#: token scorers by name (kvmm.compress.scorers; built by kvmm.sim.compression.make_scorer)
+SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,7 @@ class TierLevel:
     capacity_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        spec = self.spec
-        if isinstance(spec, str):
-            spec = preset(spec)
-        if not isinstance(spec, TierSpec):
-            raise BadInputError(f"TierLevel.spec must be a TierSpec or a preset name, got {type(self.spec).__name__}")
-        if self.capacity_bytes is not None:
-            spec = spec.with_capacity(as_count(self.capacity_bytes, "capacity_bytes"))
+        spec = resolve_spec(self.spec, self.capacity_bytes)
         object.__setattr__(self, "spec", spec)
         object.__setattr__(self, "capacity_bytes", spec.capacity_bytes)
         check_eviction(self.eviction)
@@ -138,7 +135,7 @@ class SimConfig:
     priority_seed: int = 0  # seeds the draw of each request's class
     pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.pd)
     token_budget: int | None = None  # decode-time token compression: live tokens kept per request
-    scorer: Any = "h2o"  # with token_budget: a scorer name (kvmm.sim.compression.SCORER_NAMES) or TokenScorer object
+    scorer: Any = "h2o"  # with token_budget: a scorer name (SCORER_NAMES) or TokenScorer object
     repack_interval: int = 64  # with token_budget: decode tokens between compressions
     label: str = ""
 
@@ -178,8 +175,6 @@ class SimConfig:
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
         if self.token_budget is not None:
             as_count(self.token_budget, "token_budget", minimum=1)
-        from kvmm.sim.compression import check_scorer
-
         check_scorer(self.scorer)
         as_count(self.repack_interval, "repack_interval", minimum=1)
         if self.pd is not None and not isinstance(self.pd, PDConfig):
@@ -203,6 +198,11 @@ def check_eviction(policy: Any) -> None:
 def check_admission(policy: Any) -> None:
     """A registered admission name or an object with ``admit(request)``."""
     check_name_or_protocol(policy, "admission policy", ADMISSION_NAMES, ("admit",), "AdmissionPolicy")
+
+
+def check_scorer(scorer: Any) -> None:
+    """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
+    check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
 
 
 def check_name_or_protocol(value: Any, kind: str, names: Any, methods: tuple[str, ...], protocol: str) -> None:

@@ -73,7 +73,7 @@ class Engine:
         self.offsets = trace.block_offsets
         self.ids = trace.block_ids.astype(np.int64)
         self.keys = pool_keys(self.ids)
-        self.bt = bt = int(getattr(trace, "block_tokens", 512))  # tokens per block of the trace's format
+        self.bt = bt = int(trace.block_tokens)  # tokens per block of the trace's format
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
         kvb = model.kv_bytes_per_token
@@ -197,16 +197,7 @@ class Engine:
             self.steps += 1
             if prefill:
                 ledger.observe_progress(prefill, dt)
-            finished = 0
-            if running:
-                run = np.asarray(running, dtype=np.int64)
-                if self.compressor is not None:
-                    self.compressor.grow(running, 1)
-                self.remaining[run] -= 1
-                fin = self.remaining[run] <= 0
-                if fin.any():
-                    finished += self._finish(run[fin].tolist(), now)
-                    running = run[~fin].tolist()
+            finished = self._decode(running, 1, now) if running else 0
             for r in admitted:
                 self.first_token[r] = now
                 self.remaining[r] = self.output_len_py[r] - 1
@@ -251,17 +242,26 @@ class Engine:
         self._events_until(now + k * step_s, waiting)
         now += k * step_s
         self.steps += k
-        if self.compressor is not None:
-            self.compressor.grow(running, k)
-        self.remaining[run] -= k
-        fin = self.remaining[run] <= 0
-        if fin.any():
-            finished = self._finish(run[fin].tolist(), now)
-            running[:] = run[~fin].tolist()
+        finished = self._decode(running, k, now, run)
+        if finished:
             done += finished
             if self.progress is not None:
                 self.progress(finished)
         return now, done
+
+    def _decode(self, running: list[int], k: int, now: float, run: np.ndarray | None = None) -> int:
+        """``k`` decode tokens for each running request (``run``: the same ids as an array); those
+        that finish leave ``running`` (in place) and free their blocks.  Returns how many finished."""
+        if run is None:
+            run = np.asarray(running, dtype=np.int64)
+        if self.compressor is not None:
+            self.compressor.grow(running, k)
+        self.remaining[run] -= k
+        fin = self.remaining[run] <= 0
+        if not fin.any():
+            return 0
+        running[:] = run[~fin].tolist()
+        return self._finish(run[fin].tolist(), now)
 
     def _finish(self, rs: list[int], now: float) -> int:
         for r in rs:

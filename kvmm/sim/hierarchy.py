@@ -37,17 +37,15 @@ class Hierarchy:
     policy events.
     """
 
-    def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, gpu_kv_bytes: int | None = None,
-                 with_tiers: bool = True, prefix_cache: bool | None = None, record_ops: bool = False) -> None:
-        kv = cfg.gpu_kv_bytes if gpu_kv_bytes is None else gpu_kv_bytes
-        num_blocks = kv // block_bytes
+    def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, with_tiers: bool = True,
+                 prefix_cache: bool | None = None, record_ops: bool = False) -> None:
+        num_blocks = cfg.gpu_kv_bytes // block_bytes
         if num_blocks < 1:
-            raise BadInputError(f"gpu_kv_bytes={kv} holds no {block_bytes}-byte block; expected at least one block")
+            raise BadInputError(f"gpu_kv_bytes={cfg.gpu_kv_bytes} holds no {block_bytes}-byte block; expected at least one block")
         self.block_bytes = block_bytes
         self.pool = BlockAllocator(num_blocks, block_tokens, secret=bytes(16))
         self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache
         levels = cfg.tiers if with_tiers else ()
-        self.levels = levels
         self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
                       for lv in levels]
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]

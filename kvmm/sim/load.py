@@ -34,7 +34,7 @@ def offered_seconds(trace: MooncakeTrace, model: ModelSpec) -> float:
         new_blocks = np.bincount(owner[first], minlength=n)
     else:
         new_blocks = np.zeros(n, dtype=np.int64)
-    new_tokens = np.minimum(new_blocks * int(getattr(trace, "block_tokens", 512)), np.maximum(trace.input_length, 1))
+    new_tokens = np.minimum(new_blocks * int(trace.block_tokens), np.maximum(trace.input_length, 1))
     return float(new_tokens.sum()) / model.prefill_tokens_per_s + decode_seconds(trace, model)
 
 

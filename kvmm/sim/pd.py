@@ -56,7 +56,7 @@ class _PD:
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
         self.keys = pool_keys(trace.block_ids)
-        self.bt = bt = int(getattr(trace, "block_tokens", 512))
+        self.bt = bt = int(trace.block_tokens)
         self.block_bytes = bt * m.kv_bytes_per_token
         self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False) for _ in range(pd.prefill_instances)]
         self.decode = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False, prefix_cache=False)

@@ -178,8 +178,8 @@ def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
         trace = _load_cached(workload)
     if trace.num_requests == 0:
         raise BadInputError("the workload has no requests; expected at least one")
-    if max_requests is not None and max_requests < trace.num_requests:
-        trace = subset(trace, np.arange(max_requests), name=f"{trace.name}[:{max_requests}]")
+    if max_requests is not None:
+        trace = trace.head(max_requests)  # views of the first requests' arrays, no copy
     return trace
 
 
@@ -209,7 +209,7 @@ _TRACE_CACHE: OrderedDict = OrderedDict()
 _TRACE_CACHE_SIZE = 4
 
 
-def subset(trace: MooncakeTrace, idx: np.ndarray, name: str | None = None) -> MooncakeTrace:
+def subset(trace: MooncakeTrace, idx: np.ndarray) -> MooncakeTrace:
     """The requests ``idx`` of ``trace`` (in that order) as a trace of their own."""
     lengths = np.diff(trace.block_offsets)[idx]
     offsets = np.zeros(idx.shape[0] + 1, dtype=np.int64)
@@ -217,6 +217,6 @@ def subset(trace: MooncakeTrace, idx: np.ndarray, name: str | None = None) -> Mo
     starts = trace.block_offsets[idx]
     take = (np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))) if idx.size else np.zeros(0, np.int64)
     return MooncakeTrace(
-        name=name or f"{trace.name}[subset]", timestamp_ms=trace.timestamp_ms[idx], input_length=trace.input_length[idx],
+        name=f"{trace.name}[subset]", timestamp_ms=trace.timestamp_ms[idx], input_length=trace.input_length[idx],
         output_length=trace.output_length[idx], block_offsets=offsets, block_ids=trace.block_ids[take],
-        bad_lines=trace.bad_lines, block_tokens=int(getattr(trace, "block_tokens", 512)))
+        bad_lines=trace.bad_lines, block_tokens=int(trace.block_tokens))
