@@ -47,7 +47,8 @@ def fuzz_block_allocator(data):
             fz.call(a.hash_blocks, data.draw(arg(tokens)), data.draw(st.sampled_from([None] * 4 + NASTY[:12])),
                     salt=data.draw(st.sampled_from([None, None, 0, 7, -1, 2**64, 1.5])))
         elif op == "hash_blocks_many":
-            fz.call(a.hash_blocks_many, data.draw(arg(st.just([0, 8]))), data.draw(arg(tokens)))
+            toks = data.draw(tokens)  # offsets that fit the tokens, so valid calls happen too
+            fz.call(a.hash_blocks_many, data.draw(arg(st.just([0, len(toks)]))), data.draw(arg(st.just(toks))))
         elif op in ("cache_blocks", "admit", "lookup", "evict"):
             keys = a.hash_blocks(data.draw(tokens))
             keys = data.draw(arg(st.just(keys)))
@@ -85,12 +86,21 @@ def fuzz_token_table(data):
         elif op == "append":
             fz.call(t.append, data.draw(arg(st.just([seq]))), data.draw(arg(st.lists(st.integers(0, 9), min_size=1,
                                                                                        max_size=1))))
-        elif op == "evict":
-            fz.call(t.evict, seq, data.draw(arg(st.lists(st.integers(-1, 30), max_size=5))))
-        elif op == "evict_many":
-            pos = data.draw(arg(st.lists(st.integers(0, 30), max_size=4, unique=True)))
-            count = len(pos) if hasattr(pos, "__len__") else 1
-            fz.call(t.evict_many, data.draw(arg(st.just([seq]))), data.draw(arg(st.just([count]))), pos)
+        elif op in ("evict", "evict_many"):
+            # half the time a sequence holding tokens and logical positions inside it, so that valid
+            # evictions happen too (positions drawn blindly almost never are in range)
+            holding = [s for s in t.sequences if len(t.positions(s))]
+            if holding and data.draw(st.booleans()):
+                seq = data.draw(st.sampled_from(holding))
+                positions = st.lists(st.integers(0, len(t.positions(seq)) - 1), max_size=4, unique=True)
+            else:
+                positions = st.lists(st.integers(-1, 30), max_size=5, unique=op == "evict_many")
+            pos = data.draw(arg(positions))
+            if op == "evict":
+                fz.call(t.evict, seq, pos)
+            else:
+                count = len(pos) if hasattr(pos, "__len__") else 1
+                fz.call(t.evict_many, data.draw(arg(st.just([seq]))), data.draw(arg(st.just([count]))), pos)
         elif op == "plan":
             fz.call(t.plan, data.draw(arg(st.none() | st.integers(0, 10))))
         else:
