@@ -8,6 +8,7 @@ the ledger's state changes; :mod:`kvmm.policies.ledger` re-exports the public bo
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,6 +119,14 @@ def as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool
         what = f"numbers in [0, {maximum:.0e}]" + (" or inf" if allow_inf else "")
         raise BadInputError(f"{name} must be {what}, got {arr[bad][0]!r}")
     return arr
+
+
+def time_bound(x: Any, name: str) -> float:
+    """``x`` as a float bound on time: a number ``>= 0`` or ``inf`` (no bound); NaN, text and
+    bools are refused (``float(x)`` would raise ValueError / TypeError, or let NaN through)."""
+    if isinstance(x, (float, np.floating)) and x == math.inf:
+        return math.inf
+    return bounded_float(x, name, 0.0, math.inf)
 
 
 def bounded_float(x: Any, name: str, lo: float, hi: float) -> float:
