@@ -130,9 +130,8 @@ def time_bound(x: Any, name: str) -> float:
 
 
 def bounded_float(x: Any, name: str, lo: float, hi: float) -> float:
-    """``x`` as a float in ``[lo, hi]``; rejects bools, NaN, inf and non-numbers."""
-    if isinstance(x, (bool, np.bool_)):
-        raise DTypeError(f"{name} must be a number, got {x!r}")
+    """``x`` as a float in ``[lo, hi]`` (``lo >= 0``); rejects bools, text and other non-numbers
+    (:class:`DTypeError`, from ``as_positive_float``), NaN, inf and values out of range."""
     v = as_positive_float(x, name, allow_zero=True)
     if not lo <= v <= hi:
         raise BadInputError(f"{name} must be in [{lo:g}, {hi:g}], got {x!r}")
