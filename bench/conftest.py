@@ -12,8 +12,8 @@ Conventions every benchmark follows:
 At the end of the run a table prints each group's throughput and the kvmm/baseline ratio, from
 the *median* time per call: on a shared machine a few rounds preempted by other jobs move the
 mean by several times, the median hardly at all.  A group whose kvmm benchmarks passed with no
-baseline passing beside them prints a ``no baseline timed in this run:`` line (also under
-``--benchmark-disable``, so tests/test_bench_smoke.py fails on it).
+baseline passing beside them, or holding a benchmark whose role is neither, prints a ``no baseline
+timed in this run:`` line (also under ``--benchmark-disable``, so tests/test_bench_smoke.py fails on it).
 
 ``KVMM_BENCH_SCALE=smoke`` shrinks every workload (the default test run uses it, with
 ``--benchmark-disable``, so benchmarks never rot); ``full`` (default) uses the sizes the issues
@@ -87,14 +87,18 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     bench = getattr(item, "funcargs", {}).get("benchmark")
-    if report.when == "call" and report.passed and bench is not None and bench.extra_info.get("role"):
-        item.config.stash.setdefault(_ROLES, defaultdict(set))[bench.group].add(bench.extra_info["role"])
+    if report.when == "call" and report.passed and bench is not None:
+        # a benchmark with no role (None) or a misspelt one is reported below, not left out
+        item.config.stash.setdefault(_ROLES, defaultdict(set))[bench.group].add(bench.extra_info.get("role"))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for group, roles in sorted(config.stash.get(_ROLES, {}).items(), key=lambda kv: str(kv[0])):
-        if "kvmm" in roles and "baseline" not in roles:
+        if roles - {"kvmm", "baseline"}:
+            terminalreporter.write_line(f"{NO_BASELINE} {group} (a benchmark there records role "
+                                        f"{sorted(roles - {'kvmm', 'baseline'}, key=str)}, not kvmm or baseline)")
+        elif "kvmm" in roles and "baseline" not in roles:
             terminalreporter.write_line(f"{NO_BASELINE} {group}")
     rows = _rows(config)
     if not rows:

@@ -131,6 +131,7 @@ def test_shards(benchmark, name, mode):
     _tag(benchmark, "kvmm", f"SHARDS {mode} (MAE {mae:.4f})", keys.size)
     benchmark.extra_info["mae"] = mae
     print(f"\nSHARDS {mode} on {name}: MAE {mae:.5f} vs exact MRC over {caps.size} capacities")
+    assert mae < size(0.05, 0.15)  # a broken estimator (e.g. no 1/R distance scaling) is far off
 
 
 SAMPLES = size(40, 3)
@@ -260,8 +261,11 @@ def test_first_kernel_baseline(benchmark, name):
 def test_ordereddict_lru_baseline(benchmark, name):
     prefix = workload(name)[:ODICT_PREFIX]
     benchmark.group = f"stack distance {name}"
-    benchmark.pedantic(lru_miss_ratio, args=(prefix, ONE_CAPACITY), rounds=1, iterations=1)
+    miss = benchmark.pedantic(lru_miss_ratio, args=(prefix, ONE_CAPACITY), rounds=1, iterations=1)
     _tag(benchmark, "baseline", f"plain-Python OrderedDict LRU, 1 capacity, first {prefix.size:,} refs", prefix.size)
+    tracker = StackDistanceTracker()
+    tracker.access(prefix)
+    assert miss == pytest.approx(tracker.mrc([ONE_CAPACITY])[0], abs=1e-12)  # same LRU, same answer
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

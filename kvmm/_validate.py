@@ -127,10 +127,10 @@ def as_key_set(keys: Any, name: str = "protected") -> set | frozenset:
 
 def as_fraction(x: Any, name: str, *, include_zero: bool = False) -> float:
     """Return ``x`` as a float in ``(0, 1]`` (or ``[0, 1]``); reject NaN and out-of-range values."""
-    v = _as_real(x, name, "a number in (0, 1]")
+    rng = "[0, 1]" if include_zero else "(0, 1]"
+    v = _as_real(x, name, f"a number in {rng}")
     lo_ok = v >= 0.0 if include_zero else v > 0.0
     if math.isnan(v) or not lo_ok or v > 1.0:
-        rng = "[0, 1]" if include_zero else "(0, 1]"
         raise BadInputError(f"{name} must be in {rng}, got {x!r}")
     return v
 

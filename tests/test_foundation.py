@@ -61,6 +61,9 @@ def test_validation_rejects_bad_input_with_clear_messages():
     for bad in (0, 1.5, float("nan"), "x"):
         with pytest.raises(errors.BadInputError):
             as_fraction(bad, "f")
+    for include_zero, rng in ((False, r"\(0, 1\]"), (True, r"\[0, 1\]")):  # a wrong type names the right range
+        with pytest.raises(errors.DTypeError, match=rf"f must be a number in {rng}, got True"):
+            as_fraction(True, "f", include_zero=include_zero)
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(errors.BadInputError):
             as_positive_float(bad, "rate")

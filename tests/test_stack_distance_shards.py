@@ -176,7 +176,9 @@ def test_keys_at_the_hash_thresholds(rate, stratify_rate):
     threshold, bound = int(rate * 2.0**64), r1 * 2.0**64
     edges = [0, 1, threshold - 1, threshold, threshold + 1, math.floor(bound) - 1, math.floor(bound),
              math.ceil(bound), MASK64]
-    edge_keys = [key_with_hash(h) for h in sorted(set(edges)) if 0 <= h <= MASK64]
+    edge_hashes = [h for h in sorted(set(edges)) if 0 <= h <= MASK64]
+    edge_keys = [key_with_hash(h) for h in edge_hashes]
+    assert [mix64(k) for k in edge_keys] == edge_hashes  # the keys really sit at the edges
     rng = np.random.default_rng(5)
     keys = np.concatenate([np.array(edge_keys, dtype=np.uint64).view(np.int64).repeat(3),
                            rng.integers(-(2**40), 2**40, size=300)])

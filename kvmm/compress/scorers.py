@@ -122,11 +122,7 @@ class TokenScorerBase:
     def on_evict(self, seq_id: int, live_indices) -> None:
         """Delete the entries of evicted tokens (indices into the live tokens before eviction)."""
         state = self._state(seq_id)
-        idx = _as_indices(live_indices, "live_indices")
-        if idx.size and (idx.min() < 0 or idx.max() >= state["n"]):
-            raise BadInputError(f"live_indices must lie in [0, {state['n']}), got [{idx.min()}, {idx.max()}]")
-        if np.unique(idx).size != idx.size:
-            raise BadInputError("live_indices repeats an index; expected distinct indices")
+        idx = _live_token_indices(live_indices, state["n"], "live_indices")
         state["tokens"] = {k: np.delete(v, idx, axis=-1) for k, v in state["tokens"].items()}
         state["n"] -= idx.size
         self.evicted(state["state"], idx)
@@ -356,6 +352,17 @@ class RandomScorer(TokenScorerBase):
 def _seq_key(seq_id: Any) -> int:
     """``seq_id`` as the int key of ``seq_state`` (an integer that fits int64, else a KvmmError)."""
     return as_count(seq_id, "seq_id", minimum=-(2**63), maximum=2**63 - 1)
+
+
+def _live_token_indices(x: Any, n: int, name: str) -> np.ndarray:
+    """Indices of tokens to evict among ``n`` live ones: distinct integers in ``[0, n)`` (int64),
+    else a :class:`~kvmm.errors.KvmmError` (a repeat is a caller's bug, not one eviction)."""
+    idx = _as_indices(x, name)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise BadInputError(f"{name} must lie in [0, {n}), got [{idx.min()}, {idx.max()}]")
+    if np.unique(idx).size != idx.size:
+        raise BadInputError(f"{name} repeats an index; expected distinct indices")
+    return idx
 
 
 def _as_indices(x: Any, name: str) -> np.ndarray:

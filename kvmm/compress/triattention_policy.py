@@ -40,7 +40,7 @@ import numpy as np
 from kvmm._validate import as_count
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.rope import as_vectors
-from kvmm.compress.scorers import _as_indices
+from kvmm.compress.scorers import _live_token_indices
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError, UnknownSequenceError
 
@@ -166,11 +166,7 @@ class TriAttentionPolicy:
     def on_evict(self, seq_id: int, indices: Any) -> None:
         """Drop live-token ``indices`` (positions in the live order) from every head."""
         state = self._state(seq_id)
-        idx = _as_indices(indices, "indices")
-        if idx.size and (idx.min() < 0 or idx.max() >= state.n):
-            raise BadInputError(f"indices must be live-token indices in [0, {state.n}), got {idx}")
-        if np.unique(idx).size != idx.size:  # as TokenScorerBase: a repeat is a caller's bug, not one eviction
-            raise BadInputError("indices repeats an index; expected distinct live-token indices")
+        idx = _live_token_indices(indices, state.n, "indices")
         keep = np.ones(state.n, dtype=bool)
         keep[idx] = False
         state.keep_only(np.flatnonzero(keep))

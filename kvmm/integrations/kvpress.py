@@ -91,13 +91,10 @@ class KvmmPress(ScorerPress):
         self.__post_init__()
 
     def __post_init__(self) -> None:
-        if isinstance(self.compression_ratio, bool):
-            raise BadInputError(f"compression_ratio must be a number in [0, 1), got {self.compression_ratio!r}")
         self.compression_ratio = as_fraction(self.compression_ratio, "compression_ratio", include_zero=True)
         if self.compression_ratio >= 1.0:
             raise BadInputError(f"compression_ratio must be in [0, 1) (share pruned), got {self.compression_ratio}")
-        layers = self.scorer.values() if isinstance(self.scorer, Mapping) else (
-            self.scorer if isinstance(self.scorer, Sequence) else [self.scorer])
+        layers = self._given_scorers()
         if not layers:
             raise BadInputError("scorer: got an empty collection; expected one scorer or one per layer")
         for s in layers:
@@ -124,9 +121,17 @@ class KvmmPress(ScorerPress):
             layers = model.config.num_hidden_layers
             if len(self.scorer) != layers:
                 raise BadInputError(f"got {len(self.scorer)} per-layer scorers for a model of {layers} layers")
-        for s in (self.scorer if isinstance(self.scorer, Sequence) else [self.scorer]):
-            if isinstance(s, TriAttentionScorer):
-                s.calibration.check_compatible(num_layers=model.config.num_hidden_layers)
+        for s in self._given_scorers():  # a dict's and a TriAttentionPolicy's scorers too
+            inner = s.scorer if isinstance(s, TriAttentionPolicy) else s
+            for t in (inner if isinstance(inner, Sequence) else [inner]):
+                if isinstance(t, TriAttentionScorer):
+                    t.calibration.check_compatible(num_layers=model.config.num_hidden_layers)
+
+    def _given_scorers(self) -> list:
+        """The scorer as given: one, or the per-layer list's / dict's entries."""
+        if isinstance(self.scorer, Mapping):
+            return list(self.scorer.values())
+        return list(self.scorer) if isinstance(self.scorer, Sequence) else [self.scorer]
 
     def score(self, module: Any, hidden_states: Any, keys: Any, values: Any, attentions: Any, kwargs: dict) -> Any:
         scorer = self._layer_scorer(module.layer_idx)

@@ -324,7 +324,7 @@ class ARCPolicy:
         """
         n = as_count(n, "n")
         incoming_size = as_count(incoming_size, "incoming_size")
-        protected = _as_set(protected)
+        protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
         in_b1 = incoming is not None and incoming in self._b1
         in_b2 = incoming is not None and incoming in self._b2
@@ -520,7 +520,7 @@ def make_eviction_policy(name: str, **kwargs: Any):
 
 def _first_unprotected(keys: Iterator[Hashable], n: int, protected: Iterable[Hashable]) -> list[Hashable]:
     n = as_count(n, "n")
-    protected = _as_set(protected)
+    protected = as_key_set(protected, "protected")
     out: list[Hashable] = []
     if n == 0:
         return out
@@ -539,10 +539,6 @@ def _ignore_access(key: Hashable) -> None:
 def _check_size(size: int | None) -> None:
     if size is not None:
         as_count(size, "size")
-
-
-def _as_set(protected: Iterable[Hashable]) -> set | frozenset:
-    return as_key_set(protected, "protected")
 
 
 def _require_present(table: Any, key: Hashable, policy: Any) -> None:

@@ -70,7 +70,7 @@ from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError, CapacityExceededError
 from kvmm.policies import _shards_kernels as KS
 from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words
+from kvmm.policies.stack_distance import DistanceHistogram, StackDistanceTracker, _as_key_words, _next_pow2
 
 __all__ = ["ShardsTracker"]
 
@@ -199,6 +199,10 @@ class ShardsTracker(StackDistanceTracker):
         reference) the histogram gives it.  Runtime complexity: O(sampled refs + counted keys)."""
         if self.stratify_rate is None:
             raise BadInputError("stratum_weights needs a stratified tracker (rate= with stratify_rate not None)")
+        return self._stratum_weights(self.distinct_keys_estimate)
+
+    def _stratum_weights(self, distinct: float) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`stratum_weights` given the distinct-key estimate (read once per histogram)."""
         n_ids = int(self._state[K.ST_IDS])
         log_ids = self._log_ids[: int(self._state[K.ST_SAMPLED])]
         sampled_bands = _frequency_band(np.bincount(log_ids, minlength=n_ids))
@@ -206,7 +210,7 @@ class ShardsTracker(StackDistanceTracker):
         band_weight = _band_weights(_frequency_band(counted[counted != 0]), sampled_bands, self.stratify_rate)
         # calibrated so the weights of the sampled keys add up to the distinct-key estimate
         counted_estimate = float(self._state[K.ST_STRATA_KEYS]) / self.stratify_rate
-        calibration = self.distinct_keys_estimate / counted_estimate if counted_estimate > 0 else 1.0
+        calibration = distinct / counted_estimate if counted_estimate > 0 else 1.0
         return sampled_bands, band_weight[sampled_bands] * calibration
 
     def check(self) -> None:
@@ -277,13 +281,14 @@ class ShardsTracker(StackDistanceTracker):
         n_ids = int(self._state[K.ST_IDS])
         log_ids = self._log_ids[: int(self._state[K.ST_SAMPLED])]
         log_dist = self._log_dist[: log_ids.shape[0]]
-        _, key_weight = self.stratum_weights()
+        distinct = self.distinct_keys_estimate
+        _, key_weight = self._stratum_weights(distinct)
         warm = log_dist >= 0
         # (astype: bincount of nothing returns int64 even with weights, and SHARDS-adj adds a float)
         counts = np.bincount(log_dist[warm], weights=key_weight[log_ids[warm]], minlength=n_ids).astype(np.float64)
         cold = float(key_weight.sum())  # one cold miss per sampled key
         # a sampled distance d stands for d * (estimated distinct keys) / (sampled keys)
-        return counts, cold, self.distinct_keys_estimate / n_ids
+        return counts, cold, distinct / n_ids
 
     def _strata_args(self) -> tuple:
         if self.stratify_rate is None:
@@ -293,7 +298,7 @@ class ShardsTracker(StackDistanceTracker):
     def _grow_sample_arrays(self, status: int, chunk: int) -> None:
         if status == K.GROW_STRATA:
             need = int(self._state[K.ST_STRATA_KEYS]) + chunk
-            new = np.zeros(max(2 * self._strata_slots.shape[0], 4 * _pow2_at_least(need)), dtype=np.uint64)
+            new = np.zeros(max(2 * self._strata_slots.shape[0], 4 * _next_pow2(need)), dtype=np.uint64)
             K.rehash(self._strata_slots, new)
             self._strata_slots = new
         elif status == K.GROW_LOG:
@@ -438,7 +443,3 @@ def _combined_distinct(counted: float, stratify_rate: float, sketch: float, regi
     var_counted = from_counted * (1.0 - stratify_rate) / stratify_rate
     var_sketch = (1.04 * max(sketch, 1.0)) ** 2 / registers
     return (from_counted / var_counted + sketch / var_sketch) / (1.0 / var_counted + 1.0 / var_sketch)
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()

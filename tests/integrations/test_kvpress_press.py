@@ -132,8 +132,22 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
 def test_bad_configuration_is_a_clear_error(model, input_ids):
     with pytest.raises(BadInputError, match="compression_ratio"):
         KvmmPress(KeyNormScorer(), 1.0)
+    with pytest.raises(BadInputError, match=r"compression_ratio must be a number in \[0, 1\], got True"):
+        KvmmPress(KeyNormScorer(), True)
     with pytest.raises(BadInputError, match="TokenScorer"):
         KvmmPress(object(), 0.5)
     with pytest.raises(BadInputError, match="per-layer scorers"):
         with KvmmPress([KeyNormScorer()], 0.5)(model):
             pass
+
+
+def test_a_calibration_for_another_layer_count_is_refused_however_the_scorers_are_given(model, input_ids):
+    from kvmm.errors import CalibrationError
+
+    qk = capture_qk(model, input_ids)[:1]  # a one-layer calibration for a two-layer model
+    one_layer = calibrate([q for q, _ in qk], [k for _, k in qk], rope=rope_from_config(model.config))
+    scorer = TriAttentionScorer(one_layer, layer=0)
+    for given in ([scorer, scorer], {0: scorer, 1: scorer}, TriAttentionPolicy(scorer), [TriAttentionPolicy(scorer)] * 2):
+        with pytest.raises(CalibrationError, match="num_layers=1 \\(expected 2\\)"):
+            with KvmmPress(given, 0.5)(model):
+                pass
