@@ -62,7 +62,7 @@ def fuzz_ledger(data):
         open_ids = led.open_ids().tolist() or [0]
         ids = data.draw(arg(st.lists(st.sampled_from(open_ids), min_size=1, max_size=3)))
         op = data.draw(st.sampled_from(["claim", "claim_many", "update", "observe", "request", "poll", "mark_ready",
-                                        "need", "consume", "release", "expire"]))
+                                        "need", "consume", "release", "expire", "skip_idle_polls"]))
         if op == "claim":
             fz.call(led.claim, data.draw(arg(st.integers(0, 3))), None, data.draw(arg(st.integers(1, 400))), now=t,
                     work_ahead=data.draw(arg(st.floats(0, 1e4))), source=data.draw(arg(st.integers(0, 1))))
@@ -80,6 +80,9 @@ def fuzz_ledger(data):
                     fifo=data.draw(st.sampled_from([True, False, "no"])))
         elif op == "expire":
             fz.call(led.expire, t)
+        elif op == "skip_idle_polls":
+            fz.call(led.skip_idle_polls, t, data.draw(arg(st.just(0.01))), before=data.draw(arg(st.just(now[0] + 1.0))),
+                    until=data.draw(arg(st.just(float("inf")))), timely=data.draw(st.sampled_from([True, False, 1])))
         else:
             fz.call(getattr(led, op), ids, now=t)
 

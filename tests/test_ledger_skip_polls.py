@@ -8,9 +8,9 @@ import copy
 import numpy as np
 import pytest
 
-from kvmm.errors import BadInputError
+from kvmm.errors import BadInputError, DTypeError
 from kvmm.policies.ledger import CommitmentLedger
-from tests.ledger_helpers import SLOW, SLOWER, assert_same_snapshot, snapshot
+from tests.ledger_helpers import SLOW, SLOWER, assert_same_snapshot, raises_unchanged, snapshot
 
 
 def reference_skip(led, first, interval, before, until, timely, fifo):
@@ -111,3 +111,15 @@ def test_bad_arguments_raise_and_change_nothing():
     with pytest.raises(BadInputError):
         led.skip_idle_polls(1.5, 0.1, before=2.0, until=2.0, timely=1)
     assert_same_snapshot(before, snapshot(led))
+
+
+@pytest.mark.parametrize("bound, exc", [("2.0", DTypeError), (None, DTypeError), (True, DTypeError),
+                                        (float("nan"), BadInputError), (-1.0, BadInputError)])
+@pytest.mark.parametrize("which", ["before", "until"])
+def test_bad_window_bounds_are_clear_errors_and_change_nothing(which, bound, exc):
+    # they were passed to float(): text raised ValueError, None TypeError, NaN skipped nothing silently
+    led = CommitmentLedger(100, SLOW, initial_rate=100.0)
+    led.claim(0, None, 10, now=1.0, work_ahead=1e6)
+    window = {"before": 5.0, "until": 5.0} | {which: bound}
+    raises_unchanged(led, exc, led.skip_idle_polls, 1.5, 0.1, match=which, **window)
+    assert led.skip_idle_polls(1.5, 0.1, **{"before": 5.0, "until": 5.0} | {which: np.inf}) > 1.5  # inf: no bound

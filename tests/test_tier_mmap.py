@@ -1,7 +1,6 @@
 """MmapTier: restart recovery, crashes mid-write (real SIGKILL and a deterministic torn write),
 corrupt and truncated files, whole-segment reclaim, locking and bad input."""
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import pytest
 from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
                          UnknownKeyError)
 from kvmm.tiers import MmapTier, mmap_tier
-from kvmm.testing.tiers import snapshot, value
+from kvmm.testing.tiers import run_forked, snapshot, value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,10 +50,7 @@ def test_torn_write_in_a_crashed_process_is_dropped(tmp_path, crash_after):
             tier.put(i, value(300, i))
         tier.put("torn", value(100, 1))  # an older value of the key being torn
         before = snapshot(tier, True)
-    child = multiprocessing.get_context("fork").Process(target=_crash_child, args=(tmp_path, crash_after))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 86
+    assert run_forked(_crash_child, tmp_path, crash_after) == 86
     last = segment_files(tmp_path)[-1]
     assert last.stat().st_size == mmap_tier.fmt.SEGMENT_HEADER_BYTES + crash_after  # header + torn prefix
     with MmapTier(tmp_path, 1 << 20) as tier:
@@ -145,10 +141,7 @@ def test_damaged_header_loses_one_record_and_resynchronises(tmp_path):
 
 
 def test_truncated_tail_after_a_crash_keeps_every_complete_entry(tmp_path):
-    child = multiprocessing.get_context("fork").Process(target=_put_five_and_die, args=(tmp_path,))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    assert run_forked(_put_five_and_die, tmp_path) == 0
     tail = segment_files(tmp_path)[-1]
     os.truncate(tail, tail.stat().st_size - 50)  # in the middle of the last record
     with MmapTier(tmp_path, 1 << 20) as tier:
@@ -275,10 +268,7 @@ def test_crash_during_compaction_loses_nothing(tmp_path, crash_after):
         tier.delete(1)
         before = snapshot(tier, True)
         assert tier.garbage_bytes > 0
-    child = multiprocessing.get_context("fork").Process(target=_compact_and_crash, args=(tmp_path, crash_after))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 86
+    assert run_forked(_compact_and_crash, tmp_path, crash_after) == 86
     with MmapTier(tmp_path, 1 << 20) as tier:
         assert snapshot(tier, True) == before
         tier.compact(full=True)
@@ -295,24 +285,18 @@ def _close_inherited_copy(tier):
 def _owner_forks_a_closing_child_then_crashes(folder):
     tier = MmapTier(folder, 1 << 20)
     tier.put("a", value(100, 1))
-    child = multiprocessing.get_context("fork").Process(target=_close_inherited_copy, args=(tier,))
-    child.start()
-    child.join(30)
+    child_exit = run_forked(_close_inherited_copy, tier)
     try:
         MmapTier(folder, 1 << 20)
         os._exit(3)  # the child's close released the owner's lock
     except BackendUnavailableError:
         pass
     tier.put("b", value(100, 2))  # after the child's close, into the same segment
-    os._exit(0 if child.exitcode == 0 else 4)  # crash: no close
+    os._exit(0 if child_exit == 0 else 4)  # crash: no close
 
 
 def test_a_forked_child_closing_its_copy_does_not_disturb_the_owner(tmp_path):
-    owner = multiprocessing.get_context("fork").Process(target=_owner_forks_a_closing_child_then_crashes,
-                                                        args=(tmp_path,))
-    owner.start()
-    owner.join(30)
-    assert owner.exitcode == 0
+    assert run_forked(_owner_forks_a_closing_child_then_crashes, tmp_path) == 0
     with MmapTier(tmp_path, 1 << 20) as again:
         assert again.recovery["damaged_segments"] == {} and again.recovery["dropped_keys"] == []
         np.testing.assert_array_equal(again.get("a"), value(100, 1))

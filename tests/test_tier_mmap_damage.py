@@ -7,7 +7,6 @@ every key the damage did not touch, say what happened in ``recovery``, and stay 
 another restart.  Damage whose affected keys cannot be told raises CorruptTierError.
 """
 
-import multiprocessing
 import os
 import random
 import shutil
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from kvmm.errors import CorruptEntryError, CorruptTierError, KvmmError
+from kvmm.testing.tiers import run_forked
 from kvmm.tiers import MmapTier
 from kvmm.tiers import _mmap_format as fmt
 
@@ -181,10 +181,7 @@ def _crash_with_tail(folder, damage_tail):
 
 
 def _run_child(folder, damage_tail=None):
-    child = multiprocessing.get_context("fork").Process(target=_crash_with_tail, args=(folder, damage_tail))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    assert run_forked(_crash_with_tail, folder, damage_tail) == 0
 
 
 def _zero_middle_of_tail(tier):
@@ -240,10 +237,7 @@ def _truncate_under_open_tier(folder):
 
 def test_truncating_segments_under_an_open_tier_raises_instead_of_sigbus(tmp_path):
     build(tmp_path)
-    child = multiprocessing.get_context("fork").Process(target=_truncate_under_open_tier, args=(tmp_path,))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    assert run_forked(_truncate_under_open_tier, tmp_path) == 0
     with MmapTier(tmp_path, 1 << 20) as tier:  # the truncated segments are damaged: no stale value
         assert not tier.contains("k") and not tier.contains("d") and not tier.contains("t")
         assert {"k", "t"} <= set(tier.recovery["dropped_keys"])
@@ -355,10 +349,7 @@ def test_random_damage_to_the_tail_of_a_crashed_tier_never_brings_back_an_older_
     opened = []
     for trial in range(30):
         folder = tmp_path / f"t{trial}"
-        child = multiprocessing.get_context("fork").Process(target=_crashed_workload, args=(folder, trial))
-        child.start()
-        child.join(30)
-        assert child.exitcode == 0
+        assert run_forked(_crashed_workload, folder, trial) == 0
         newest, _ = _random_workload(tmp_path / "replay", trial, close=True)  # the same seeded workload
         shutil.rmtree(tmp_path / "replay")
         tail = sorted(folder.glob("*.kvlog"))[-1]

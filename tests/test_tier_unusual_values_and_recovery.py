@@ -3,7 +3,6 @@ non-contiguous arrays, odd keys, and MmapTier recovery from a damaged byte anywh
 (header, key or value) or a cut anywhere in it.  (Capacity exactly full, a bigger overwrite that
 does not fit and copies on put/get are in kvmm.testing.TierBackendContract.)"""
 
-import multiprocessing
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvmm.errors import UnknownKeyError
+from kvmm.testing.tiers import run_forked
 from kvmm.tiers import ArenaTier, MmapTier, SimulatedTier
 
 KINDS = {
@@ -105,9 +105,7 @@ def test_numpy_string_keys_are_plain_keys_and_survive_a_restart(tier):
 def _write_old_then_new(folder):
     """'a' is written twice, the second record last in its segment; returns (file, record span)."""
     with MmapTier(folder, 1 << 20) as tier:
-        tier.put("a", np.arange(10, dtype=np.uint8))
-        tier.put("b", np.arange(10, 20, dtype=np.uint8))
-        tier.put("a", np.arange(100, 120, dtype=np.uint8))
+        _put_old_then_new(tier)
         loc = tier._index["a"]
         path = tier._segment_path(loc.segment)
     return path, loc.offset, loc.offset + loc.record_bytes
@@ -174,10 +172,7 @@ def test_damaged_tombstone_header_keeps_the_key_deleted(tmp_path):
 
 def _write_old_then_new_and_crash(folder):
     """Like _write_old_then_new, in a child that dies without closing the tier (a crash)."""
-    child = multiprocessing.get_context("fork").Process(target=_crash_after_writing, args=(folder,))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    assert run_forked(_crash_after_writing, folder) == 0
     probe = Path(f"{folder}-probe")  # opening seals the tail: find the record in a copy
     shutil.copytree(folder, probe)
     with MmapTier(probe, 1 << 20) as tier:
@@ -187,11 +182,15 @@ def _write_old_then_new_and_crash(folder):
     return Path(folder) / name, loc.offset, loc.offset + loc.record_bytes
 
 
-def _crash_after_writing(folder):
-    tier = MmapTier(folder, 1 << 20)
+def _put_old_then_new(tier):
     tier.put("a", np.arange(10, dtype=np.uint8))
     tier.put("b", np.arange(10, 20, dtype=np.uint8))
     tier.put("a", np.arange(100, 120, dtype=np.uint8))
+
+
+def _crash_after_writing(folder):
+    tier = MmapTier(folder, 1 << 20)  # kept referenced: a collected tier would close (seal its tail)
+    _put_old_then_new(tier)
     os._exit(0)  # no close: the segment is still the log's tail, as after a crash
 
 

@@ -8,6 +8,7 @@ the ledger's state changes; :mod:`kvmm.policies.ledger` re-exports the public bo
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,10 +121,17 @@ def as_float_array(x: Any, name: str, k: int, *, maximum: float, allow_inf: bool
     return arr
 
 
+def time_bound(x: Any, name: str) -> float:
+    """``x`` as a float bound on time: a number ``>= 0`` or ``inf`` (no bound); NaN, text and
+    bools are refused (``float(x)`` would raise ValueError / TypeError, or let NaN through)."""
+    if isinstance(x, (float, np.floating)) and x == math.inf:
+        return math.inf
+    return bounded_float(x, name, 0.0, math.inf)
+
+
 def bounded_float(x: Any, name: str, lo: float, hi: float) -> float:
-    """``x`` as a float in ``[lo, hi]``; rejects bools, NaN, inf and non-numbers."""
-    if isinstance(x, (bool, np.bool_)):
-        raise DTypeError(f"{name} must be a number, got {x!r}")
+    """``x`` as a float in ``[lo, hi]`` (``lo >= 0``); rejects bools, text and other non-numbers
+    (:class:`DTypeError`, from ``as_positive_float``), NaN, inf and values out of range."""
     v = as_positive_float(x, name, allow_zero=True)
     if not lo <= v <= hi:
         raise BadInputError(f"{name} must be in [{lo:g}, {hi:g}], got {x!r}")

@@ -62,7 +62,7 @@ from kvmm.errors import BadInputError, CapacityExceededError, UnknownKeyError
 # the bounds and the state codes are public: re-exported here (see __all__)
 from kvmm.policies._ledger_checks import (MAX_CAPACITY_BYTES, MAX_SECONDS, MAX_WORK, RATE_BOUNDS, RATIO_BOUNDS,
                                           as_float_array, bounded_float, check_now, check_source,
-                                          live_slots, spec_of)
+                                          live_slots, spec_of, time_bound)
 from kvmm.policies._ledger_invariants import check_invariants
 from kvmm.policies._ledger_kernels import idle_polls_kernel, poll_kernel, update_kernel
 from kvmm.policies._ledger_state import (CLAIMED, CONSUMED, FREE, HOLDING, MAX_SLOTS, PENDING, READY, SLOT_BITS,
@@ -416,7 +416,8 @@ class CommitmentLedger:
         """Fast-forward a periodic poller over the polls that would change no claim.
 
         A caller that polls at ``first, first + interval, ...`` (each time the previous one plus
-        ``interval``) while no other event happens (polls strictly ``< before`` and ``<= until``)
+        ``interval``) while no other event happens (polls strictly ``< before`` and ``<= until``,
+        both times ``>= 0`` or ``inf``)
         calls this instead: it learns the poll gap of each poll that would neither trigger nor
         grant a claim, exactly as :meth:`poll` would (``poll_gap``, ``last_poll``, ``clock``: the
         same floating-point operations in the same order), and stops at the first poll that
@@ -429,7 +430,7 @@ class CommitmentLedger:
             raise BadInputError(f"timely and fifo must be booleans, got {timely!r} and {fifo!r}")
         first = check_now(self, first)
         interval = as_positive_float(interval, "interval")
-        before, until = float(before), float(until)
+        before, until = time_bound(before, "before"), time_bound(until, "until")
         if self.ready_lease_s is not None:
             return first  # a poll that expires READY leases is never idle: skip nothing
         t, gap, last, skipped = idle_polls_kernel(

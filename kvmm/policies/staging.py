@@ -90,16 +90,12 @@ class ImmediateStaging(_LedgerDriven):
 
 
 @dataclass
-class ImmediateEDFStaging(_LedgerDriven):
-    """Ask for a commitment at claim time, like :class:`ImmediateStaging`, but grant
+class ImmediateEDFStaging(ImmediateStaging):
+    """Ask for a commitment at claim time (:meth:`ImmediateStaging.on_claim`), but grant
     earliest-deadline-first (by predicted use time) within capacity: the strongest immediate
     baseline when the order of use differs from the order of arrival."""
 
     name: str = "immediate-edf"
-
-    def on_claim(self, claim_id: int, now: float) -> None:
-        """Request the commitment now.  Runtime complexity: O(1)."""
-        self.ledger.request([claim_id], now=now)
 
     def due(self, now: float) -> np.ndarray:
         """Grant requests by deadline within capacity.  Runtime complexity: one poll."""

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["TierKind", "TIER_KINDS", "LOCAL_TIER_KINDS", "TierContext", "snapshot", "value", "sample_values", "victim_order",
-           "check_managed"]
+           "check_managed", "run_forked"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,24 @@ def snapshot(tier: Any, holds_bytes: bool) -> dict:
     if hasattr(tier, "policy"):
         out["policy"] = victim_order(tier.policy)
     return out
+
+
+def run_forked(target: Callable[..., Any], *args: Any, timeout_s: float = 30.0) -> int | None:
+    """Run ``target(*args)`` in a forked child and return its exit code (crash tests: the child
+    writes to a tier and dies with ``os._exit``, leaving the files as a crash would).  A child
+    still running after ``timeout_s`` is killed and None is returned, so a hung child fails the
+    caller's exit-code assertion instead of outliving the test.  POSIX only (``fork``).
+    """
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join(timeout_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return None
+    return child.exitcode
 
 
 def value(nbytes: int, seed: int = 0) -> np.ndarray:
