@@ -3,6 +3,9 @@ public constructor (see tests/fuzz_harness.py)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -148,5 +151,11 @@ def test_fuzz_suite_makes_at_least_20000_calls():
              policies.fuzz_stack_distance_trackers, policies.fuzz_admission_policies, policies.fuzz_token_scorers,
              fuzz_managed_tier, fuzz_ledger, fuzz_constructors]
     assert allocators.CALLS_PER_EXAMPLE == policies.CALLS_PER_EXAMPLE == CALLS_PER_EXAMPLE
-    # each test above asserts it made at least per_test calls; together:
+    # the list is every fuzz function of the three modules, and each is run (run_counted asserts
+    # it made at least per_test calls), so none can drop out of the count unnoticed
+    modules = [allocators, policies, sys.modules[__name__]]
+    found = {f for m in modules for name, f in vars(m).items() if name.startswith("fuzz_") and callable(f)}
+    assert found == set(tests) and len(tests) == 9
+    for fuzz in tests:
+        assert f"run_counted({fuzz.__name__}," in inspect.getsource(sys.modules[fuzz.__module__]), fuzz.__name__
     assert len(tests) * per_test >= 20_000
