@@ -27,7 +27,7 @@ from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
 from kvmm.traces.mooncake import MooncakeTrace
 
-__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES", "SCORER_NAMES"]
+__all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES", "SCORER_NAMES", "FILL_NAMES"]
 
 GiB = 1 << 30
 
@@ -35,6 +35,8 @@ GiB = 1 << 30
 ADMISSION_NAMES = ("write-all", "store-threshold", "selective", "refill-filter")
 #: staging policies the simulator runs (kvmm.policies.staging, plus the write-through LRU baseline)
 STAGING_NAMES = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
+#: how a lower level is written (TierLevel.fill)
+FILL_NAMES = ("write-through", "write-back")
 #: token scorers by name (kvmm.compress.scorers; built by kvmm.sim.compression.make_scorer)
 SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
 
@@ -46,12 +48,22 @@ class TierLevel:
     ``eviction``: a name in :data:`kvmm.policies.EVICTION_POLICIES` (``"lru"``, ``"fifo"``,
     ``"lfu"``, ``"arc"``) or any EvictionPolicy object.  ``admission``: a name in
     :data:`ADMISSION_NAMES` or any AdmissionPolicy object.  ``capacity_bytes`` resizes the spec.
+
+    ``fill``: how the level is written.  ``"write-through"`` (the default): every prefilled
+    request offers its blocks, the admission policy picks which are written.  ``"write-back"``:
+    nothing is written at prefill; blocks evicted from the level above (the GPU prefix cache
+    for the first level, the victims of the previous level otherwise) are demoted into it (the
+    admission policy picks among them), as LMCache's and SGLang HiCache's ``write_back`` do.
+    ``inclusive`` (write-back only): ``False`` makes the level exclusive: a block read from it
+    into the GPU leaves it (it lives in one level at a time).
     """
 
     spec: Any = "nvme"
     eviction: Any = "lru"
     admission: Any = "write-all"
     capacity_bytes: int | None = None
+    fill: str = "write-through"
+    inclusive: bool = True
 
     def __post_init__(self) -> None:
         spec = resolve_spec(self.spec, self.capacity_bytes)
@@ -59,6 +71,17 @@ class TierLevel:
         object.__setattr__(self, "capacity_bytes", spec.capacity_bytes)
         check_eviction(self.eviction)
         check_admission(self.admission)
+        if self.fill not in FILL_NAMES:
+            raise BadInputError(f"unknown fill {self.fill!r}; expected one of {list(FILL_NAMES)}")
+        if not isinstance(self.inclusive, bool):
+            raise BadInputError(f"inclusive must be a bool, got {self.inclusive!r}")
+        if not self.inclusive and self.fill != "write-back":
+            raise BadInputError("an exclusive level (inclusive=False) needs fill='write-back': write-through "
+                                "writes every prefilled block to the level, which keeps it inclusive")
+
+    @property
+    def write_back(self) -> bool:
+        return self.fill == "write-back"
 
     @property
     def name(self) -> str:
@@ -138,6 +161,8 @@ class SimConfig:
     scorer: Any = "h2o"  # with token_budget: a scorer name (SCORER_NAMES) or TokenScorer object
     repack_interval: int = 64  # with token_budget: decode tokens between compressions
     label: str = ""
+    cluster: Any = None  # a kvmm.cluster.ClusterConfig: routed instances, shared tiers, a fabric
+    prices: Any = None  # a kvmm.cluster.Prices for the cost account (None: the documented defaults)
 
     def __post_init__(self) -> None:
         if self.max_requests is not None:
@@ -177,6 +202,22 @@ class SimConfig:
             as_count(self.token_budget, "token_budget", minimum=1)
         check_scorer(self.scorer)
         as_count(self.repack_interval, "repack_interval", minimum=1)
+        if self.cluster is not None:
+            from kvmm.cluster.config import ClusterConfig
+
+            if not isinstance(self.cluster, ClusterConfig):
+                raise BadInputError(f"cluster must be a kvmm.cluster.ClusterConfig or None, got {type(self.cluster).__name__}")
+            if self.instances != 1:
+                raise BadInputError("give the number of instances once: ClusterConfig(instances=...) with cluster=, "
+                                    f"not SimConfig(instances={self.instances})")
+            if self.token_budget is not None:
+                raise BadInputError("token_budget (decode-time compression) is not modelled in a cluster yet; "
+                                    "expected token_budget=None with cluster=")
+        if self.prices is not None:
+            from kvmm.cluster.cost import Prices
+
+            if not isinstance(self.prices, Prices):
+                raise BadInputError(f"prices must be a kvmm.cluster.Prices or None, got {type(self.prices).__name__}")
         if self.pd is not None and not isinstance(self.pd, PDConfig):
             raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
         if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):

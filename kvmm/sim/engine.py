@@ -62,12 +62,23 @@ class Engine:
     skip_idle_ticks = True  # class default; False replays every controller tick (tests compare)
 
     def __init__(self, cfg: SimConfig, model: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray,
-                 ledger_factory, progress, *, record_ops: bool = False) -> None:
+                 ledger_factory, progress, *, record_ops: bool = False, assigned: list[int] | None = None,
+                 shared: tuple = (), levels: tuple | None = None, tier_events=None) -> None:
         self.cfg, self.model, self.trace, self.progress = cfg, model, trace, progress
         n = trace.num_requests
         self.n = n
         self.arrival = arrival
         self.arrival_at = arrival.tolist()  # Python floats: the event loop compares them one at a time
+        # the requests this engine serves, in arrival order, and their arrival times: all of the
+        # trace when it runs alone; in a cluster the router appends to both as it routes (assign)
+        self.arrival_ids: list[int] = list(range(n)) if assigned is None else list(assigned)
+        self.arrival_times: list[float] = (self.arrival_at if assigned is None
+                                           else [self.arrival_at[r] for r in self.arrival_ids])
+        # every arrival before this time has been routed (inf: all known, the engine runs alone);
+        # the cluster driver moves it and the event loop yields before passing it
+        self.horizon = math.inf
+        self.waiting: list[int] = []
+        self.running: list[int] = []
         self.input_len = np.maximum(trace.input_length, 1)
         self.output_len = np.maximum(trace.output_length, 1)
         self.offsets = trace.block_offsets
@@ -81,7 +92,12 @@ class Engine:
         self.block_bytes = bt * kvb
         self.compressor = None
         self.hier = Hierarchy(cfg, self.block_bytes, block_tokens=bt, record_ops=record_ops,
-                              prefix_cache=False if cfg.token_budget is not None else None)
+                              prefix_cache=False if cfg.token_budget is not None else None, shared=shared,
+                              events=tier_events)
+        # the lower levels as this instance sees them (a shared level's spec includes its fabric)
+        self.levels = tuple(cfg.tiers) if levels is None else tuple(levels)
+        self.fabric_queue = None  # a cluster's shared fabric (kvmm.cluster.sim.FabricQueue)
+        self.shared_from = len(cfg.tiers)  # levels from here on are shared (reached over the fabric)
         if cfg.token_budget is not None:
             from kvmm.sim.compression import Compressor
 
@@ -101,6 +117,7 @@ class Engine:
         self.staged_blocks = np.zeros(n, dtype=np.int64)  # lower-tier blocks claimed (after the GPU prefix)
         self.staged_bytes = np.zeros(n, dtype=np.int64)
         self.stage_seconds = np.zeros(n)  # copy time of the claim (per-tier bandwidths)
+        self.fabric_bytes = np.zeros(n, dtype=np.int64)  # bytes of the claim read over a cluster's fabric
         self.claim_source = np.zeros(n, dtype=np.int64)
         self.claim_id = np.full(n, -1, dtype=np.int64)
         self.claim_owner: dict[int, int] = {}
@@ -117,7 +134,7 @@ class Engine:
 
         self.write_through = cfg.policy == "write-through-lru"
         self.ledger = ledger_factory(
-            cfg.fast_tier.capacity_bytes, [lv.spec for lv in cfg.tiers] or [cfg.fast_tier], margin_s=cfg.margin_s,
+            cfg.fast_tier.capacity_bytes, [lv.spec for lv in self.levels] or [cfg.fast_tier], margin_s=cfg.margin_s,
             initial_rate=cfg.initial_rate or model.prefill_tokens_per_s)
         # fast-forward controller ticks that change nothing (needs CommitmentLedger.skip_idle_polls;
         # the plain-Python reference ledger runs every tick; tests switch it off to compare)
@@ -127,7 +144,7 @@ class Engine:
         self.timely = cfg.policy == "timely"
         self.freed_since_poll = False
         self.fast_lru = WriteThroughLRU(cfg, self.block_bytes) if self.write_through else None
-        self.channel_free_at = np.zeros(max(len(cfg.tiers), 1))
+        self.channel_free_at = np.zeros(max(len(self.levels), 1))
         self.transfers: list[tuple[float, int, int]] = []  # heap of (done time, seq, claim id)
         self.cancelled: set[int] = set()
         # what the engine told the ledger about each open claim (so the scheduler does not ask it
@@ -148,14 +165,28 @@ class Engine:
     # ------------------------------------------------------------------ main loop
     def run(self) -> float:
         """Replay every request; returns the end time."""
+        steps = self.steps_until_done()
+        try:
+            while True:
+                next(steps)  # alone (horizon inf) the loop never pauses
+        except StopIteration as stop:
+            return stop.value
+
+    def steps_until_done(self):
+        """The event loop as a generator: it yields a time ``t`` when it must process events up
+        to ``t`` but arrivals before ``t`` may not all be routed yet (``t >= horizon``; ``inf``:
+        idle until something is routed to it); the cluster driver resumes it once they are.
+        Returns the end time.  Alone, with ``horizon`` inf, it never yields."""
         m, ledger = self.model, self.ledger
         self._copy_read_only_columns()  # a caller may have set them after construction
-        waiting: list[int] = []
-        running: list[int] = []
+        waiting = self.waiting
+        running = self.running
         self.next_arrival = 0
         now = 0.0
         done = 0
-        while done < self.n:
+        while done < len(self.arrival_ids) or self.horizon != math.inf:
+            if now >= self.horizon:
+                yield now
             self._events_until(now, waiting)
             if self.ungranted:
                 self._poll(now)
@@ -163,12 +194,21 @@ class Engine:
             if not admitted and not running:
                 nxt = self._next_event_time()
                 if nxt is None:
-                    raise RuntimeError("simulator stalled: requests wait but no event is pending")  # pragma: no cover
+                    if self.horizon == math.inf:
+                        if done >= len(self.arrival_ids):
+                            break
+                        raise RuntimeError("simulator stalled: requests wait but no event is pending")  # pragma: no cover
+                    yield math.inf  # idle until a request is routed here
+                    continue
                 now = max(now, nxt)
                 continue
             if not admitted and not waiting:
                 # decode-only: jump over the steps before the next event or finish
-                now, done = self._decode_stretch(running, waiting, now, done)
+                run = np.asarray(running, dtype=np.int64)
+                k, step_s = self._stretch_steps(run, now)
+                if now + k * step_s >= self.horizon:
+                    yield now + k * step_s
+                now, done = self._decode_stretch(running, waiting, run, k, step_s, now, done)
                 continue
             prefill = int(self.prefill_tokens[admitted].sum()) if admitted else 0
             load_bytes = int(self.staged_bytes[admitted].sum()) if admitted else 0
@@ -186,12 +226,16 @@ class Engine:
                 self._update_work_ahead(waiting, len(running) + len(admitted), now, dt)
             claims_done = [int(self.claim_id[r]) for r in admitted if self.claim_id[r] >= 0]
             if claims_done:
+                if now + load_s >= self.horizon:
+                    yield now + load_s
                 self._events_until(now + load_s, waiting)
                 ledger.release(claims_done, now=now + load_s)
                 self.freed_since_poll = True
                 for cid in claims_done:
                     self.claim_owner.pop(cid, None)
                     self._forget(cid)
+            if now + dt >= self.horizon:
+                yield now + dt
             self._events_until(now + dt, waiting)
             now += dt
             self.steps += 1
@@ -228,15 +272,22 @@ class Engine:
         self.extra_blocks_py = self.extra_blocks.tolist()
         self.priority_py = self.priority_class.tolist()
 
-    def _decode_stretch(self, running: list[int], waiting: list[int], now: float, done: int) -> tuple[float, int]:
-        run = np.asarray(running, dtype=np.int64)
-        step_s = self.model.decode_step_seconds(len(running))
+    def _stretch_steps(self, run: np.ndarray, now: float) -> tuple[int, float]:
+        """Decode steps of a decode-only stretch: up to the first finish, the next event or
+        the routing horizon (a request may be routed here then), at least one."""
+        step_s = self.model.decode_step_seconds(run.shape[0])
         k = int(self.remaining[run].min())
         if self.compressor is not None:
             k = min(k, self.cfg.repack_interval)
         nxt = self._next_event_time()
+        if self.horizon != math.inf:
+            nxt = self.horizon if nxt is None else min(nxt, self.horizon)
         if nxt is not None:
             k = max(1, min(k, math.ceil((nxt - now) / step_s - 1e-12)))
+        return k, step_s
+
+    def _decode_stretch(self, running: list[int], waiting: list[int], run: np.ndarray, k: int, step_s: float,
+                        now: float, done: int) -> tuple[float, int]:
         self.step_end = now + k * step_s
         self.batch_in_flight = len(running)
         self._events_until(now + k * step_s, waiting)
@@ -276,10 +327,10 @@ class Engine:
     def _events_until(self, t: float, waiting: list[int]) -> None:
         """Process staging completions, arrivals and controller polls with time <= t, in time order."""
         transfers = self.transfers
-        arrival = self.arrival_at
+        arrival = self.arrival_times
         while True:
             na = self.next_arrival
-            ta = arrival[na] if na < self.n else np.inf
+            ta = arrival[na] if na < len(arrival) else np.inf
             tt = transfers[0][0] if transfers else np.inf
             tp = self.next_poll if self.ungranted > 0 else np.inf
             if ta > t and tt > t and tp > t:
@@ -293,7 +344,7 @@ class Engine:
                     self.ledger.mark_ready([cid], now=done_at)
                     self.ready.add(cid)
             elif ta <= tp:
-                self._arrive(na, waiting)
+                self._arrive(self.arrival_ids[na], waiting)
                 self.next_arrival = na + 1
             else:
                 self._tick(tp, min(ta, tt), t)
@@ -326,7 +377,8 @@ class Engine:
 
     def _next_event_time(self) -> float | None:
         na = self.next_arrival
-        t = min(self.arrival_at[na] if na < self.n else np.inf, self.transfers[0][0] if self.transfers else np.inf)
+        arrival = self.arrival_times
+        t = min(arrival[na] if na < len(arrival) else np.inf, self.transfers[0][0] if self.transfers else np.inf)
         return None if t == np.inf else float(t)
 
     def _arrive(self, r: int, waiting: list[int]) -> None:
@@ -363,11 +415,13 @@ class Engine:
         self.staged_bytes[r] = nbytes
         used = src[:blocks]
         source = int(used.max())
-        per_tier = np.bincount(used, minlength=len(self.cfg.tiers)) * (nbytes / blocks)
+        per_tier = np.bincount(used, minlength=len(self.levels)) * (nbytes / blocks)
         eff = self.cfg.stage_efficiency
-        self.stage_seconds[r] = self.cfg.tiers[source].spec.latency_s + sum(
+        self.stage_seconds[r] = self.levels[source].spec.latency_s + sum(
             b / min(lv.spec.read_bandwidth * eff, self.cfg.fast_tier.write_bandwidth)
-            for b, lv in zip(per_tier.tolist(), self.cfg.tiers) if b)
+            for b, lv in zip(per_tier.tolist(), self.levels) if b)
+        if self.fabric_queue is not None:
+            self.fabric_bytes[r] = int(per_tier[self.shared_from:].sum())
         self.claim_source[r] = source
         queued = float(self.prefill_tokens[waiting[:pos]].sum()) if pos > 0 else 0.0
         budget = self.model.max_prefill_tokens
@@ -395,6 +449,8 @@ class Engine:
             r = self.claim_owner[cid]
             s = int(self.claim_source[r])
             done_at = max(now, self.channel_free_at[s]) + self.stage_seconds[r]
+            if self.fabric_queue is not None and self.fabric_bytes[r]:  # the shared fabric's aggregate
+                done_at = self.fabric_queue.transfer(max(now, self.channel_free_at[s]), done_at, int(self.fabric_bytes[r]))
             self.channel_free_at[s] = done_at
             heapq.heappush(self.transfers, (done_at, self.transfer_seq, cid))
             self.transfer_done[cid] = done_at
@@ -575,6 +631,7 @@ class Engine:
 
     def warn_if_unbounded(self) -> None:
         """One line when the queue grew without bound (a tenth of the requests waiting at once)."""
-        if self.n >= 200 and self.max_waiting > max(50, self.n // 10):
-            warnings.warn(f"kvmm.sim: the queue reached {self.max_waiting} waiting requests of {self.n}: the offered "
+        n = len(self.arrival_ids)
+        if n >= 200 and self.max_waiting > max(50, n // 10):
+            warnings.warn(f"kvmm.sim: the queue reached {self.max_waiting} waiting requests of {n}: the offered "
                           "load exceeds capacity, TTFT measures the backlog (lower load=)", QueueGrowthWarning, stacklevel=3)

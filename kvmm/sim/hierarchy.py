@@ -24,6 +24,7 @@ from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError, OutOfBlocksError
 from kvmm.policies.admission import AdmissionRequest, WriteAll, admission_mask
 from kvmm.sim.config import SimConfig, make_admission, make_eviction
+from kvmm.sim.demotion import GpuKeyMirror, LoggedSimulatedTier
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
 
@@ -38,22 +39,34 @@ class Hierarchy:
     """
 
     def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, with_tiers: bool = True,
-                 prefix_cache: bool | None = None, record_ops: bool = False) -> None:
+                 prefix_cache: bool | None = None, record_ops: bool = False, shared: tuple = (),
+                 events: Any = None) -> None:
         num_blocks = cfg.gpu_kv_bytes // block_bytes
         if num_blocks < 1:
             raise BadInputError(f"gpu_kv_bytes={cfg.gpu_kv_bytes} holds no {block_bytes}-byte block; expected at least one block")
         self.block_bytes = block_bytes
         self.pool = BlockAllocator(num_blocks, block_tokens, secret=bytes(16))
         self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache
-        levels = cfg.tiers if with_tiers else ()
-        self.tiers = [ManagedTier(SimulatedTier(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
-                      for lv in levels]
+        levels = tuple(cfg.tiers) if with_tiers else ()
+        self.levels = levels + tuple(s.level for s in shared)
+        self.write_back = [lv.write_back for lv in self.levels]
+        self.exclusive = [not lv.inclusive for lv in self.levels]
+        # what moves is logged only when something reads it: demotion, or an index (events)
+        self.events = events  # events(medium, stored ids, removed ids): medium 0 is the GPU, i + 1 private level i
+        self.logged = any(self.write_back) or events is not None
+        backend = LoggedSimulatedTier if self.logged else SimulatedTier
+        self.tiers = [ManagedTier(backend(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
+                      for lv in levels] + [s.tier for s in shared]
+        self.private = len(levels)  # the levels after these are shared with other instances
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
+        self.admission += [s.admission for s in shared]
+        self.mirror = GpuKeyMirror(num_blocks) if self.logged and self.prefix_cache else None
+        self.demoted = [0] * len(self.levels)  # blocks written into each level by demotion
         # kvmm's own WriteAll is stateless and admits every block the tier lacks; with the cached
         # ones kept (offer) that is every block, so offer skips its admission call
         self.writes_all = [type(a) is WriteAll for a in self.admission]
-        self.tier_hits = [0] * len(levels)  # blocks found when offered
-        self.tier_offered = [0] * len(levels)  # blocks offered
+        self.tier_hits = [0] * len(self.levels)  # blocks found when offered
+        self.tier_offered = [0] * len(self.levels)  # blocks offered
         self.ops: list | None = [] if record_ops else None
 
     @property
@@ -107,6 +120,12 @@ class Hierarchy:
             return None
         if self.ops is not None:
             self.ops.append(("admit", keys.copy(), extra, ids.copy(), hits))
+        if self.mirror is not None:
+            stored, evicted = self.mirror.admitted(ids, hits, keys[:, 0].astype(np.int64))
+            if self.events is not None and (stored or evicted):
+                self.events(0, stored, evicted)
+            if evicted and self.write_back and self.write_back[0]:
+                self.demote(0, evicted)
         return ids, hits
 
     def release(self, ids: np.ndarray) -> None:
@@ -125,6 +144,9 @@ class Hierarchy:
             return
         n = ids.shape[0]
         for i, tier in enumerate(self.tiers):
+            if self.write_back[i]:
+                self._touch_written_back(i, ids)
+                continue
             if self.writes_all[i]:
                 write: Any = np.ones(n, dtype=bool)
             else:
@@ -136,6 +158,53 @@ class Hierarchy:
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
+            if self.logged:
+                self._moved(i)
+
+    # ------------------------------------------------------------------ write-back
+    def _touch_written_back(self, i: int, ids: np.ndarray) -> None:
+        """A prefilled request meets a write-back level: the blocks it holds are accessed (their
+        use counts for its policy); nothing is written (the level fills from above).  In an
+        exclusive level they leave it: they are on the GPU now."""
+        tier = self.tiers[i]
+        hits = tier.access_or_put_size_many(ids, self.block_bytes, np.zeros(ids.shape[0], dtype=bool))
+        self.tier_hits[i] += int(np.count_nonzero(hits))
+        self.tier_offered[i] += ids.shape[0]
+        if self.exclusive[i] and hits.any():
+            for k in ids[hits].tolist():
+                tier.delete(k)
+            self._moved(i, demote=False)  # promoted, not evicted: nothing goes down
+
+    def demote(self, i: int, keys: list) -> None:
+        """Blocks evicted from the level above are written into write-back level ``i`` (its
+        admission picks among them); its own victims go on down to level ``i + 1`` when that one
+        is write-back too, else they leave the hierarchy."""
+        if not keys:
+            return
+        ids = np.asarray(keys, dtype=np.int64)
+        n = ids.shape[0]
+        admission = self.admission[i]
+        if self.writes_all[i]:
+            write: Any = np.ones(n, dtype=bool)
+        else:
+            def write(cached: np.ndarray) -> np.ndarray:
+                request = AdmissionRequest(ids, cached, np.zeros(n, dtype=bool))
+                return admission_mask(admission.admit(request), n, admission) | cached
+        held = self.tiers[i].access_or_put_size_many(ids, self.block_bytes, write)
+        self.demoted[i] += n - int(np.count_nonzero(held))
+        self._moved(i)
+
+    def _moved(self, i: int, *, demote: bool = True) -> None:
+        """Drain level ``i``'s log: tell the index (private levels) and demote its victims."""
+        log = self.tiers[i].backend.drain()
+        if not log:
+            return
+        last = dict(log)  # a key written and evicted by one call (a request longer than the level): the last event holds
+        removed = [k for k, stored in last.items() if not stored]
+        if self.events is not None and i < self.private:
+            self.events(i + 1, [k for k, stored in last.items() if stored], removed)
+        if demote and removed and i + 1 < len(self.tiers) and self.write_back[i + 1]:
+            self.demote(i + 1, removed)
 
 
 def pool_keys(block_ids: np.ndarray) -> np.ndarray:

@@ -54,5 +54,10 @@ def arrival_times(trace: MooncakeTrace, model: ModelSpec, cfg) -> np.ndarray:
     span = float(t[-1]) if t.size else 0.0
     if span <= 0.0:
         return t
-    instances = cfg.pd.instances if cfg.pd is not None else cfg.instances
+    if cfg.pd is not None:
+        instances = cfg.pd.instances
+    elif getattr(cfg, "cluster", None) is not None:
+        instances = cfg.cluster.instances
+    else:
+        instances = cfg.instances
     return t * (offered_seconds(trace, model) / (cfg.load * span * instances))

@@ -10,7 +10,7 @@ and decode run on separate instances joined by a link (:mod:`kvmm.sim.pd`).  Arr
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -70,9 +70,25 @@ class SimResult:
     tokens_evicted: int = 0  # token compression: tokens the scorer evicted
     kv_bytes_transferred: int = 0  # PD: prefill -> decode KV bytes over the links
     link_busy_share: float = 0.0  # PD: busy time of the busiest link / duration
+    demoted_blocks: tuple = ()  # per lower tier: blocks written into it by write-back demotion
+    instances: int = 1  # serving instances (a cluster's, or SimConfig.instances)
+    requests_per_instance: tuple = ()  # cluster: requests the router sent to each instance
+    load_imbalance: float = 1.0  # cluster: max / mean of requests per instance
+    queue_imbalance: float = 1.0  # cluster: max / mean queue length, averaged over routing decisions
+    index_entries: int = 0  # cluster: block keys in the global index at the end
+    fabric_bytes: int = 0  # cluster: bytes read from shared tiers over the fabric
+    # the run's own policy objects (SimConfig deep-copies the ones it is given, so a run never
+    # changes them): {"router": ..., "eviction": per instance, per lower level}; not a metric,
+    # left out of as_dict and of comparisons
+    policies: Any = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The metrics (every field but ``policies``) as a plain dict."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "policies"}
+
+
+def _plain(value: Any) -> Any:
+    return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 
 def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None,
@@ -94,6 +110,10 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
         from kvmm.sim.pd import simulate_pd
 
         return simulate_pd(config, m, trace, arrival, progress)
+    if config.cluster is not None:
+        from kvmm.cluster.sim import simulate_cluster
+
+        return simulate_cluster(config, m, trace, arrival, factory, progress, engine_hook)
     engines, end = [], 0.0
     for i in range(config.instances):  # requests dealt round-robin, one engine each
         if config.instances == 1:
@@ -111,11 +131,13 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
 
 def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.ndarray, end: float) -> SimResult:
     """The metrics of finished engines (several instances are pooled)."""
-    arr = np.concatenate([e.arrival for e in engines])
-    first = np.concatenate([e.first_token for e in engines])
-    fin = np.concatenate([e.finish for e in engines])
-    out_len = np.concatenate([e.output_len for e in engines])
-    high = np.concatenate([e.priority_class for e in engines]) == 0
+    # each engine's own requests (a cluster's engines hold every request's columns, and serve some)
+    mine = [slice(None) if len(e.arrival_ids) == e.n else np.asarray(e.arrival_ids, dtype=np.int64) for e in engines]
+    arr = np.concatenate([e.arrival[s] for e, s in zip(engines, mine)])
+    first = np.concatenate([e.first_token[s] for e, s in zip(engines, mine)])
+    fin = np.concatenate([e.finish[s] for e, s in zip(engines, mine)])
+    out_len = np.concatenate([e.output_len[s] for e, s in zip(engines, mine)])
+    high = np.concatenate([e.priority_class[s] for e, s in zip(engines, mine)]) == 0
     n = trace.num_requests
     prompt = float(np.maximum(trace.input_length, 1).sum())
     span = end - float(arrival.min()) if n else 0.0
@@ -127,7 +149,9 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         bs = sum(float(e.ledger.released_byte_seconds) for e in engines)
         peak = max(int(e.ledger.peak_protected_bytes) for e in engines)
     stats = [e.hier.pool.stats for e in engines]
-    tiers = len(cfg.tiers)
+    tiers = len(engines[0].levels)
+    # a shared level is one tier object in every engine's hierarchy: count its evictions once
+    tier_objects = [{id(e.hier.tiers[i]): e.hier.tiers[i] for e in engines} for i in range(tiers)]
     label = cfg.label or f"{m.name}/{cfg.policy}"
     return SimResult(
         label=label, policy=cfg.policy, model=m.name, requests=n, **latency_metrics(cfg, arr, first, fin, out_len, span),
@@ -146,10 +170,13 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         gpu_lookup_hits=sum(int(s["hits"]) for s in stats), gpu_lookup_queries=sum(int(s["queries"]) for s in stats),
         tier_block_hits=tuple(int(sum(e.hier.tier_hits[i] for e in engines)) for i in range(tiers)),
         tier_blocks_offered=tuple(int(sum(e.hier.tier_offered[i] for e in engines)) for i in range(tiers)),
-        tier_evictions=tuple(int(sum(e.hier.tiers[i].evictions for e in engines)) for i in range(tiers)),
+        tier_evictions=tuple(int(sum(t.evictions for t in tier_objects[i].values())) for i in range(tiers)),
+        demoted_blocks=tuple(int(sum(e.hier.demoted[i] for e in engines)) for i in range(tiers)),
+        instances=len(engines), requests_per_instance=tuple(len(e.arrival_ids) for e in engines),
         steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines),
         max_running=max(e.max_running for e in engines),
-        tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None))
+        tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None),
+        policies={"eviction": tuple(tuple(t.policy for t in e.hier.tiers) for e in engines)})
 
 
 def latency_metrics(cfg: SimConfig, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, out_len: np.ndarray,

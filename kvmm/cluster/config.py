@@ -1,0 +1,98 @@
+"""Configuration of a simulated cluster: :class:`ClusterConfig` (``SimConfig(cluster=...)``).
+
+::
+
+    SimConfig(workload="conversation", load=0.8,
+              tiers=[TierLevel("dram", capacity_bytes=256 * GiB)],            # private, per instance
+              cluster=ClusterConfig(instances=16, router="precise-prefix",
+                                    shared_tiers=[TierLevel("layer3.5", capacity_bytes=20 * TiB)],
+                                    fabric="rdma400"))
+
+Plain frozen data, picklable (``kvmm.sim.sweep`` ships it to other processes); a router object
+is deep-copied for every run, like every policy object in a :class:`~kvmm.sim.SimConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvmm._validate import as_count
+from kvmm.errors import BadInputError
+
+__all__ = ["ClusterConfig", "INDEX_ROUTERS"]
+
+#: routers (by name) that read the global block index; the simulator builds and feeds it for them
+INDEX_ROUTERS = ("precise-prefix", "weighted")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``instances`` serving instances, each with its own GPU pool, staging tier and the
+    ``SimConfig.tiers`` as private tiers, plus ``shared_tiers`` (:class:`~kvmm.sim.TierLevel`)
+    that every instance reads and writes: one ``ManagedTier`` per level whose policy sees every
+    instance's accesses, reached over ``fabric``.
+
+    ``router``: a name in :data:`kvmm.cluster.ROUTERS` or any object with ``route(request,
+    view)`` (the :class:`~kvmm.protocols.Router` Protocol); ``router_params``: keyword
+    arguments for a router given by name.  ``fabric``: a :class:`~kvmm.cluster.FabricSpec`, a
+    name in :data:`kvmm.cluster.FABRIC_PRESETS`, or ``None`` (the shared levels are seen with
+    their own specs, no link between: a cluster of one instance then equals that instance with
+    the levels private).  ``index``: build the global :class:`~kvmm.cluster.BlockIndex` (fed by
+    every instance's GPU pool and private tiers); ``None``: when the router reads it.
+    ``index_max_entries``: the index's entry budget (``None``: unbounded).
+    """
+
+    instances: int = 2
+    router: Any = "round-robin"
+    router_params: tuple = ()
+    shared_tiers: tuple = ()
+    fabric: Any = "rdma400"
+    index: bool | None = None
+    index_max_entries: int | None = None
+
+    def __post_init__(self) -> None:
+        from kvmm.sim.config import TierLevel
+
+        as_count(self.instances, "instances", minimum=1)
+        params = dict(self.router_params) if not isinstance(self.router_params, dict) else self.router_params
+        object.__setattr__(self, "router_params", tuple(sorted(params.items())))
+        if isinstance(self.router, str):
+            from kvmm.cluster.routers import ROUTERS
+
+            if self.router not in ROUTERS:
+                raise BadInputError(f"unknown router {self.router!r}; expected one of {sorted(ROUTERS)} or an object "
+                                    "with route(request, view)")
+        elif not callable(getattr(self.router, "route", None)):
+            raise BadInputError(f"router {type(self.router).__name__} has no route(request, view); expected a name "
+                                "or an object of the Router Protocol")
+        elif params:
+            raise BadInputError("router_params are for a router given by name; configure a router object yourself")
+        shared = self.shared_tiers
+        if isinstance(shared, TierLevel):
+            shared = (shared,)
+        try:
+            shared = tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in shared)
+        except TypeError:
+            raise BadInputError(f"shared_tiers must be a sequence of TierLevel, got {type(self.shared_tiers).__name__}") from None
+        object.__setattr__(self, "shared_tiers", shared)
+        if self.fabric is not None:
+            from kvmm.cluster.fabric import FabricSpec, fabric_preset
+
+            fabric = fabric_preset(self.fabric) if isinstance(self.fabric, str) else self.fabric
+            if not isinstance(fabric, FabricSpec):
+                raise BadInputError(f"fabric must be a FabricSpec, a preset name or None, got {type(self.fabric).__name__}")
+            object.__setattr__(self, "fabric", fabric)
+        if self.index is not None and not isinstance(self.index, bool):
+            raise BadInputError(f"index must be a bool or None, got {self.index!r}")
+        if self.index_max_entries is not None:
+            as_count(self.index_max_entries, "index_max_entries", minimum=1)
+
+    @property
+    def uses_index(self) -> bool:
+        """Is the global block index built (explicitly, or because the router reads it)?"""
+        if self.index is not None:
+            return self.index
+        if isinstance(self.router, str):
+            return self.router in INDEX_ROUTERS
+        return bool(getattr(self.router, "uses_index", False))

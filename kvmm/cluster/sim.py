@@ -1,0 +1,232 @@
+"""A cluster in the simulator: routed instances over private and shared tiers.
+
+``simulate(SimConfig(cluster=ClusterConfig(...)))`` comes here.  What it models:
+
+* **Instances**: ``ClusterConfig.instances`` colocated engines (:class:`kvmm.sim.engine.Engine`),
+  each with its own GPU pool, protected staging tier, ledger and the config's ``tiers`` as
+  private tiers, exactly as one instance runs alone.
+* **Routing**: requests are routed one at a time in arrival order.  When request ``r`` arrives
+  at ``t``, every engine has been run up to the step that spans ``t`` (each engine's event
+  loop pauses before processing events past ``t`` until ``r`` is routed), so the router sees
+  each instance's queue (waiting + routed but not yet arrived), running batch and GPU pool use
+  as of that step, and the block index as of then.
+* **Shared tiers**: one ``ManagedTier`` per shared level, in every instance's hierarchy after
+  its private levels; its policy sees every instance's lookups and writes.  The engines run
+  interleaved, each up to the next routing time, so accesses reach it in time order to within
+  one engine step.
+* **Fabric**: an instance reads a shared level over its own link (``FabricSpec.link_bandwidth``,
+  one FIFO queue per instance and level, as every lower tier has) with ``latency_s`` added; all
+  instances' reads from shared levels also share the fabric's ``aggregate_bandwidth`` (and the
+  level's own read bandwidth, whichever is smaller) through one FIFO :class:`FabricQueue`: a
+  copy completes when both its link and the aggregate have carried it.  Writes are not charged
+  (as for private tiers: they are off the critical path).
+* **Block index**: when the router reads it, a :class:`~kvmm.cluster.BlockIndex` over media
+  ``("GPU", <private level names>...)`` is fed by each instance's GPU prefix cache (a block is
+  stored when a request's prefill keys it, removed when the pool hands it out again) and
+  private tiers (writes and evictions), as vLLM's KV events report them.  Shared levels are
+  not indexed: every instance reaches them alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+
+from kvmm.errors import BadInputError
+from kvmm.sim.config import SimConfig, TierLevel, make_admission, make_eviction
+from kvmm.sim.demotion import LoggedSimulatedTier
+from kvmm.sim.engine import Engine
+from kvmm.tiers.managed import ManagedTier
+from kvmm.tiers.simulated import SimulatedTier
+from kvmm.traces.mooncake import MooncakeTrace
+
+__all__ = ["simulate_cluster", "SharedLevel", "FabricQueue", "sessions_of"]
+
+
+class SharedLevel:
+    """One shared level as every instance sees it: the effective :class:`TierLevel` (its spec
+    with the fabric's link bandwidth and latency folded in), the one ``ManagedTier`` and the one
+    admission policy all instances use."""
+
+    __slots__ = ("level", "tier", "admission")
+
+    def __init__(self, level: TierLevel, tier: ManagedTier, admission: Any) -> None:
+        self.level, self.tier, self.admission = level, tier, admission
+
+
+class FabricQueue:
+    """The fabric's aggregate bandwidth, shared FIFO by every instance's reads from shared levels.
+
+    ``transfer(start, link_done, nbytes)``: a copy that may start at ``start`` and that its own
+    link finishes at ``link_done`` also needs ``nbytes / bandwidth`` of the aggregate after the
+    copies before it; it completes when both have carried it.  Runtime complexity: O(1).
+    """
+
+    def __init__(self, bandwidth: float) -> None:
+        self.bandwidth = float(bandwidth)
+        self.free_at = 0.0
+        self.bytes = 0
+        self.busy_s = 0.0
+
+    def transfer(self, start: float, link_done: float, nbytes: int) -> float:
+        seconds = nbytes / self.bandwidth
+        self.free_at = max(self.free_at, start) + seconds
+        self.bytes += nbytes
+        self.busy_s += seconds
+        return max(link_done, self.free_at)
+
+
+def simulate_cluster(cfg: SimConfig, model: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
+                     progress: Callable | None, engine_hook: Callable | None) -> Any:
+    """Run the cluster; returns the pooled :class:`~kvmm.sim.SimResult` (see the module docstring)."""
+    from kvmm.cluster.routers import checked_route, make_router
+    from kvmm.cluster.view import ClusterView, RouteRequest
+    from kvmm.sim.simulator import collect
+
+    cl = cfg.cluster
+    n_inst = cl.instances
+    if np.any(np.diff(arrival) < 0):
+        raise BadInputError("the trace's requests are not in arrival order; expected nondecreasing timestamps")
+    block_bytes = int(trace.block_tokens) * model.kv_bytes_per_token
+    logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
+    shared = tuple(_shared_level(lv, cl.fabric, block_bytes, logged) for lv in cl.shared_tiers)
+    levels = tuple(cfg.tiers) + tuple(s.level for s in shared)
+    index = None
+    if cl.uses_index:
+        from kvmm.cluster.index import BlockIndex
+
+        index = BlockIndex(n_inst, media=("GPU",) + tuple(lv.name for lv in cfg.tiers), max_entries=cl.index_max_entries)
+    router = make_router(cl.router, n_inst, **dict(cl.router_params)) if isinstance(cl.router, str) \
+        else copy.deepcopy(cl.router)
+    engines = []
+    for i in range(n_inst):
+        events = _index_feed(index, i) if index is not None else None
+        eng = Engine(cfg, model, trace, arrival, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
+                     shared=shared, levels=levels, tier_events=events)
+        engines.append(eng)
+    if shared and cl.fabric is not None:
+        aggregate = min([cl.fabric.aggregate_bandwidth] + [s.tier.backend.spec.read_bandwidth for s in shared])
+        queue = FabricQueue(aggregate)
+        for eng in engines:
+            eng.fabric_queue = queue
+    view = ClusterView(n_inst, index=index)
+    routed = np.zeros(n_inst, dtype=np.int64)
+    if n_inst == 1:  # nothing to choose: the one engine runs alone, exactly as without a cluster
+        routed[0] = trace.num_requests
+        end = engines[0].run()
+    else:
+        end, queue_ratio = _drive(engines, trace, arrival, router, view, routed, RouteRequest, checked_route)
+    for eng in engines:
+        eng.warn_if_unbounded()
+        if engine_hook is not None:
+            engine_hook(eng)
+    result = collect(cfg, model, engines, trace, arrival, end)
+    mean = routed.mean()
+    return replace(result, policies=dict(result.policies, router=router), instances=n_inst, requests_per_instance=tuple(routed.tolist()),
+                   load_imbalance=float(routed.max() / mean) if mean > 0 else 1.0,
+                   queue_imbalance=float(queue_ratio) if n_inst > 1 else 1.0,
+                   index_entries=len(index) if index is not None else 0,
+                   fabric_bytes=int(engines[0].fabric_queue.bytes) if engines[0].fabric_queue is not None else 0)
+
+
+def _drive(engines: list, trace: MooncakeTrace, arrival: np.ndarray, router: Any, view: Any, routed: np.ndarray,
+           RouteRequest: Any, checked_route: Callable) -> tuple[float, float]:
+    """Interleave the engines' event loops, routing each request when every engine has reached
+    its arrival time.  Returns ``(end time, time-averaged max/mean queue ratio)``."""
+    n = trace.num_requests
+    n_inst = len(engines)
+    loops = [e.steps_until_done() for e in engines]
+    wants = [-math.inf] * n_inst  # the time each paused loop needs arrivals routed up to
+    done = [False] * n_inst
+    ends = [0.0] * n_inst
+    at = arrival.tolist()
+    offsets = trace.block_offsets
+    ids = trace.block_ids.astype(np.int64)
+    inp = np.maximum(trace.input_length, 1).tolist()
+    out = np.maximum(trace.output_length, 1).tolist()
+    session = sessions_of(trace).tolist()
+    queue, running, kv = view.queue_lengths, view.running, view.kv_utilisation
+    ratio_sum = 0.0
+    ratio_n = 0
+    for p in range(n + 1):
+        t = at[p] if p < n else math.inf
+        for i, loop in enumerate(loops):
+            if done[i]:
+                continue
+            engines[i].horizon = t
+            while wants[i] < t or t == math.inf:
+                try:
+                    wants[i] = next(loop)
+                except StopIteration as stop:
+                    done[i], ends[i] = True, stop.value
+                    break
+        if p == n:
+            break
+        for i, e in enumerate(engines):  # the view as of now, in place (routers read it)
+            queue[i] = len(e.waiting) + len(e.arrival_ids) - e.next_arrival
+            running[i] = e.batch_in_flight if e.step_end > t else len(e.running)  # a prefill step in flight counts
+            kv[i] = e.hier.pool.usage
+        view.now = t
+        mean_q = queue.mean()
+        if mean_q > 0:
+            ratio_sum += queue.max() / mean_q
+            ratio_n += 1
+        request = RouteRequest(index=p, arrival_s=t, block_ids=ids[offsets[p]:offsets[p + 1]], input_length=inp[p],
+                               output_length=out[p], session=session[p])
+        i = checked_route(router, request, view)
+        eng = engines[i]
+        eng.arrival_ids.append(p)
+        eng.arrival_times.append(t)
+        routed[i] += 1
+        if wants[i] == math.inf:  # idle: it has something to do now
+            wants[i] = -math.inf
+    return max(ends), (ratio_sum / ratio_n if ratio_n else 1.0)
+
+
+def sessions_of(trace: MooncakeTrace) -> np.ndarray:
+    """Each request's conversation id: the ``chat_id`` of the first turn its ``parent_chat_id``
+    chain leads to (Bailian traces), or -1 for every request of a trace without those columns.
+    Runtime complexity: O(requests)."""
+    cols = getattr(trace, "columns", None) or {}
+    n = trace.num_requests
+    if "chat_id" not in cols or "parent_chat_id" not in cols:
+        return np.full(n, -1, dtype=np.int64)
+    chat, parent = cols["chat_id"].tolist(), cols["parent_chat_id"].tolist()
+    root: dict[int, int] = {}
+    out = np.empty(n, dtype=np.int64)
+    for r in range(n):  # a parent comes before its children in a trace in arrival order
+        c, pc = int(chat[r]), int(parent[r])
+        root[c] = root.get(pc, pc) if pc >= 0 else c
+        out[r] = root[c]
+    return out
+
+
+def _shared_level(level: TierLevel, fabric: Any, block_bytes: int, logged: bool) -> SharedLevel:
+    """The one tier, policy and admission of a shared level, and its spec as an instance sees it."""
+    spec = level.spec
+    if fabric is not None:
+        spec = replace(spec, read_bandwidth=min(spec.read_bandwidth, fabric.link_bandwidth),
+                       write_bandwidth=min(spec.write_bandwidth, fabric.link_bandwidth),
+                       latency_s=spec.latency_s + fabric.latency_s)
+    seen = replace(level, spec=spec, capacity_bytes=None)
+    backend = (LoggedSimulatedTier if logged else SimulatedTier)(level.spec.capacity_bytes, spec=level.spec)
+    tier = ManagedTier(backend, make_eviction(level.eviction))
+    return SharedLevel(seen, tier, make_admission(level.admission, level.spec.capacity_bytes // block_bytes))
+
+
+def _index_feed(index: Any, instance: int) -> Callable:
+    """The events callback of one instance's hierarchy: GPU and private-tier moves -> the index."""
+    media = index.media
+
+    def feed(medium: int, stored: list, removed: list) -> None:
+        name = media[medium]
+        if removed:
+            index.removed(instance, np.asarray(removed, dtype=np.int64), name, lenient=True)
+        if stored:
+            index.stored(instance, np.asarray(stored, dtype=np.int64), name)
+
+    return feed

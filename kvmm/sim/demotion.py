@@ -1,0 +1,111 @@
+"""What the hierarchy needs to know about what moves: a tier that logs its writes and deletions,
+and the GPU prefix cache's evictions.
+
+Both feed two things: **write-back demotion** (a block evicted from a level is written into the
+next level down when that level is ``fill="write-back"``) and a cluster's
+:class:`~kvmm.cluster.BlockIndex` (which instance holds which block in which medium).  Neither
+is needed by a plain write-through hierarchy, which uses the unlogged
+:class:`~kvmm.tiers.SimulatedTier` and pays nothing for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import numpy as np
+
+from kvmm.tiers.simulated import SimulatedTier
+
+__all__ = ["LoggedSimulatedTier", "GpuKeyMirror"]
+
+
+class LoggedSimulatedTier(SimulatedTier):
+    """A :class:`SimulatedTier` that appends every write and deletion to ``log`` as
+    ``(key, True)`` (stored) or ``(key, False)`` (deleted), in order, until the caller drains it.
+
+    The simulator drains it after each call on the tier: the deletions of an offer are its
+    evictions (the victims demoted to the next level), the writes are what an index learns.
+    Runtime complexity: O(1) extra per logged entry.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[tuple[Hashable, bool]] = []
+
+    def drain(self) -> list[tuple[Hashable, bool]]:
+        """The events since the last drain (and forget them)."""
+        log, self.log = self.log, []
+        return log
+
+    def put(self, key: Hashable, data: Any) -> None:
+        super().put(key, data)
+        self.log.append((key, True))
+
+    def put_size(self, key: Hashable, nbytes: int) -> None:
+        super().put_size(key, nbytes)
+        self.log.append((key, True))
+
+    def size_writer(self, nbytes: int) -> Any:
+        store = super().size_writer(nbytes)
+
+        def logged_store(k: Hashable) -> None:
+            store(k)
+            self.log.append((k, True))  # self.log, not a captured list: drain replaces it
+
+        return logged_store
+
+    def _store_many(self, nbytes: int, seconds: float, keys: list) -> None:
+        super()._store_many(nbytes, seconds, keys)
+        self.log.extend((k, True) for k in keys)
+
+    def delete(self, key: Hashable) -> None:
+        super().delete(key)
+        self.log.append((key, False))
+
+
+class GpuKeyMirror:
+    """Which trace block each GPU pool block holds, so a request's admission can tell which
+    cached blocks it evicted (the allocator drops a free cached block's key when it hands the
+    block out, and reports only the count).
+
+    ``holder[b]``: the trace block id pool block ``b`` was keyed with (-1: none); ``copies``:
+    trace id -> how many pool blocks hold it (a key can be cached in two blocks when a request
+    recomputes a block it could not reach through its prefix), so a block leaves the GPU only
+    with its last copy.  Runtime complexity: O(blocks of the request) per admission.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.holder = np.full(num_blocks, -1, dtype=np.int64)
+        self.copies: dict[int, int] = {}
+
+    def admitted(self, ids: np.ndarray, hits: int, trace_ids: np.ndarray) -> tuple[list[int], list[int]]:
+        """A request took pool blocks ``ids`` for trace blocks ``trace_ids`` (its first ``hits``
+        were prefix hits, the blocks after ``len(trace_ids)`` hold no key).  Returns
+        ``(stored, evicted)``: trace ids now on the GPU that were not, and those no longer on it."""
+        fresh = ids[hits:]
+        old = self.holder[fresh]
+        keyed = trace_ids.shape[0] - hits
+        self.holder[fresh[:keyed]] = trace_ids[hits:]
+        self.holder[fresh[keyed:]] = -1
+        copies = self.copies
+        evicted: list[int] = []
+        for k in old[old >= 0].tolist():
+            left = copies[k] - 1
+            if left:
+                copies[k] = left
+            else:
+                del copies[k]
+                evicted.append(k)
+        stored: list[int] = []
+        for k in trace_ids[hits:].tolist():
+            c = copies.get(k, 0)
+            copies[k] = c + 1
+            if not c:
+                stored.append(k)
+        # a block evicted and re-stored by the same admission never left the GPU
+        if evicted and stored:
+            again = set(evicted).intersection(stored)
+            if again:
+                evicted = [k for k in evicted if k not in again]
+                stored = [k for k in stored if k not in again]
+        return stored, evicted
