@@ -166,17 +166,19 @@ class BlockIndex:
         ``lenient``: then it is ignored and counted in ``stats["lenient_ignored"]``.  An entry
         left without holders is dropped.  Runtime complexity: O(len(keys)) expected.
         """
+        width = self.key_width
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
         self._remove(np.array([inst], np.int64), np.array([m], np.int64), np.array([0, flat.shape[0]], np.int64),
-                     flat, lenient)
+                     flat, lenient, width)
 
     def removed_many(self, instances: Any, offsets: Any, keys: Any, media: Any, *, lenient: bool = False) -> None:
         """Group g: ``removed(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for
         every g in order; strict: all or nothing.  Runtime complexity: O(total keys) expected."""
+        width = self.key_width
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._remove(inst, meds, offs, flat, lenient)
+        self._remove(inst, meds, offs, flat, lenient, width)
 
     def cleared(self, instance: int, medium: str | int | None = None) -> None:
         """Instance ``instance`` holds nothing more on ``medium`` (``None``: on any medium).
@@ -264,11 +266,12 @@ class BlockIndex:
         K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
                      inst, meds, offs, flat)
 
-    def _remove(self, inst, meds, offs, flat, lenient: bool) -> None:
+    def _remove(self, inst, meds, offs, flat, lenient: bool, width: int | None) -> None:
         log = np.empty((flat.shape[0], 2), dtype=np.int64)
         got = K.remove_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
                             inst, meds, offs, flat, bool(lenient), log)
         if got < 0:
+            self.key_width = width  # a failing call decides nothing
             j = -got - 1
             g = int(np.searchsorted(offs, j, side="right")) - 1
             raise UnknownKeyError(f"instance {int(inst[g])} does not hold key {self._flat_value(flat, j)!r} (key {j} of "
@@ -321,6 +324,9 @@ class BlockIndex:
         if arr.dtype.kind not in "iu":
             if arr.size == 0 and arr.dtype.kind == "f":  # [] arrives as float64
                 arr = arr.astype(np.int64)
+            elif arr.dtype == object and all(type(v) is int for v in arr.flat):
+                raise BadInputError(f"{name} holds a value outside [-2**63, 2**64) or mixes negative ids with ones "
+                                    "above 2**63; expected 64-bit keys (does not fit 64 bits)")
             else:
                 raise DTypeError(f"{name} must hold integer keys (int64 block ids or (n, 2) uint64 keys), got dtype "
                                  f"{arr.dtype}")
