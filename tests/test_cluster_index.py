@@ -148,6 +148,7 @@ def test_growth_keeps_every_entry_and_lru_order():
     index.stored(1, ids, "CPU")
     assert len(index) == 700 and index.capacity >= 700
     assert index.lru_order() == ids[::-1].tolist()
+    assert BlockIndex(1, media=("GPU",)).lru_order() == []
     assert index.prefix_hits(ids).tolist() == [[0, 0], [0, 700]]
     index.check()
 

@@ -35,27 +35,34 @@ def check_index(index) -> None:
     assert sorted(index.free_rows[:num_free].tolist()) == np.flatnonzero(live == 0).tolist()
     # table: a power of two at least twice the capacity; each live row in one slot, reached by its
     # probe run from its ideal slot without an empty slot in between; every other slot empty
-    table = index.table
-    size = table.shape[0]
+    rows, hashes = index.table
+    size = rows.shape[0]
     assert size & (size - 1) == 0 and size >= 2 * cap and meta[K.M_MASK] == size - 1
-    occupied = table[table >= 0]
-    assert sorted(occupied.tolist()) == live_rows.tolist(), "table slots do not name the live rows once each"
-    assert ((table == -1) | (table >= 0)).all()
-    for s in np.flatnonzero(table >= 0):
-        r = table[s]
-        ideal = int(slot_hash(keys[r, 0], keys[r, 1], meta[K.M_SEED])) & (size - 1)
+    assert sorted(rows[rows >= 0].tolist()) == live_rows.tolist(), "table slots do not name the live rows once each"
+    assert ((rows == -1) | (rows >= 0)).all() and not hashes[rows == -1].any(), "an empty slot keeps a hash"
+    for s in np.flatnonzero(rows >= 0):
+        r = rows[s]
+        h = int(slot_hash(keys[r, 0], keys[r, 1], meta[K.M_SEED]))
+        assert int(hashes[s]) & (2**64 - 1) == h, f"slot {s} keeps a hash that is not its key's"
+        ideal = h & (size - 1)
         j = ideal
         while j != s:
-            assert table[j] != -1, f"row {r} in slot {s} is not reachable from its ideal slot {ideal}"
+            assert rows[j] != -1, f"row {r} in slot {s} is not reachable from its ideal slot {ideal}"
             j = (j + 1) & (size - 1)
-    # LRU list: from the head through NEXT visits every live row once, PREV mirrors NEXT, ends at the tail
+    # LRU list (under a budget): from the head through NEXT visits every live row once, PREV mirrors
+    # NEXT, ends at the tail; without a budget it is not kept (empty)
     links = index.links
+    if index.max_entries is None:
+        assert meta[K.M_HEAD] == -1 and meta[K.M_TAIL] == -1 and (links == -1).all(), "an LRU list without a budget"
+        live_rows_on_list = np.zeros(0, dtype=np.int64)
+    else:
+        live_rows_on_list = live_rows
     seen, prev, r = [], -1, int(meta[K.M_HEAD])
     while r != -1:
         assert live[r] and links[K.PREV, r] == prev and len(seen) <= cap
         seen.append(r)
         prev, r = r, int(links[K.NEXT, r])
-    assert prev == meta[K.M_TAIL] and sorted(seen) == live_rows.tolist(), "LRU list is not the live rows"
+    assert prev == meta[K.M_TAIL] and sorted(seen) == live_rows_on_list.tolist(), "LRU list is not the live rows"
     assert (links[:, live == 0] == -1).all(), "a free row is linked"
     # counters never go negative
     assert (meta[[K.M_STORED, K.M_REMOVED, K.M_IGNORED, K.M_EVICTED, K.M_CLEARED, K.M_LOOKUPS]] >= 0).all()

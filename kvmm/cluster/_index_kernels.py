@@ -34,16 +34,25 @@ def _key_of(flat, j):
 
 @njit(cache=True, nogil=True)
 def _find(keys, table, meta, k0, k1):
-    """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted."""
+    """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted (its hash
+    is then in ``table[1]``'s future slot: the caller writes it, see :func:`_insert`)."""
     mask = meta[M_MASK]
-    s = np.int64(slot_hash(k0, k1, meta[M_SEED]) & np.uint64(mask))
+    h = np.int64(slot_hash(k0, k1, meta[M_SEED]))
+    s = h & mask
     while True:
-        r = table[s]
+        r = table[0, s]
         if r == -1:
             return -s - 1
-        if keys[r, 0] == k0 and keys[r, 1] == k1:
+        if table[1, s] == h and keys[r, 0] == k0 and keys[r, 1] == k1:
             return s
         s = (s + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _insert(keys, table, meta, s, r):
+    """Put row ``r`` (its key already in ``keys``) into the empty slot ``s``."""
+    table[0, s] = r
+    table[1, s] = np.int64(slot_hash(keys[r, 0], keys[r, 1], meta[M_SEED]))
 
 
 @njit(cache=True, nogil=True)
@@ -55,14 +64,15 @@ def _delete_slot(keys, table, meta, s):
     j = s
     while True:
         j = (j + 1) & mask
-        r = table[j]
-        if r == -1:
+        if table[0, j] == -1:
             break
-        ideal = np.int64(slot_hash(keys[r, 0], keys[r, 1], meta[M_SEED]) & np.uint64(mask))
+        ideal = table[1, j] & mask
         if (j > hole and (ideal <= hole or ideal > j)) or (j < hole and (ideal <= hole and ideal > j)):
-            table[hole] = r
+            table[0, hole] = table[0, j]
+            table[1, hole] = table[1, j]
             hole = j
-    table[hole] = -1
+    table[0, hole] = -1
+    table[1, hole] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -105,7 +115,8 @@ def _drop_row(keys, holders, links, live, free_rows, table, meta, r):
     """Forget entry row ``r`` for every holder; the row goes back to the free stack."""
     s = _find(keys, table, meta, keys[r, 0], keys[r, 1])
     _delete_slot(keys, table, meta, s)
-    _unlink(links, meta, r)
+    if meta[M_MAX] >= 0:  # the LRU list is kept only under a budget
+        _unlink(links, meta, r)
     holders[r, :, :] = 0
     keys[r, 0] = 0
     keys[r, 1] = 0
@@ -140,7 +151,7 @@ def store_many(keys, holders, links, live, free_rows, table, meta, instances, me
             k0, k1 = _key_of(flat, j)
             s = _find(keys, table, meta, k0, k1)
             if s >= 0:
-                r = table[s]
+                r = table[0, s]
                 if bounded:
                     _touch(links, meta, r)
             else:
@@ -153,8 +164,9 @@ def store_many(keys, holders, links, live, free_rows, table, meta, instances, me
                 keys[r, 0] = k0
                 keys[r, 1] = k1
                 live[r] = 1
-                table[-s - 1] = r
-                _push_tail(links, meta, r)
+                _insert(keys, table, meta, -s - 1, r)
+                if bounded:
+                    _push_tail(links, meta, r)
                 meta[M_ENTRIES] += 1
             holders[r, m, w] |= bit
         meta[M_STORED] += offsets[g + 1] - offsets[g]
@@ -176,8 +188,8 @@ def remove_many(keys, holders, links, live, free_rows, table, meta, instances, m
         for j in range(offsets[g], offsets[g + 1]):
             k0, k1 = _key_of(flat, j)
             s = _find(keys, table, meta, k0, k1)
-            if s >= 0 and holders[table[s], m, w] & bit:
-                r = table[s]
+            if s >= 0 and holders[table[0, s], m, w] & bit:
+                r = table[0, s]
                 holders[r, m, w] &= ~bit
                 log[n_log, 0] = r
                 log[n_log, 1] = g
@@ -236,8 +248,9 @@ def prefix_hits_many(keys, holders, links, table, meta, offsets, flat, full, out
             if s < 0:
                 stop = j - a
                 break
-            r = table[s]
-            rows[j] = r
+            r = table[0, s]
+            if bounded:
+                rows[j] = r
             any_alive = np.uint64(0)
             for m in range(num_media):
                 for w in range(num_words):
@@ -269,7 +282,7 @@ def find_rows(keys, table, meta, flat, out):
     for j in range(flat.shape[0]):
         k0, k1 = _key_of(flat, j)
         s = _find(keys, table, meta, k0, k1)
-        out[j] = table[s] if s >= 0 else -1
+        out[j] = table[0, s] if s >= 0 else -1
 
 
 @njit(cache=True, nogil=True)
@@ -278,4 +291,4 @@ def rebuild_table(keys, live, table, meta):
     for r in range(live.shape[0]):
         if live[r]:
             s = _find(keys, table, meta, keys[r, 0], keys[r, 1])
-            table[-s - 1] = r
+            _insert(keys, table, meta, -s - 1, r)

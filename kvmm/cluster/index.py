@@ -34,10 +34,11 @@ class BlockIndex:
     * ``holders`` (capacity, num_media, words) uint64: a bitset over instances per medium,
       ``words = ceil(num_instances / 64)``, so any number of instances fits;
     * ``links`` (2, capacity) int64: PREV / NEXT of the LRU list (least recently used at the
-      head); every entry is on it, in use order only under a budget;
+      head), kept only under a budget (all -1 without one: nothing would read it);
     * ``live`` (capacity,) uint8; ``free_rows`` (capacity,) int64: a stack of unused rows;
-    * ``table`` (2 x capacity rounded up to a power of two,) int64: open addressing with
-      linear probing, slot -> row or -1, backward-shift deletion;
+    * ``table`` (2, 2 x capacity rounded up to a power of two) int64: open addressing with
+      linear probing, slot -> (row or -1, the key's 64-bit hash), backward-shift deletion; the
+      stored hash spares key reads on probes and rehashing on deletion;
     * ``meta`` int64: entry count, LRU head and tail, free count, table mask, budget, seed and
       the counters of :attr:`stats`.
 
@@ -132,8 +133,8 @@ class BlockIndex:
                 if int(bits[m, i >> 6]) >> (i & 63) & 1]
 
     def lru_order(self) -> list:
-        """Entry keys, least recently used first (the budget's eviction order; without a budget
-        the order of first store).  Runtime complexity: O(entries)."""
+        """Entry keys, least recently used first: the budget's eviction order (empty without a
+        budget: no order is kept).  Runtime complexity: O(entries)."""
         out, r = [], int(self.meta[K.M_HEAD])
         while r != -1:
             out.append(self._key_value(r))
@@ -234,7 +235,8 @@ class BlockIndex:
         links = np.full((2, capacity), -1, dtype=np.int64)
         live = np.zeros(capacity, dtype=np.uint8)
         size = 1 << max(2 * capacity - 1, 1).bit_length()
-        table = np.full(size, -1, dtype=np.int64)
+        table = np.zeros((2, size), dtype=np.int64)
+        table[0] = -1
         start = 0 if old is None else old.shape[0]
         if old is not None:  # rows keep their numbers, so the LRU links stay valid
             keys[:start], holders[:start], links[:, :start], live[:start] = self.keys, self.holder_bits, self.links, old
@@ -248,6 +250,7 @@ class BlockIndex:
         self.free_rows = free_rows
         self.meta[K.M_FREE] = num_free + capacity - start
         self.meta[K.M_MASK] = size - 1
+        table[1] = 0
         K.rebuild_table(self.keys, self.live, self.table, self.meta)
 
     def _reserve(self, new_keys: int) -> None:
