@@ -10,6 +10,8 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
   logical views, dead tokens, two-phase repacking);
 * :class:`~kvmm.testing.models.ledger.LedgerModel`: ``CommitmentLedger`` (docs/tempokv.md:
   claims, triggers, grants, estimators, leases; raises the documented KvmmErrors);
+* :class:`~kvmm.testing.models.block_index.NaiveBlockIndex`: ``kvmm.cluster.BlockIndex``
+  (docs/cluster_index.md: holders per key, consecutive prefix runs, LRU entry budget);
 * :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code.
 """
 
@@ -21,6 +23,7 @@ _LAZY = {
     "NaiveBlockAllocator": "kvmm.testing.models.block_allocator",
     "NaiveTokenTable": "kvmm.testing.models.token_table",
     "LedgerModel": "kvmm.testing.models.ledger",
+    "NaiveBlockIndex": "kvmm.testing.models.block_index",
 }
 __all__ = [*_LAZY, "siphash"]
 
