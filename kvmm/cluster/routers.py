@@ -237,7 +237,8 @@ class WeightedRouter:
     """llm-d's scheduler: the argmax of a weighted sum of normalised scores (ties: lowest index).
 
     ``weights`` maps score names to non-negative weights (default ``{"prefix": 2.0, "load":
-    1.0, "kv": 1.0}``, the llm-d guides' profile); each score is in [0, 1], higher is better:
+    1.0, "kv": 1.0}``, a published llm-d scheduling profile); each score is in [0, 1], higher is
+    better:
 
     * ``prefix``: matched blocks / request blocks (0 for a request without blocks), the
       longest prefix over any medium from ``view.index.prefix_hits``; without an index, from
