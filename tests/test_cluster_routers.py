@@ -317,3 +317,17 @@ def test_the_docs_table_names_every_router_with_its_defaults():
         assert default in PAGE
     r = ApproxPrefixRouter(2)
     assert (r.cache_threshold, r.balance_abs_threshold, r.balance_rel_threshold) == (0.3, 64, 1.5)
+
+
+def test_kvmm_cluster_exports_load_lazily_without_numba():
+    import importlib
+    import subprocess
+    import sys
+
+    pkg = importlib.import_module("kvmm.cluster")
+    for name in ("RouteRequest", "ClusterView", "make_router", "ROUTERS", "checked_route", "ApproxPrefixRouter"):
+        assert name in pkg.__all__ and getattr(pkg, name) is getattr(importlib.import_module(pkg._LAZY[name]), name)
+    code = "import sys, kvmm.cluster; kvmm.cluster.make_router; print('numba' in sys.modules, 'hypothesis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.split() == ["False", "False"]

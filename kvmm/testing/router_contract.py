@@ -103,7 +103,7 @@ class RouterContract:
     #: give the views a block index (precise-prefix needs one; set False to test without).
     uses_index: bool = True
     #: Hypothesis settings of the generated sequences.
-    contract_settings = settings(max_examples=40, deadline=None)
+    contract_settings = settings(max_examples=25, deadline=None)
 
     def make_router(self, num_instances: int) -> Any:
         """A fresh router for ``num_instances`` instances (override)."""

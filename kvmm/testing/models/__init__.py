@@ -10,7 +10,9 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
   logical views, dead tokens, two-phase repacking);
 * :class:`~kvmm.testing.models.ledger.LedgerModel`: ``CommitmentLedger`` (docs/tempokv.md:
   claims, triggers, grants, estimators, leases; raises the documented KvmmErrors);
-* :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code.
+* :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code;
+* :mod:`~kvmm.testing.models.routers`: the approx-prefix, precise-prefix and weighted routers
+  (docs/cluster_routers.md: SGLang cache-aware thresholds, llm-d scorers).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ _LAZY = {
     "NaiveBlockAllocator": "kvmm.testing.models.block_allocator",
     "NaiveTokenTable": "kvmm.testing.models.token_table",
     "LedgerModel": "kvmm.testing.models.ledger",
+    "ApproxPrefixModel": "kvmm.testing.models.routers",
+    "PrecisePrefixModel": "kvmm.testing.models.routers",
+    "WeightedModel": "kvmm.testing.models.routers",
 }
 __all__ = [*_LAZY, "siphash"]
 
