@@ -20,6 +20,7 @@ __all__ = [
     "TokenScorer",
     "AdmissionPolicy",
     "StagingPolicy",
+    "Router",
 ]
 
 
@@ -138,3 +139,30 @@ class StagingPolicy(Protocol):
     def on_claim(self, claim_id: int, now: float) -> None: ...
 
     def due(self, now: float) -> Sequence[int]: ...
+
+
+@runtime_checkable
+class Router(Protocol):
+    """Picks the instance of a cluster that serves a request.
+
+    ``route(request, view)`` returns an instance index in ``[0, view.num_instances)``.  It is
+    called once per request, in arrival order, so it must be cheap and deterministic (the same
+    sequence of requests and views gives the same choices); it may keep state of its own (a
+    round-robin cursor, a memory of where prefixes were sent) but must not change the view.
+
+    * ``request`` (:class:`~kvmm.cluster.RouteRequest`): ``index`` (request number in the
+      trace), ``arrival_s``, ``block_ids`` (int64 trace block ids in prefix order),
+      ``input_length``, ``output_length``, ``session`` (conversation id, ``-1`` when the
+      trace has none).
+    * ``view`` (:class:`~kvmm.cluster.ClusterView`): what a router may read, owned by the
+      simulator and updated in place between calls: ``num_instances``, ``queue_lengths``
+      (int64, waiting requests per instance), ``running`` (int64, running requests),
+      ``kv_utilisation`` (float64 in [0, 1], GPU pool blocks in use / pool blocks), ``index``
+      (a :class:`~kvmm.cluster.BlockIndex` or ``None``: ``index.prefix_hits(block_ids)`` gives
+      the longest held prefix per instance and medium) and ``now`` (seconds).
+
+    The simulator calls it through :func:`kvmm.cluster.routers.checked_route`, which turns an
+    out-of-range or non-integer answer into a :class:`~kvmm.errors.KvmmError`.
+    """
+
+    def route(self, request: Any, view: Any) -> int: ...

@@ -1,5 +1,6 @@
-"""kvmm.cluster: many instances over shared KV tiers: the global block index (and, later, routers
-and the cost account; see DESIGN.md).
+"""kvmm.cluster: many serving instances over shared KV tiers: the global block index, the
+routers that pick an instance per request and what they read (a :class:`ClusterView`),
+the fabric presets, the cost account, and the cluster configuration of the simulator.
 
 Imports are lazy, so ``import kvmm.cluster`` compiles nothing; the first use of a name loads
 its module.
@@ -13,6 +14,17 @@ _LAZY = {
     "BlockIndex": "kvmm.cluster.index",
     "apply_vllm_batch": "kvmm.cluster.events",
     "decode_vllm_batch": "kvmm.cluster.events",
+    "RouteRequest": "kvmm.cluster.view",
+    "ClusterView": "kvmm.cluster.view",
+    "make_router": "kvmm.cluster.routers",
+    "checked_route": "kvmm.cluster.routers",
+    "ROUTERS": "kvmm.cluster.routers",
+    "RoundRobinRouter": "kvmm.cluster.routers",
+    "LeastLoadedRouter": "kvmm.cluster.routers",
+    "SessionRouter": "kvmm.cluster.routers",
+    "ApproxPrefixRouter": "kvmm.cluster.routers",
+    "PrecisePrefixRouter": "kvmm.cluster.routers",
+    "WeightedRouter": "kvmm.cluster.routers",
 }
 
 __all__ = sorted(_LAZY)

@@ -13,7 +13,7 @@ Everything kvmm uses to test itself, installed with the package (see docs/testin
 
   :class:`EvictionPolicyContract` (alone and paired with every kvmm tier through
   ``ManagedTier``), :class:`TierBackendContract`, :class:`TokenScorerContract`,
-  :class:`AdmissionPolicyContract`, :class:`StagingPolicyContract`.
+  :class:`AdmissionPolicyContract`, :class:`StagingPolicyContract`, :class:`RouterContract`.
 * **Hypothesis strategies**: :mod:`kvmm.testing.strategies`.
 * **Stateful machines** (``RuleBasedStateMachine``) against documented models, subclassable to
   add rules: :class:`BlockAllocatorMachine`, :class:`TokenTableMachine`,
@@ -42,6 +42,7 @@ _EXPORTS = {
     "TokenScorerContract": "scorer_contract",
     "AdmissionPolicyContract": "admission_contract",
     "StagingPolicyContract": "staging_contract",
+    "RouterContract": "router_contract",
     "BlockAllocatorMachine": "allocator_machine",
     "TokenTableMachine": "token_table_machine",
     "CommitmentLedgerMachine": "ledger_machine",
@@ -49,7 +50,7 @@ _EXPORTS = {
     "replay_policy": "benchmarks",
 }
 _SUBMODULES = {"strategies", "plugin", "benchmarks", "models", "tiers", "eviction_contract", "tier_contract",
-               "scorer_contract", "admission_contract", "staging_contract", "allocator_machine",
+               "scorer_contract", "admission_contract", "staging_contract", "router_contract", "allocator_machine",
                "token_table_machine", "ledger_machine"}
 
 __all__ = sorted(_EXPORTS)

@@ -12,7 +12,9 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
   claims, triggers, grants, estimators, leases; raises the documented KvmmErrors);
 * :class:`~kvmm.testing.models.block_index.NaiveBlockIndex`: ``kvmm.cluster.BlockIndex``
   (docs/cluster_index.md: holders per key, consecutive prefix runs, LRU entry budget);
-* :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code.
+* :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code;
+* :mod:`~kvmm.testing.models.routers`: the approx-prefix, precise-prefix and weighted routers
+  (docs/cluster_routers.md: SGLang cache-aware thresholds, llm-d scorers).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ _LAZY = {
     "NaiveTokenTable": "kvmm.testing.models.token_table",
     "LedgerModel": "kvmm.testing.models.ledger",
     "NaiveBlockIndex": "kvmm.testing.models.block_index",
+    "ApproxPrefixModel": "kvmm.testing.models.routers",
+    "PrecisePrefixModel": "kvmm.testing.models.routers",
+    "WeightedModel": "kvmm.testing.models.routers",
 }
 __all__ = [*_LAZY, "siphash"]
 
