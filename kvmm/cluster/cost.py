@@ -270,11 +270,12 @@ def _tier_pairs(tiers) -> list[tuple[TierSpec, int]]:
 
 
 def _gpu_price(prices: Prices, default: float | None) -> float:
+    """The override, else the caller's default (validated even when overridden), else the H200's."""
+    if default is not None:
+        default = as_positive_float(default, "gpu_usd_per_hour", allow_zero=True)
     if prices.gpu_usd_per_hour is not None:
         return prices.gpu_usd_per_hour
-    if default is not None:
-        return as_positive_float(default, "gpu_usd_per_hour", allow_zero=True)
-    return H200_USD_PER_GPU_HOUR
+    return H200_USD_PER_GPU_HOUR if default is None else default
 
 
 def _phase_seconds(prefill, decode) -> tuple[float, float] | None:
