@@ -26,29 +26,14 @@ TB = 10**12
 GIB = 2**30
 HOURS_PER_MONTH = 730  # the month AWS and Nebius price storage by
 
-#: Host DRAM, USD per GiB-hour: the price difference of two AWS EC2 on-demand instances that differ
-#: only in memory (us-east-1, Linux): r7i.xlarge (4 vCPU, 32 GiB) $0.2646/h minus m7i.xlarge
-#: (4 vCPU, 16 GiB) $0.2016/h = $0.063 for 16 GiB.  Cross-check: Nebius AI Cloud billed RAM in
-#: H200 VMs at $0.0032 per GiB-hour before Oct 2025 (docs.nebius.com, billing changes Oct 2025).
-DRAM_USD_PER_GIB_HOUR = (0.2646 - 0.2016) / 16
-#: NVMe flash, USD per GiB-hour: AWS EBS gp3 SSD at $0.08 per GiB-month (us-east-1), over a
-#: 730-hour month.  Local NVMe has no list price of its own (it comes bundled with an instance).
-NVME_USD_PER_GIB_HOUR = 0.08 / HOURS_PER_MONTH
-#: A parallel file system, USD per GiB-hour: Amazon FSx for Lustre, persistent SSD at
-#: 125 MB/s/TiB, $0.145 per GB-month (us-east-1; capacity is provisioned in GiB), over 730 hours.
-DFS_USD_PER_GIB_HOUR = 0.145 / HOURS_PER_MONTH
-
-
-def _amortised_usd_per_gib_hour(capex_usd: float, years: float, capacity_bytes: int) -> float:
-    """Capital cost spread evenly over ``years`` of 8766 hours and over the capacity in GiB."""
-    return capex_usd / (years * 8766) / (capacity_bytes / GIB)
-
 
 @dataclass(frozen=True)
 class TierSpec:
     """Capacity and timing of one memory tier.
 
     ``transfer_seconds(n) = latency_s + n / bandwidth`` (read or write bandwidth).
+    ``usd_per_gib_hour`` and ``usd_per_hour`` price it for :func:`kvmm.cluster.cost.cost_account`
+    (finite, >= 0; they never change a simulation); ``price_source`` cites them.
     """
 
     name: str
@@ -82,6 +67,24 @@ class TierSpec:
 
     def with_capacity(self, capacity_bytes: int) -> "TierSpec":
         return replace(self, capacity_bytes=int(capacity_bytes))
+
+
+#: Host DRAM, USD per GiB-hour: the price difference of two AWS EC2 on-demand instances that differ
+#: only in memory (us-east-1, Linux): r7i.xlarge (4 vCPU, 32 GiB) $0.2646/h minus m7i.xlarge
+#: (4 vCPU, 16 GiB) $0.2016/h = $0.063 for 16 GiB.  Cross-check: Nebius AI Cloud billed RAM in
+#: H200 VMs at $0.0032 per GiB-hour before Oct 2025 (docs.nebius.com, billing changes Oct 2025).
+DRAM_USD_PER_GIB_HOUR = (0.2646 - 0.2016) / 16
+#: NVMe flash, USD per GiB-hour: AWS EBS gp3 SSD at $0.08 per GiB-month (us-east-1), over a
+#: 730-hour month.  Local NVMe has no list price of its own (it comes bundled with an instance).
+NVME_USD_PER_GIB_HOUR = 0.08 / HOURS_PER_MONTH
+#: A parallel file system, USD per GiB-hour: Amazon FSx for Lustre, persistent SSD at
+#: 125 MB/s/TiB, $0.145 per GB-month (us-east-1; capacity is provisioned in GiB), over 730 hours.
+DFS_USD_PER_GIB_HOUR = 0.145 / HOURS_PER_MONTH
+
+
+def _amortised_usd_per_gib_hour(capex_usd: float, years: float, capacity_bytes: int) -> float:
+    """Capital cost spread evenly over ``years`` of 8766 hours and over the capacity in GiB."""
+    return capex_usd / (years * 8766) / (capacity_bytes / GIB)
 
 
 _DRAM_PRICE = dict(usd_per_gib_hour=DRAM_USD_PER_GIB_HOUR,
