@@ -25,6 +25,15 @@ _LAZY = {
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
+    "Prices": "kvmm.cluster.cost",
+    "parse_prices": "kvmm.cluster.cost",
+    "cost_account": "kvmm.cluster.cost",
+    "CostAccount": "kvmm.cluster.cost",
+    "FabricSpec": "kvmm.cluster.fabric",
+    "FABRIC_PRESETS": "kvmm.cluster.fabric",
+    "fabric_preset": "kvmm.cluster.fabric",
+    "ClusterConfig": "kvmm.cluster.config",
+    "simulate_cluster": "kvmm.cluster.sim",
 }
 
 __all__ = sorted(_LAZY)

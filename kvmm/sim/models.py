@@ -12,7 +12,13 @@ from dataclasses import dataclass, replace
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
 
-__all__ = ["ModelSpec", "MODELS", "model"]
+__all__ = ["ModelSpec", "MODELS", "model", "H200_USD_PER_GPU_HOUR"]
+
+#: One NVIDIA H200, on-demand, USD per GPU-hour: Nebius AI Cloud's list price for a VM with one
+#: H200, 16 vCPUs and 200 GiB RAM (docs.nebius.com, "Billing changes in October 2025": $3.50 per
+#: hour, GPU, vCPU and RAM billed together).  Other public on-demand quotes in 2025-2026 range
+#: from about $2 to $5.4 per H200-hour; override it per model or in the cost account's Prices.
+H200_USD_PER_GPU_HOUR = 3.50
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,9 @@ class ModelSpec:
       ``(1 + decode_batch_cost * (b - 1)) / decode_tokens_per_s`` (each sequence gains a token);
     * at most ``max_batch`` sequences run, and one step prefills at most ``max_prefill_tokens``
       (a single longer prompt still runs alone).
+
+    ``gpu_usd_per_hour`` prices the GPU one instance runs on (the cost account's GPU term; it does
+    not affect the simulation).
     """
 
     name: str
@@ -35,6 +44,7 @@ class ModelSpec:
     max_prefill_tokens: int
     source: str = ""
     layers: int = 32  # transformer layers (layer-wise KV transfer in PD disaggregation)
+    gpu_usd_per_hour: float = H200_USD_PER_GPU_HOUR
 
     def __post_init__(self) -> None:
         as_positive_float(self.prefill_tokens_per_s, "prefill_tokens_per_s")
@@ -44,6 +54,7 @@ class ModelSpec:
         as_count(self.max_batch, "max_batch", minimum=1)
         as_count(self.max_prefill_tokens, "max_prefill_tokens", minimum=1)
         as_count(self.layers, "layers", minimum=1)
+        object.__setattr__(self, "gpu_usd_per_hour", as_positive_float(self.gpu_usd_per_hour, "gpu_usd_per_hour", allow_zero=True))
 
     def decode_step_seconds(self, batch: int) -> float:
         return (1.0 + self.decode_batch_cost * (batch - 1)) / self.decode_tokens_per_s
