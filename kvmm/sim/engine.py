@@ -159,6 +159,8 @@ class Engine:
         self.ungranted = 0
         self.next_poll = 0.0
         self.steps = 0
+        self.prefill_busy_s = 0.0  # GPU-busy seconds of prefill steps (staged reads included)
+        self.decode_busy_s = 0.0  # ... and of decode (the cost account splits the bill by them)
         self.next_arrival = 0
         self.max_running = 0
 
@@ -218,8 +220,11 @@ class Engine:
             elif load_bytes:
                 load_s = load_bytes / self.cfg.fast_tier.read_bandwidth + self.cfg.fast_tier.latency_s
             dt = load_s + prefill / m.prefill_tokens_per_s
+            self.prefill_busy_s += dt
             if running:
-                dt += m.decode_step_seconds(len(running))
+                decode_s = m.decode_step_seconds(len(running))
+                dt += decode_s
+                self.decode_busy_s += decode_s
             self.step_end = now + dt
             self.batch_in_flight = len(running) + len(admitted)
             if waiting and self.ungranted + len(self.claim_owner):
@@ -289,6 +294,7 @@ class Engine:
     def _decode_stretch(self, running: list[int], waiting: list[int], run: np.ndarray, k: int, step_s: float,
                         now: float, done: int) -> tuple[float, int]:
         self.step_end = now + k * step_s
+        self.decode_busy_s += k * step_s
         self.batch_in_flight = len(running)
         self._events_until(now + k * step_s, waiting)
         now += k * step_s

@@ -77,6 +77,15 @@ class SimResult:
     queue_imbalance: float = 1.0  # cluster: max / mean queue length, averaged over routing decisions
     index_entries: int = 0  # cluster: block keys in the global index at the end
     fabric_bytes: int = 0  # cluster: bytes read from shared tiers over the fabric
+    # the cost account (kvmm.cluster.cost; prices: SimConfig.prices or the documented defaults)
+    gpu_hours: float = 0.0
+    tier_gib_hours: tuple = ()  # capacity account: per priced tier (cost.tier_names), GiB x hours provisioned
+    total_usd: float = 0.0
+    usd_per_million_input_tokens: float = 0.0
+    usd_per_million_output_tokens: float = 0.0
+    tokens_per_s_per_usd: float = 0.0  # tokens/s per USD/h of spend
+    cost: Any = None  # the whole kvmm.cluster.CostAccount
+    busy_seconds: Any = None  # (prefill, decode) GPU-busy seconds summed over instances (None: not tracked)
     # the run's own policy objects (SimConfig deep-copies the ones it is given, so a run never
     # changes them): {"router": ..., "eviction": per instance, per lower level}; not a metric,
     # left out of as_dict and of comparisons
@@ -109,11 +118,11 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     if config.pd is not None:
         from kvmm.sim.pd import simulate_pd
 
-        return simulate_pd(config, m, trace, arrival, progress)
+        return priced(config, m, trace, simulate_pd(config, m, trace, arrival, progress))
     if config.cluster is not None:
         from kvmm.cluster.sim import simulate_cluster
 
-        return simulate_cluster(config, m, trace, arrival, factory, progress, engine_hook)
+        return priced(config, m, trace, simulate_cluster(config, m, trace, arrival, factory, progress, engine_hook))
     engines, end = [], 0.0
     for i in range(config.instances):  # requests dealt round-robin, one engine each
         if config.instances == 1:
@@ -126,7 +135,49 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
         if engine_hook is not None:
             engine_hook(eng)
         engines.append(eng)
-    return collect(config, m, engines, trace, arrival, end)
+    return priced(config, m, trace, collect(config, m, engines, trace, arrival, end))
+
+
+def priced(cfg: SimConfig, m: Any, trace: MooncakeTrace, result: SimResult) -> SimResult:
+    """``result`` with its cost account (:func:`kvmm.cluster.cost.cost_account`): every GPU for
+    the run's duration; each instance's protected staging tier and private lower tiers, and each
+    shared tier once, priced as provisioned (their full capacity, for the whole run); the bill
+    split between input and output tokens by the GPU-busy time of prefill and decode."""
+    from dataclasses import replace
+
+    from kvmm.cluster.cost import cost_account
+
+    gpus = cfg.pd.instances if cfg.pd is not None else result.instances
+    shared = cfg.cluster.shared_tiers if cfg.cluster is not None else ()
+    tiers = [(cfg.fast_tier, gpus)] + [(lv.spec, gpus) for lv in cfg.tiers] + [(lv.spec, 1) for lv in shared]
+    tiers = _distinct_names(tiers, cfg.prices)
+    busy = result.busy_seconds if result.busy_seconds is not None else (None, None)
+    account = cost_account(duration_s=result.duration_s, gpus=gpus, tiers=tiers,
+                           input_tokens=int(np.maximum(trace.input_length, 1).sum()),
+                           output_tokens=int(np.maximum(trace.output_length, 1).sum()),
+                           protected_byte_seconds=result.protected_byte_seconds, prices=cfg.prices,
+                           gpu_usd_per_hour=m.gpu_usd_per_hour, prefill_gpu_seconds=busy[0], decode_gpu_seconds=busy[1])
+    return replace(result, gpu_hours=account.gpu_hours, tier_gib_hours=account.tier_gib_hours,
+                   total_usd=account.total_usd, usd_per_million_input_tokens=account.usd_per_million_input_tokens,
+                   usd_per_million_output_tokens=account.usd_per_million_output_tokens,
+                   tokens_per_s_per_usd=account.tokens_per_s_per_usd, cost=account)
+
+
+def _distinct_names(tiers: list, prices: Any) -> list:
+    """Tiers of one name priced apart (a private and a shared "dram"): later ones get ``#2``, ...
+    with the price the name would have had (an override in ``prices`` included)."""
+    from dataclasses import replace
+
+    seen: dict[str, int] = {}
+    out = []
+    for spec, count in tiers:
+        k = seen[spec.name] = seen.get(spec.name, 0) + 1
+        if k > 1:
+            per_gib = prices.tier_usd_per_gib_hour.get(spec.name, spec.usd_per_gib_hour) if prices else spec.usd_per_gib_hour
+            per_hour = prices.tier_usd_per_hour.get(spec.name, spec.usd_per_hour) if prices else spec.usd_per_hour
+            spec = replace(spec, name=f"{spec.name}#{k}", usd_per_gib_hour=per_gib, usd_per_hour=per_hour)
+        out.append((spec, count))
+    return out
 
 
 def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.ndarray, end: float) -> SimResult:
@@ -176,7 +227,8 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines),
         max_running=max(e.max_running for e in engines),
         tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None),
-        policies={"eviction": tuple(tuple(t.policy for t in e.hier.tiers) for e in engines)})
+        policies={"eviction": tuple(tuple(t.policy for t in e.hier.tiers) for e in engines)},
+        busy_seconds=(sum(e.prefill_busy_s for e in engines), sum(e.decode_busy_s for e in engines)))
 
 
 def latency_metrics(cfg: SimConfig, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, out_len: np.ndarray,
