@@ -58,11 +58,12 @@ class ClusterConfig:
         params = dict(self.router_params) if not isinstance(self.router_params, dict) else self.router_params
         object.__setattr__(self, "router_params", tuple(sorted(params.items())))
         if isinstance(self.router, str):
-            from kvmm.cluster.routers import ROUTERS
+            from kvmm.cluster.routers import ROUTERS, make_router
 
             if self.router not in ROUTERS:
                 raise BadInputError(f"unknown router {self.router!r}; expected one of {sorted(ROUTERS)} or an object "
                                     "with route(request, view)")
+            make_router(self.router, self.instances, **params)  # its options are checked now, not mid-run
         elif not callable(getattr(self.router, "route", None)):
             raise BadInputError(f"router {type(self.router).__name__} has no route(request, view); expected a name "
                                 "or an object of the Router Protocol")

@@ -54,7 +54,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="protected staging tier (default cxl:100GiB)")
     parser.add_argument("--gpu-kv", default="96GiB", metavar="SIZE", help="GPU memory for the KV pool (default 96GiB)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
-    parser.add_argument("--instances", type=int, default=1, help="colocated instances, requests dealt round-robin (default 1)")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="colocated instances (default 1); without --router or --shared-tier requests are dealt "
+                             "round-robin in advance, with either they are routed as they arrive (a cluster)")
+    parser.add_argument("--router", default=None, metavar="NAME[:k=v,...]",
+                        help="cluster routing: round-robin, least-loaded, session, approx-prefix, precise-prefix, "
+                             "weighted, with options, e.g. precise-prefix:load_weight=0.5")
+    parser.add_argument("--shared-tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
+                        help="a tier every instance shares, after the private --tier levels (repeatable; same "
+                             "spelling as --tier)")
+    parser.add_argument("--fabric", default="rdma400",
+                        help="the link from each instance to the shared tiers (kvmm.cluster.FABRIC_PRESETS) or none")
+    parser.add_argument("--fill", default="write-through", choices=("write-through", "write-back"),
+                        help="how every --tier / --shared-tier level is filled: at prefill (write-through) or by "
+                             "demotion of blocks evicted from the level above (write-back)")
+    parser.add_argument("--exclusive", action="store_true", help="with --fill write-back: a block read into the GPU leaves "
+                                                                 "the level (exclusive levels)")
+    parser.add_argument("--index-max-entries", type=int, default=None, metavar="N",
+                        help="entry budget of the cluster's global block index (default unbounded)")
+    parser.add_argument("--price", default=None, metavar="NAME=AMOUNT/UNIT,...",
+                        help="prices of the cost account, e.g. gpu=3.5/h,dram=0.004/GiBh,layer3.5=12/h "
+                             "(units h, GiBh, GiBmo; docs/cost.md)")
     parser.add_argument("--pd", default=None, metavar="PxD:LINK[:serial]",
                         help="prefill/decode disaggregation, e.g. 2x4:rdma400 (links: nvlink, supernode, rdma200, "
                              "rdma400, cross-dc; ':serial' turns layer-wise overlap off)")
@@ -115,6 +135,57 @@ def parse_pd(text: str):
     return PDConfig(int(m.group(1)), int(m.group(2)), m.group(3), layerwise_overlap=m.group(4) is None)
 
 
+def with_fill(level, args: argparse.Namespace, flag: str):
+    """``level`` filled as ``--fill`` / ``--exclusive`` say."""
+    from dataclasses import replace
+
+    if args.exclusive and args.fill != "write-back":
+        raise BadInputError("--exclusive needs --fill write-back (a write-through level holds every prefilled block)")
+    if args.fill == "write-through":
+        return level
+    return replace(level, fill="write-back", inclusive=not args.exclusive, capacity_bytes=None)
+
+
+def parse_router(text: str):
+    """``NAME[:k=v,...]`` -> (name, params); values are numbers where they parse as numbers."""
+    name, _, rest = text.partition(":")
+    params = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise BadInputError(f"--router {text!r}: bad option {part!r}; expected NAME[:key=value,...]")
+        try:
+            params[key] = int(value) if re.fullmatch(r"-?\d+", value) else float(value)
+        except ValueError:
+            params[key] = value
+    return name, params
+
+
+def parse_cluster(args: argparse.Namespace):
+    """A ClusterConfig when --router or --shared-tier asks for routed instances, else None."""
+    if args.router is None and not args.shared_tier:
+        if args.index_max_entries is not None:
+            raise BadInputError("--index-max-entries needs a cluster (--router or --shared-tier)")
+        return None
+    if args.pd:
+        raise BadInputError("--pd with --router / --shared-tier is not modelled yet; give one or the other")
+    from kvmm.cluster.config import ClusterConfig
+
+    name, params = parse_router(args.router or "round-robin")
+    shared = tuple(with_fill(parse_tier(t), args, "--shared-tier") for t in (args.shared_tier or ()))
+    fabric = None if args.fabric.lower() == "none" else args.fabric
+    if fabric is not None:
+        from kvmm.cluster.fabric import FABRIC_PRESETS
+
+        if fabric not in FABRIC_PRESETS:
+            raise BadInputError(f"--fabric {args.fabric!r}: expected one of {sorted(FABRIC_PRESETS)} or none")
+    try:
+        return ClusterConfig(instances=args.instances, router=name, router_params=params, shared_tiers=shared,
+                             fabric=fabric, index_max_entries=args.index_max_entries)
+    except (BadInputError, TypeError) as exc:
+        raise BadInputError(f"--router {args.router!r}: {exc}") from None
+
+
 def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
     from kvmm.sim.config import SimConfig
@@ -138,6 +209,17 @@ def build_configs(args: argparse.Namespace) -> list:
         raise BadInputError(f"--fast-tier {args.fast_tier!r}: expected PRESET[:SIZE] with a preset in {sorted(PRESETS)}")
     fast_spec = preset(fast[0], parse_size(fast[1], f"--fast-tier {args.fast_tier!r}") if len(fast) > 1 else None)
     tiers = tuple(parse_tier(t) for t in (args.tier or ["nvme"]))
+    tiers = tuple(with_fill(lv, args, "--tier") for lv in tiers)
+    cluster = parse_cluster(args)
+    instances = 1 if cluster is not None else args.instances
+    prices = None
+    if args.price is not None:
+        from kvmm.cluster.cost import parse_prices
+
+        try:
+            prices = parse_prices(args.price)
+        except BadInputError as exc:
+            raise BadInputError(f"--price {args.price!r}: {exc}") from None
     pd = parse_pd(args.pd) if args.pd else None
     if pd is not None:
         staging = ("timely",)  # PD runs model no lower tier and no staging: one run
@@ -145,7 +227,8 @@ def build_configs(args: argparse.Namespace) -> list:
     if args.workload_ratio is not None:
         workload = Workload(num_requests=args.requests, prefix_ratio=args.workload_ratio, seed=args.seed)
     return [SimConfig(workload=workload, max_requests=args.requests, load=load,
-                      time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=args.instances,
+                      time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=instances,
+                      cluster=cluster, prices=prices,
                       gpu_kv_bytes=parse_size(args.gpu_kv, "--gpu-kv"), gpu_prefix_cache=not args.no_gpu_prefix_cache,
                       tiers=tiers, fast_tier=fast_spec, policy=p, high_priority_share=args.high_priority_share,
                       recompute_fallback=args.recompute, pd=pd, token_budget=args.token_budget, scorer=args.scorer,
@@ -188,4 +271,20 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(["staging", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "protected GiB*s / req",
                         "peak protected GiB", "ready in time", "GPU hit share", "lower-tier hit share",
                         "tier block hits / offered"], rows))
+    if results[0].instances > 1 and configs[0].cluster is not None:
+        print(format_table(["staging", "instances", "router", "requests per instance (min / max)", "load imbalance",
+                            "queue imbalance", "fabric GiB", "index entries"],
+                           [(r.policy, r.instances, _router_name(c), f"{min(r.requests_per_instance)} / "
+                             f"{max(r.requests_per_instance)}", f"{r.load_imbalance:.2f}", f"{r.queue_imbalance:.2f}",
+                             f"{r.fabric_bytes / GiB:.1f}", r.index_entries) for r, c in zip(results, configs)]))
+    print(format_table(["staging", "GPU-hours", "GiB-hours per tier", "total USD", "USD / M input tok",
+                        "USD / M output tok", "tok/s per USD/h"],
+                       [(r.policy, f"{r.gpu_hours:.3f}", ", ".join(f"{n} {g:.1f}" for n, g in zip(r.cost.tier_names, r.tier_gib_hours)),
+                         f"{r.total_usd:.3f}", f"{r.usd_per_million_input_tokens:.4f}",
+                         f"{r.usd_per_million_output_tokens:.4f}", f"{r.tokens_per_s_per_usd:.1f}") for r in results]))
     return 0
+
+
+def _router_name(config) -> str:
+    router = config.cluster.router
+    return router if isinstance(router, str) else type(router).__name__
