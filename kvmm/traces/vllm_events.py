@@ -32,6 +32,18 @@ The prefix blocks were cache hits (vLLM emits no event for a hit), the event's o
 stored; ``columns["new_blocks"]`` counts the latter.  ``timestamp_ms`` is the batch's ``ts``;
 ``input_length`` is blocks x ``block_size``; ``output_length`` is 0 (events carry no request
 ids or output lengths, so a decode step that fills a block is a request of its own).
+The prefix is followed through the blocks as they were when stored: a stored block's parent is
+the *latest* stored occurrence of its ``parent_block_hash`` at that moment (a parent hash never
+stored in the stream is a one-block prefix of its own), and storing a hash again later does not
+rewrite the prefixes of blocks stored before.  For vLLM's chained hashes (a hash always has the
+same parent) this is simply the chain; for other input it cannot loop.
+
+Representation: requests share their prefixes.  The trace is a
+:class:`~kvmm.traces.shared_prefix.SharedPrefixTrace` holding one parent pointer per stored
+block, so reading is linear in the events and blocks of the file (a chain of 20,000 one-block
+events, whose requests list 2 * 10^8 block references, loads in well under a second and a few
+MB); the flat ``block_ids`` array is built on first read, so every consumer of
+:class:`~kvmm.traces.KVTrace` works unchanged and pays for the references it reads.
 ``BlockRemoved`` / ``AllBlocksCleared`` events create no requests; streaming readers count
 them in ``stats``.  Events of an unknown type are ignored and counted in
 ``stats["unknown_events"]``.  ``medium`` / ``group_idx`` keep only the events of one tier or
@@ -54,7 +66,8 @@ import numpy as np
 
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError, TraceFormatError
-from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
+from kvmm.traces.shared_prefix import SharedPrefixTrace
+from kvmm.traces.trace import (KVTrace, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
                                write_json_lines)
 
 __all__ = ["load_vllm_kv_events", "iter_vllm_kv_events", "iter_vllm_requests", "write_vllm_kv_events", "vllm_events_encoding"]
@@ -75,18 +88,31 @@ def load_vllm_kv_events(path: Any, *, encoding: str | None = None, ancestors: bo
 
     ``encoding``: ``"msgpack"`` or ``"jsonl"`` (default: detected from the first byte).
     ``stats``: filled with ``stored_events``, ``removed_blocks``, ``cleared``,
-    ``unknown_events`` and ``bad_lines``.  Runtime complexity: O(events + blocks).
+    ``unknown_events`` and ``bad_lines``.  Returns a :class:`~kvmm.traces.shared_prefix.SharedPrefixTrace`:
+    requests share their prefix chains (one parent pointer per stored block), so loading is
+    O(events + stored blocks) in time and memory even when the requests' prefixes, listed out,
+    are quadratic (a chain of n one-block events has n (n + 1) / 2 block references); the flat
+    ``block_ids`` is built on first read.
     """
     path = as_trace_file(path, "vLLM KV-event")
     stats = {} if stats is None else stats
-    builder = TraceBuilder({"new_blocks": np.int64, "data_parallel_rank": np.int64})
-    block_tokens = None
-    for ts_ms, dp, ids, new, block_size in iter_vllm_requests(path, encoding=encoding, ancestors=ancestors, medium=medium,
-                                                              group_idx=group_idx, skip_bad=skip_bad, stats=stats):
-        block_tokens = block_tokens or block_size
-        builder.add(ts_ms, len(ids) * block_size, 0, ids, new_blocks=new, data_parallel_rank=dp)
-    return builder.build(trace_name(path), bad_lines=stats["bad_lines"], block_tokens=block_tokens or 16,
-                         source_format="vllm")
+    forest = _Forest()
+    times, ranks, last, new, sizes = [], [], [], [], []
+    for ts_ms, dp, node, fresh, block_size in _requests(path, encoding, ancestors, medium, group_idx, skip_bad,
+                                                        stats, forest):
+        times.append(ts_ms)
+        ranks.append(dp)
+        last.append(node)
+        new.append(fresh)
+        sizes.append(block_size)
+    trace = SharedPrefixTrace(
+        trace_name(path), np.asarray(times, dtype=np.int64), np.zeros(len(times), dtype=np.int64),
+        np.zeros(len(times), dtype=np.int64), np.asarray(last, dtype=np.int64), np.asarray(forest.parent, dtype=np.int64),
+        np.asarray(forest.ids, dtype=np.uint64).view(np.int64), np.asarray(forest.depth, dtype=np.int64),
+        bad_lines=stats["bad_lines"], block_tokens=sizes[0] if sizes else 16, source_format="vllm",
+        columns={"new_blocks": np.asarray(new, dtype=np.int64), "data_parallel_rank": np.asarray(ranks, dtype=np.int64)})
+    trace.input_length = np.diff(trace.block_offsets) * np.asarray(sizes, dtype=np.int64)
+    return trace
 
 
 def iter_vllm_kv_events(path: Any, *, encoding: str | None = None, skip_bad: bool = False,
@@ -161,19 +187,50 @@ def iter_vllm_requests(path: Any, *, encoding: str | None = None, ancestors: boo
                        group_idx: int | None = None, skip_bad: bool = False,
                        stats: dict | None = None) -> Iterator[tuple[int, int, list[int], int, int]]:
     """Stream the trace's requests: ``(ts_ms, dp_rank, block ids, new blocks, block_size)`` per
-    kept ``BlockStored`` event (model: module docstring).  Memory: the parent of every distinct
-    block seen."""
+    kept ``BlockStored`` event (model: module docstring).  Memory: one parent pointer per stored
+    block; time O(blocks yielded) (a request's whole prefix is listed)."""
     path = as_trace_file(path, "vLLM KV-event")
     stats = {} if stats is None else stats
-    return _requests(path, encoding, ancestors, medium, group_idx, skip_bad, stats)
+    forest = _Forest()
+    return ((ts, dp, forest.path(node), new, bs)
+            for ts, dp, node, new, bs in _requests(path, encoding, ancestors, medium, group_idx, skip_bad, stats, forest))
 
 
 # ------------------------------------------------------------------------------ internals
-def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad: bool, stats: dict):
+class _Forest:
+    """The prefix forest being read: one node per stored block (parent pointers, see
+    :mod:`kvmm.traces.shared_prefix`) and the latest node of each block hash."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.parent: list[int] = []
+        self.depth: list[int] = []
+        self.latest: dict[int, int] = {}
+
+    def add(self, h: int, parent: int) -> int:
+        node = len(self.ids)
+        self.ids.append(h)
+        self.parent.append(parent)
+        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
+        self.latest[h] = node
+        return node
+
+    def path(self, node: int) -> list[int]:
+        out = []
+        while node >= 0:
+            out.append(self.ids[node])
+            node = self.parent[node]
+        out.reverse()
+        return out
+
+
+def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad: bool, stats: dict, forest: _Forest):
+    """``(ts_ms, dp, last node, new blocks, block_size)`` per kept ``BlockStored`` event, growing
+    ``forest``.  Runtime complexity: O(1) per block hash."""
     for key in ("stored_events", "removed_blocks", "cleared"):
         stats.setdefault(key, 0)
-    parent_of: dict[int, int | None] = {}
     last_ts_ms = 0
+    latest, add = forest.latest, forest.add
     for ts, dp, events in iter_vllm_kv_events(path, encoding=encoding, skip_bad=skip_bad, stats=stats):
         if ts is not None:
             last_ts_ms = int(round(ts * 1000))
@@ -190,17 +247,14 @@ def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad
             if group_idx is not None and (ev_group or 0) != group_idx:
                 continue
             stats["stored_events"] += 1
-            prefix: list[int] = []
-            node = parent
-            while ancestors and node is not None and len(prefix) <= len(parent_of):
-                prefix.append(node)
-                node = parent_of.get(node)
-            prefix.reverse()
-            prev = parent
+            node = -1
+            if ancestors and parent is not None:
+                node = latest.get(parent, -1)
+                if node < 0:  # a parent never stored in this stream: the prefix is that one block
+                    node = add(parent, -1)
             for h in hashes:
-                parent_of[h] = prev
-                prev = h
-            yield last_ts_ms, dp, prefix + hashes, len(hashes), block_size
+                node = add(h, node)
+            yield last_ts_ms, dp, node, len(hashes), block_size
 
 
 def _iter_msgpack(path: Path, skip_bad: bool, stats: dict) -> Iterator[tuple]:
