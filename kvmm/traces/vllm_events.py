@@ -65,7 +65,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, TraceFormatError
+from kvmm.errors import BadInputError, TraceConversionError, TraceFormatError
+from kvmm.traces.fidelity import Changes, column_ints, require_exact_seconds, require_non_negative
 from kvmm.traces.shared_prefix import SharedPrefixTrace
 from kvmm.traces.trace import (KVTrace, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
                                write_json_lines)
@@ -153,15 +154,26 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
 
     Loading the file back with ``ancestors=True`` gives the trace's requests that store at
     least one block, unchanged, when the trace's ids are prefix-chained (an id always follows
-    the same parent), as in Mooncake and Qwen-Bailian traces.
+    the same parent), as in Mooncake and Qwen-Bailian traces.  A trace whose ids are not is
+    refused (:class:`~kvmm.errors.TraceConversionError`: the events record one parent per
+    block, so the reader would rebuild other prefixes), as are negative timestamps, timestamps
+    above 2**50 ms and a trace that stores no block with a ``block_size`` other than 16 (no
+    event to carry it).  ``columns["data_parallel_rank"]`` is written (-1: none).  A
+    :class:`~kvmm.errors.TraceConversionWarning` says what else the reload changes: requests
+    that store no block (no event), ``input_length`` (reloads as blocks x ``block_size``),
+    ``output_length`` (0), ``new_blocks`` (recomputed) and other columns (dropped).
     """
     if encoding not in ("msgpack", "jsonl"):
         raise BadInputError(f"encoding must be 'msgpack' or 'jsonl', got {encoding!r}")
     block_size = as_count(trace.block_tokens if block_size is None else block_size, "block_size", minimum=1)
     if not isinstance(medium, str):
         raise BadInputError(f"medium must be a string such as 'GPU', got {medium!r}")
+    require_non_negative(trace, "vllm", ("timestamp_ms",))
+    require_exact_seconds(trace, "vllm")
+    ranks = column_ints(trace, "vllm", "data_parallel_rank", -1)
+    _require_prefix_chained(trace)
     stored: set[int] = set()
-    batches = []
+    batches, kept, new = [], [], []
     for r in range(trace.num_requests):
         ids = trace.blocks_of(r).view(np.uint64).tolist()
         cached = 0
@@ -170,10 +182,18 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
         if cached == len(ids):
             continue
         stored.update(ids[cached:])
+        kept.append(r)
+        new.append(len(ids) - cached)
         event = {"type": "BlockStored", "block_hashes": ids[cached:],
                  "parent_block_hash": ids[cached - 1] if cached else None, "token_ids": [],
                  "block_size": int(block_size), "lora_id": None, "medium": medium, "lora_name": None}
-        batches.append({"ts": int(trace.timestamp_ms[r]) / 1000.0, "events": [event], "data_parallel_rank": 0})
+        rank = 0 if ranks is None else int(ranks[r])
+        batches.append({"ts": int(trace.timestamp_ms[r]) / 1000.0, "events": [event],
+                        "data_parallel_rank": None if rank < 0 else rank})
+    if not batches and block_size != 16:
+        raise TraceConversionError(f"trace {trace.name!r} stores no block, so no event records its block_size "
+                                   f"{block_size}; it would reload with 16")
+    _warn_vllm_changes(trace, kept, new, block_size)
     if encoding == "jsonl":
         return write_json_lines(path, batches)
     msgpack = _msgpack()
@@ -181,6 +201,46 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
         for batch in batches:
             fh.write(msgpack.packb(batch, use_bin_type=True))
     return Path(path)
+
+
+def _require_prefix_chained(trace: KVTrace) -> None:
+    """Each id must have one predecessor (or always open its request) across the trace."""
+    ids = trace.block_ids.view(np.uint64)
+    if ids.size < 2:
+        return
+    opens = np.zeros(ids.size, dtype=bool)
+    counts = np.diff(trace.block_offsets)
+    opens[trace.block_offsets[:-1][counts > 0]] = True
+    pred = np.empty_like(ids)
+    pred[0] = 0
+    pred[1:] = ids[:-1]
+    pred[opens] = 0
+    order = np.lexsort((pred, opens, ids))
+    i, o, p = ids[order], opens[order], pred[order]
+    clash = np.flatnonzero((i[1:] == i[:-1]) & ((o[1:] != o[:-1]) | (p[1:] != p[:-1])))
+    if clash.size:
+        a, b = int(order[clash[0]]), int(order[clash[0] + 1])
+        where = [("opens a request" if opens[k] else f"follows block {int(pred[k])}") for k in (a, b)]
+        req = np.searchsorted(trace.block_offsets, [a, b], side="right") - 1
+        raise TraceConversionError(
+            f"trace {trace.name!r} is not prefix-chained: block {int(ids[a])} {where[0]} in request {int(req[0])} and "
+            f"{where[1]} in request {int(req[1])}; vLLM events record one parent per block, so the reader would "
+            "rebuild other prefixes (write it as mooncake, bailian or lmcache)")
+
+
+def _warn_vllm_changes(trace: KVTrace, kept: list[int], new: list[int], block_size: int) -> None:
+    changes = Changes(trace, "vllm", ("new_blocks", "data_parallel_rank"))
+    n, k = trace.num_requests, np.asarray(kept, dtype=np.int64)
+    if len(kept) < n:
+        changes.add(f"{n - len(kept)} of {n} requests store no new block, publish no event and are not in the "
+                    "reloaded trace")
+    changes.differs("input_length", trace.input_length[k], np.diff(trace.block_offsets)[k] * block_size,
+                    f"is not carried (reloads as blocks x {block_size})")
+    changes.differs("output_length", trace.output_length[k], np.zeros(k.size, dtype=np.int64), "is not carried (reloads as 0)")
+    if "new_blocks" in trace.columns:
+        changes.differs("new_blocks", np.asarray(trace.columns["new_blocks"])[k], np.asarray(new, dtype=np.int64),
+                        "is recomputed from the blocks each request stores")
+    changes.warn()
 
 
 def iter_vllm_requests(path: Any, *, encoding: str | None = None, ancestors: bool = True, medium: str | None = None,
