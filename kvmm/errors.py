@@ -25,6 +25,9 @@ __all__ = [
     "StalePlanError",
     "LedgerStateError",
     "TraceFormatError",
+    "TraceConversionError",
+    "KvmmWarning",
+    "TraceConversionWarning",
     "CorruptEntryError",
     "CorruptTierError",
     "BackendUnavailableError",
@@ -85,6 +88,20 @@ class LedgerStateError(KvmmError, RuntimeError):
 
 class TraceFormatError(BadInputError):
     """A trace file has a malformed record; the message names the file and the line."""
+
+
+class TraceConversionError(BadInputError):
+    """A trace holds something the format it is written in cannot record (a block size the
+    format fixes, a timestamp it cannot represent, ...): writing it would change the trace."""
+
+
+class KvmmWarning(UserWarning):
+    """Base class of the warnings kvmm emits."""
+
+
+class TraceConversionWarning(KvmmWarning):
+    """A trace was written in a format that does not carry all of it; the message says what
+    the reloaded trace loses or has changed (see docs/traces.md, "What each format keeps")."""
 
 
 class CorruptEntryError(KvmmError, OSError):

@@ -83,7 +83,9 @@ def test_trace_keys_read_any_trace_format(tmp_path):
     from kvmm.testing.benchmarks import trace_keys
     from kvmm.traces import load_trace, save_trace
 
-    path = save_trace(load_trace("synthetic").head(50), tmp_path / "chats.jsonl", "bailian")
+    from dataclasses import replace
+
+    path = save_trace(replace(load_trace("synthetic").head(50), block_tokens=16), tmp_path / "chats.jsonl", "bailian")
     assert trace_keys(str(path)) == trace_keys("synthetic", 50)
 
 

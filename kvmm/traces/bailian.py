@@ -26,6 +26,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from kvmm.errors import BadInputError
+from kvmm.traces.fidelity import (Changes, column_ints, column_strings, require_block_tokens, require_exact_seconds,
+                                  require_non_negative)
 from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, iter_json_lines,
                                trace_name, uint64_list, write_json_lines)
 
@@ -59,13 +61,26 @@ def load_bailian(path: Any, *, skip_bad: bool = False) -> KVTrace:
 def write_bailian(trace: KVTrace, path: Any) -> Any:
     """Write ``trace`` as Qwen-Bailian JSONL.  Missing conversation columns are written as a
     conversation of one turn per request (``chat_id`` = request index, ``parent_chat_id`` -1,
-    ``turn`` 1, ``type`` text)."""
+    ``turn`` 1, ``type`` text).
+
+    Refuses (:class:`~kvmm.errors.TraceConversionError`) what the format cannot hold: blocks
+    other than 16 tokens, negative times or lengths, timestamps above 2**50 ms (float seconds),
+    conversation columns its reader would reject.  Warns
+    (:class:`~kvmm.errors.TraceConversionWarning`) when other columns are dropped.
+    """
+    require_block_tokens(trace, "bailian", BAILIAN_BLOCK_TOKENS)
+    require_non_negative(trace, "bailian")
+    require_exact_seconds(trace, "bailian")
     n = trace.num_requests
-    cols = trace.columns
-    chat = cols.get("chat_id", np.arange(n))
-    parent = cols.get("parent_chat_id", np.full(n, -1))
-    turn = cols.get("turn", np.ones(n, dtype=np.int64))
-    kind = cols.get("type", np.full(n, "text"))
+    chat = column_ints(trace, "bailian", "chat_id", 0)
+    parent = column_ints(trace, "bailian", "parent_chat_id", -1)
+    turn = column_ints(trace, "bailian", "turn", 0)
+    kind = column_strings(trace, "bailian", "type")
+    chat = np.arange(n) if chat is None else chat
+    parent = np.full(n, -1) if parent is None else parent
+    turn = np.ones(n, dtype=np.int64) if turn is None else turn
+    kind = np.full(n, "text") if kind is None else kind
+    Changes(trace, "bailian", _COLUMNS).warn()
     return write_json_lines(path, (
         {"chat_id": int(chat[r]), "parent_chat_id": int(parent[r]), "timestamp": int(trace.timestamp_ms[r]) / 1000.0,
          "input_length": int(trace.input_length[r]), "output_length": int(trace.output_length[r]),

@@ -35,7 +35,7 @@ from kvmm.traces.lmcache import iter_lmcache, load_lmcache, write_lmcache
 from kvmm.traces.mooncake import (BUNDLED_TRACES, iter_mooncake, load_mooncake, resolve_trace_path,
                                   write_mooncake)
 from kvmm.traces.oracle import iter_oracle_general_chunks, load_oracle_general, write_oracle_general
-from kvmm.traces.trace import KVTrace, block_chunks, json_value
+from kvmm.traces.trace import KVTrace, block_chunks, json_value, require_folder
 from kvmm.traces.vllm_events import (iter_vllm_requests, load_vllm_kv_events, vllm_events_encoding,
                                      write_vllm_kv_events)
 
@@ -92,6 +92,7 @@ def save_trace(trace: KVTrace, path: Any, format: str, **options: Any) -> Path:
         raise BadInputError(f"trace must be a KVTrace, got {type(trace).__name__}")
     if not isinstance(path, (str, Path)) or Path(path).is_dir():
         raise BadInputError(f"path must be a file path (str or Path), got {path!r}")
+    require_folder(path)
     try:
         trace.check()
     except (AssertionError, AttributeError, TypeError, IndexError) as exc:

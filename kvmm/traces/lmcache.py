@@ -26,7 +26,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, hash_list,
+from kvmm.errors import TraceConversionError
+from kvmm.traces.fidelity import Changes, column_ints, require_exact_seconds, require_non_negative
+from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, hash_list,
                                iter_json_lines, trace_name, write_json_lines)
 
 __all__ = ["iter_lmcache", "load_lmcache", "write_lmcache"]
@@ -56,13 +58,37 @@ def load_lmcache(path: Any, *, skip_bad: bool = False) -> KVTrace:
 
 def write_lmcache(trace: KVTrace, path: Any) -> Any:
     """Write ``trace`` as an LMCache lookup-hash log (hashes as signed 64-bit integers, as
-    Python's ``hash()`` gives them; ``request_id`` defaults to the request index)."""
-    rid = trace.columns.get("request_id", np.arange(trace.num_requests).astype(str))
-    chunk = trace.columns.get("chunk_size", np.full(trace.num_requests, trace.block_tokens))
+    Python's ``hash()`` gives them; ``request_id`` defaults to the request index, ``chunk_size``
+    to ``block_tokens``).
+
+    Refuses (:class:`~kvmm.errors.TraceConversionError`): negative times or lengths, timestamps
+    above 2**50 ms, a ``chunk_size`` column whose first value is not ``block_tokens`` (the
+    reader takes the block size from the first record), an empty trace whose blocks are not
+    512 tokens (no record to carry it).  Warns (:class:`~kvmm.errors.TraceConversionWarning`):
+    output lengths (the log has none: they reload as 0) and other columns are dropped.
+    """
+    require_non_negative(trace, "lmcache", ("timestamp_ms", "input_length"))
+    require_exact_seconds(trace, "lmcache")
+    n = trace.num_requests
+    chunk = column_ints(trace, "lmcache", "chunk_size", 1)
+    if chunk is None:
+        chunk = np.full(n, trace.block_tokens)
+    if n and int(chunk[0]) != trace.block_tokens:
+        raise TraceConversionError(f"trace {trace.name!r} has block_tokens {trace.block_tokens} but its first "
+                                   f"chunk_size is {int(chunk[0])}; an LMCache log's block size is its first record's "
+                                   "chunk_size, so it would reload differently")
+    if not n and trace.block_tokens != MOONCAKE_BLOCK_TOKENS:
+        raise TraceConversionError(f"empty trace {trace.name!r} has {trace.block_tokens}-token blocks; an LMCache log "
+                                   f"records the block size only in its records (an empty one reloads as "
+                                   f"{MOONCAKE_BLOCK_TOKENS})")
+    rid = trace.columns.get("request_id", np.arange(n).astype(str))
+    changes = Changes(trace, "lmcache", _COLUMNS)
+    changes.differs("output_length", trace.output_length, np.zeros(n, dtype=np.int64), "is not carried (reloads as 0)")
+    changes.warn()
     return write_json_lines(path, (
         {"timestamp": int(trace.timestamp_ms[r]) / 1000.0, "request_id": str(rid[r]), "chunk_size": int(chunk[r]),
          "seq_len": int(trace.input_length[r]), "chunk_hashes": trace.blocks_of(r).tolist()}
-        for r in range(trace.num_requests)))
+        for r in range(n)))
 
 
 def _parse(obj: Any) -> tuple:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kvmm.errors import BadInputError
+from kvmm.traces.fidelity import Changes, require_block_tokens, require_non_negative
 from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, KVTrace, MooncakeRecord, MooncakeTrace, TraceBuilder,
                                as_trace_file, field_int, iter_json_lines, trace_name, uint64_list, write_json_lines)
 
@@ -81,7 +82,15 @@ def load_mooncake(path_or_name: Any, *, skip_bad: bool = False) -> KVTrace:
 
 
 def write_mooncake(trace: KVTrace, path: Any) -> Path:
-    """Write ``trace`` as Mooncake JSONL (``timestamp`` in ms; ids as unsigned 64-bit integers)."""
+    """Write ``trace`` as Mooncake JSONL (``timestamp`` in ms; ids as unsigned 64-bit integers).
+
+    Refuses (:class:`~kvmm.errors.TraceConversionError`) a trace whose blocks are not 512 tokens
+    or with negative times or lengths; warns (:class:`~kvmm.errors.TraceConversionWarning`)
+    that its columns are dropped: the format has none.
+    """
+    require_block_tokens(trace, "mooncake", MOONCAKE_BLOCK_TOKENS)
+    require_non_negative(trace, "mooncake")
+    Changes(trace, "mooncake").warn()
     return write_json_lines(path, ({"timestamp": int(trace.timestamp_ms[r]), "input_length": int(trace.input_length[r]),
                                     "output_length": int(trace.output_length[r]),
                                     "hash_ids": trace.blocks_of(r).view("uint64").tolist()}

@@ -30,7 +30,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, TraceFormatError
+from kvmm.errors import BadInputError, TraceConversionError, TraceFormatError
+from kvmm.traces.fidelity import Changes, column_ints
 from kvmm.traces.trace import KVTrace, as_trace_file, atomic_file, trace_name
 
 __all__ = ["ORACLE_GENERAL_DTYPE", "load_oracle_general", "iter_oracle_general_chunks", "write_oracle_general"]
@@ -86,28 +87,59 @@ def iter_oracle_general_chunks(path: Any, chunk_refs: int = 1 << 20, *, skip_bad
             return
 
 
-def write_oracle_general(trace: KVTrace, path: Any, *, obj_size: int = 1) -> Path:
+def write_oracle_general(trace: KVTrace, path: Any, *, obj_size: int | None = None) -> Path:
     """Write every block reference of ``trace`` as one record, in order (atomically: a
     temporary file renamed over ``path``).
 
     ``time`` is the request's arrival in whole seconds; ``size`` is ``obj_size`` for every
-    record; ``next_access_vtime`` is computed.  Runtime complexity: O(refs log refs).
+    record (default: the trace's ``obj_size`` column when every request is one block, as in a
+    loaded oracle trace, else 1); ``next_access_vtime`` is computed.  Timestamps outside
+    ``[0, 2**32)`` seconds are refused (:class:`~kvmm.errors.TraceConversionError`).  The format
+    keeps only the reference stream, so a :class:`~kvmm.errors.TraceConversionWarning` says
+    what the reload changes: request boundaries (one request per block), milliseconds, the
+    block size (1), input lengths (the records' size), output lengths (0) and other columns.
+    Runtime complexity: O(refs log refs).
     """
-    if isinstance(obj_size, bool) or not isinstance(obj_size, (int, np.integer)) or not 0 <= obj_size <= _U32_MAX:
+    if obj_size is not None and (isinstance(obj_size, bool) or not isinstance(obj_size, (int, np.integer))
+                                 or not 0 <= obj_size <= _U32_MAX):
         raise BadInputError(f"obj_size must be an integer in [0, 2**32), got {obj_size!r}")
     counts = np.diff(trace.block_offsets)
     seconds = trace.timestamp_ms // 1000
     if seconds.size and (int(seconds.min()) < 0 or int(seconds.max()) > _U32_MAX):
-        raise BadInputError(f"timestamps span [{int(seconds.min())}, {int(seconds.max())}] s; oracleGeneral "
-                            "stores u32 seconds (rebase the trace's timestamps to start near 0)")
+        raise TraceConversionError(f"timestamps span [{int(seconds.min())}, {int(seconds.max())}] s; oracleGeneral "
+                                   "stores u32 seconds (rebase the trace's timestamps to start near 0)")
+    one_each = bool(np.all(counts == 1))
+    sizes = column_ints(trace, "oracle", "obj_size", 0) if obj_size is None and one_each else None
+    if sizes is not None and sizes.size and int(sizes.max()) > _U32_MAX:
+        raise TraceConversionError(f"trace {trace.name!r}: obj_size values must fit u32, got {int(sizes.max())}")
+    sizes = np.full(int(counts.sum()), 1 if obj_size is None else obj_size, dtype=np.int64) if sizes is None else sizes
+    _warn_oracle_changes(trace, counts, sizes, one_each)
     records = np.zeros(trace.block_ids.shape[0], dtype=ORACLE_GENERAL_DTYPE)
     records["time"] = np.repeat(seconds, counts)
     records["obj_id"] = trace.block_ids.view(np.uint64)
-    records["size"] = obj_size
+    records["size"] = sizes
     records["next_access_vtime"] = next_access_vtime(trace.block_ids)
     with atomic_file(path) as fh:
         records.tofile(fh)
     return Path(path)
+
+
+def _warn_oracle_changes(trace: KVTrace, counts: np.ndarray, sizes: np.ndarray, one_each: bool) -> None:
+    changes = Changes(trace, "oracle", ("obj_size", "next_access_vtime"))
+    if not one_each:
+        changes.add(f"request boundaries are not kept: {trace.num_requests} requests become {int(counts.sum())} "
+                    "one-block requests")
+    if np.any(trace.timestamp_ms % 1000):
+        changes.add("timestamps keep whole seconds only (milliseconds dropped)")
+    if trace.block_tokens != 1:
+        changes.add(f"block_tokens {trace.block_tokens} reloads as 1 (the format has no block size)")
+    if one_each:
+        changes.differs("input_length", trace.input_length, sizes, "reloads as the records' size")
+    changes.differs("output_length", trace.output_length, np.zeros_like(trace.output_length), "is not carried (reloads as 0)")
+    if one_each and "next_access_vtime" in trace.columns:
+        changes.differs("next_access_vtime", np.asarray(trace.columns["next_access_vtime"]),
+                        next_access_vtime(trace.block_ids), "is recomputed from the references")
+    changes.warn()
 
 
 def next_access_vtime(ids: np.ndarray) -> np.ndarray:

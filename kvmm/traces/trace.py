@@ -209,9 +209,7 @@ def atomic_file(path: Any) -> Iterator[Any]:
     """A binary file handle whose content replaces ``path`` only when the block completes:
     written to ``<path>.tmp``, synced, renamed over ``path``; on an error the temporary file
     is removed and ``path`` is untouched.  Every trace writer uses it, so no trace is left torn."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write trace {str(path)!r}: its folder {str(path.parent)!r} does not exist")
+    path = require_folder(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as fh:
@@ -222,6 +220,14 @@ def atomic_file(path: Any) -> Iterator[Any]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def require_folder(path: Any) -> Path:
+    """``path`` as a :class:`Path` whose folder exists, else :class:`BadInputError`."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write trace {str(path)!r}: its folder {str(path.parent)!r} does not exist")
+    return path
 
 
 def iter_json_lines(path: Path, parse: Callable[[Any], Any], *, skip_bad: bool = False,

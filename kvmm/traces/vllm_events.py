@@ -32,6 +32,18 @@ The prefix blocks were cache hits (vLLM emits no event for a hit), the event's o
 stored; ``columns["new_blocks"]`` counts the latter.  ``timestamp_ms`` is the batch's ``ts``;
 ``input_length`` is blocks x ``block_size``; ``output_length`` is 0 (events carry no request
 ids or output lengths, so a decode step that fills a block is a request of its own).
+The prefix is followed through the blocks as they were when stored: a stored block's parent is
+the *latest* stored occurrence of its ``parent_block_hash`` at that moment (a parent hash never
+stored in the stream is a one-block prefix of its own), and storing a hash again later does not
+rewrite the prefixes of blocks stored before.  For vLLM's chained hashes (a hash always has the
+same parent) this is simply the chain; for other input it cannot loop.
+
+Representation: requests share their prefixes.  The trace is a
+:class:`~kvmm.traces.shared_prefix.SharedPrefixTrace` holding one parent pointer per stored
+block, so reading is linear in the events and blocks of the file (a chain of 20,000 one-block
+events, whose requests list 2 * 10^8 block references, loads in well under a second and a few
+MB); the flat ``block_ids`` array is built on first read, so every consumer of
+:class:`~kvmm.traces.KVTrace` works unchanged and pays for the references it reads.
 ``BlockRemoved`` / ``AllBlocksCleared`` events create no requests; streaming readers count
 them in ``stats``.  Events of an unknown type are ignored and counted in
 ``stats["unknown_events"]``.  ``medium`` / ``group_idx`` keep only the events of one tier or
@@ -53,8 +65,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BadInputError, TraceFormatError
-from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
+from kvmm.errors import BadInputError, TraceConversionError, TraceFormatError
+from kvmm.traces.fidelity import Changes, column_ints, require_exact_seconds, require_non_negative
+from kvmm.traces.shared_prefix import SharedPrefixTrace
+from kvmm.traces.trace import (KVTrace, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
                                write_json_lines)
 
 __all__ = ["load_vllm_kv_events", "iter_vllm_kv_events", "iter_vllm_requests", "write_vllm_kv_events", "vllm_events_encoding"]
@@ -75,18 +89,31 @@ def load_vllm_kv_events(path: Any, *, encoding: str | None = None, ancestors: bo
 
     ``encoding``: ``"msgpack"`` or ``"jsonl"`` (default: detected from the first byte).
     ``stats``: filled with ``stored_events``, ``removed_blocks``, ``cleared``,
-    ``unknown_events`` and ``bad_lines``.  Runtime complexity: O(events + blocks).
+    ``unknown_events`` and ``bad_lines``.  Returns a :class:`~kvmm.traces.shared_prefix.SharedPrefixTrace`:
+    requests share their prefix chains (one parent pointer per stored block), so loading is
+    O(events + stored blocks) in time and memory even when the requests' prefixes, listed out,
+    are quadratic (a chain of n one-block events has n (n + 1) / 2 block references); the flat
+    ``block_ids`` is built on first read.
     """
     path = as_trace_file(path, "vLLM KV-event")
     stats = {} if stats is None else stats
-    builder = TraceBuilder({"new_blocks": np.int64, "data_parallel_rank": np.int64})
-    block_tokens = None
-    for ts_ms, dp, ids, new, block_size in iter_vllm_requests(path, encoding=encoding, ancestors=ancestors, medium=medium,
-                                                              group_idx=group_idx, skip_bad=skip_bad, stats=stats):
-        block_tokens = block_tokens or block_size
-        builder.add(ts_ms, len(ids) * block_size, 0, ids, new_blocks=new, data_parallel_rank=dp)
-    return builder.build(trace_name(path), bad_lines=stats["bad_lines"], block_tokens=block_tokens or 16,
-                         source_format="vllm")
+    forest = _Forest()
+    times, ranks, last, new, sizes = [], [], [], [], []
+    for ts_ms, dp, node, fresh, block_size in _requests(path, encoding, ancestors, medium, group_idx, skip_bad,
+                                                        stats, forest):
+        times.append(ts_ms)
+        ranks.append(dp)
+        last.append(node)
+        new.append(fresh)
+        sizes.append(block_size)
+    trace = SharedPrefixTrace(
+        trace_name(path), np.asarray(times, dtype=np.int64), np.zeros(len(times), dtype=np.int64),
+        np.zeros(len(times), dtype=np.int64), np.asarray(last, dtype=np.int64), np.asarray(forest.parent, dtype=np.int64),
+        np.asarray(forest.ids, dtype=np.uint64).view(np.int64), np.asarray(forest.depth, dtype=np.int64),
+        bad_lines=stats["bad_lines"], block_tokens=sizes[0] if sizes else 16, source_format="vllm",
+        columns={"new_blocks": np.asarray(new, dtype=np.int64), "data_parallel_rank": np.asarray(ranks, dtype=np.int64)})
+    trace.input_length = np.diff(trace.block_offsets) * np.asarray(sizes, dtype=np.int64)
+    return trace
 
 
 def iter_vllm_kv_events(path: Any, *, encoding: str | None = None, skip_bad: bool = False,
@@ -127,15 +154,26 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
 
     Loading the file back with ``ancestors=True`` gives the trace's requests that store at
     least one block, unchanged, when the trace's ids are prefix-chained (an id always follows
-    the same parent), as in Mooncake and Qwen-Bailian traces.
+    the same parent), as in Mooncake and Qwen-Bailian traces.  A trace whose ids are not is
+    refused (:class:`~kvmm.errors.TraceConversionError`: the events record one parent per
+    block, so the reader would rebuild other prefixes), as are negative timestamps, timestamps
+    above 2**50 ms and a trace that stores no block with a ``block_size`` other than 16 (no
+    event to carry it).  ``columns["data_parallel_rank"]`` is written (-1: none).  A
+    :class:`~kvmm.errors.TraceConversionWarning` says what else the reload changes: requests
+    that store no block (no event), ``input_length`` (reloads as blocks x ``block_size``),
+    ``output_length`` (0), ``new_blocks`` (recomputed) and other columns (dropped).
     """
     if encoding not in ("msgpack", "jsonl"):
         raise BadInputError(f"encoding must be 'msgpack' or 'jsonl', got {encoding!r}")
     block_size = as_count(trace.block_tokens if block_size is None else block_size, "block_size", minimum=1)
     if not isinstance(medium, str):
         raise BadInputError(f"medium must be a string such as 'GPU', got {medium!r}")
+    require_non_negative(trace, "vllm", ("timestamp_ms",))
+    require_exact_seconds(trace, "vllm")
+    ranks = column_ints(trace, "vllm", "data_parallel_rank", -1)
+    _require_prefix_chained(trace)
     stored: set[int] = set()
-    batches = []
+    batches, kept, new = [], [], []
     for r in range(trace.num_requests):
         ids = trace.blocks_of(r).view(np.uint64).tolist()
         cached = 0
@@ -144,10 +182,18 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
         if cached == len(ids):
             continue
         stored.update(ids[cached:])
+        kept.append(r)
+        new.append(len(ids) - cached)
         event = {"type": "BlockStored", "block_hashes": ids[cached:],
                  "parent_block_hash": ids[cached - 1] if cached else None, "token_ids": [],
                  "block_size": int(block_size), "lora_id": None, "medium": medium, "lora_name": None}
-        batches.append({"ts": int(trace.timestamp_ms[r]) / 1000.0, "events": [event], "data_parallel_rank": 0})
+        rank = 0 if ranks is None else int(ranks[r])
+        batches.append({"ts": int(trace.timestamp_ms[r]) / 1000.0, "events": [event],
+                        "data_parallel_rank": None if rank < 0 else rank})
+    if not batches and block_size != 16:
+        raise TraceConversionError(f"trace {trace.name!r} stores no block, so no event records its block_size "
+                                   f"{block_size}; it would reload with 16")
+    _warn_vllm_changes(trace, kept, new, block_size)
     if encoding == "jsonl":
         return write_json_lines(path, batches)
     msgpack = _msgpack()
@@ -157,23 +203,94 @@ def write_vllm_kv_events(trace: KVTrace, path: Any, *, encoding: str = "msgpack"
     return Path(path)
 
 
+def _require_prefix_chained(trace: KVTrace) -> None:
+    """Each id must have one predecessor (or always open its request) across the trace."""
+    ids = trace.block_ids.view(np.uint64)
+    if ids.size < 2:
+        return
+    opens = np.zeros(ids.size, dtype=bool)
+    counts = np.diff(trace.block_offsets)
+    opens[trace.block_offsets[:-1][counts > 0]] = True
+    pred = np.empty_like(ids)
+    pred[0] = 0
+    pred[1:] = ids[:-1]
+    pred[opens] = 0
+    order = np.lexsort((pred, opens, ids))
+    i, o, p = ids[order], opens[order], pred[order]
+    clash = np.flatnonzero((i[1:] == i[:-1]) & ((o[1:] != o[:-1]) | (p[1:] != p[:-1])))
+    if clash.size:
+        a, b = int(order[clash[0]]), int(order[clash[0] + 1])
+        where = [("opens a request" if opens[k] else f"follows block {int(pred[k])}") for k in (a, b)]
+        req = np.searchsorted(trace.block_offsets, [a, b], side="right") - 1
+        raise TraceConversionError(
+            f"trace {trace.name!r} is not prefix-chained: block {int(ids[a])} {where[0]} in request {int(req[0])} and "
+            f"{where[1]} in request {int(req[1])}; vLLM events record one parent per block, so the reader would "
+            "rebuild other prefixes (write it as mooncake, bailian or lmcache)")
+
+
+def _warn_vllm_changes(trace: KVTrace, kept: list[int], new: list[int], block_size: int) -> None:
+    changes = Changes(trace, "vllm", ("new_blocks", "data_parallel_rank"))
+    n, k = trace.num_requests, np.asarray(kept, dtype=np.int64)
+    if len(kept) < n:
+        changes.add(f"{n - len(kept)} of {n} requests store no new block, publish no event and are not in the "
+                    "reloaded trace")
+    changes.differs("input_length", trace.input_length[k], np.diff(trace.block_offsets)[k] * block_size,
+                    f"is not carried (reloads as blocks x {block_size})")
+    changes.differs("output_length", trace.output_length[k], np.zeros(k.size, dtype=np.int64), "is not carried (reloads as 0)")
+    if "new_blocks" in trace.columns:
+        changes.differs("new_blocks", np.asarray(trace.columns["new_blocks"])[k], np.asarray(new, dtype=np.int64),
+                        "is recomputed from the blocks each request stores")
+    changes.warn()
+
+
 def iter_vllm_requests(path: Any, *, encoding: str | None = None, ancestors: bool = True, medium: str | None = None,
                        group_idx: int | None = None, skip_bad: bool = False,
                        stats: dict | None = None) -> Iterator[tuple[int, int, list[int], int, int]]:
     """Stream the trace's requests: ``(ts_ms, dp_rank, block ids, new blocks, block_size)`` per
-    kept ``BlockStored`` event (model: module docstring).  Memory: the parent of every distinct
-    block seen."""
+    kept ``BlockStored`` event (model: module docstring).  Memory: one parent pointer per stored
+    block; time O(blocks yielded) (a request's whole prefix is listed)."""
     path = as_trace_file(path, "vLLM KV-event")
     stats = {} if stats is None else stats
-    return _requests(path, encoding, ancestors, medium, group_idx, skip_bad, stats)
+    forest = _Forest()
+    return ((ts, dp, forest.path(node), new, bs)
+            for ts, dp, node, new, bs in _requests(path, encoding, ancestors, medium, group_idx, skip_bad, stats, forest))
 
 
 # ------------------------------------------------------------------------------ internals
-def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad: bool, stats: dict):
+class _Forest:
+    """The prefix forest being read: one node per stored block (parent pointers, see
+    :mod:`kvmm.traces.shared_prefix`) and the latest node of each block hash."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.parent: list[int] = []
+        self.depth: list[int] = []
+        self.latest: dict[int, int] = {}
+
+    def add(self, h: int, parent: int) -> int:
+        node = len(self.ids)
+        self.ids.append(h)
+        self.parent.append(parent)
+        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
+        self.latest[h] = node
+        return node
+
+    def path(self, node: int) -> list[int]:
+        out = []
+        while node >= 0:
+            out.append(self.ids[node])
+            node = self.parent[node]
+        out.reverse()
+        return out
+
+
+def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad: bool, stats: dict, forest: _Forest):
+    """``(ts_ms, dp, last node, new blocks, block_size)`` per kept ``BlockStored`` event, growing
+    ``forest``.  Runtime complexity: O(1) per block hash."""
     for key in ("stored_events", "removed_blocks", "cleared"):
         stats.setdefault(key, 0)
-    parent_of: dict[int, int | None] = {}
     last_ts_ms = 0
+    latest, add = forest.latest, forest.add
     for ts, dp, events in iter_vllm_kv_events(path, encoding=encoding, skip_bad=skip_bad, stats=stats):
         if ts is not None:
             last_ts_ms = int(round(ts * 1000))
@@ -190,17 +307,14 @@ def _requests(path: Path, encoding, ancestors: bool, medium, group_idx, skip_bad
             if group_idx is not None and (ev_group or 0) != group_idx:
                 continue
             stats["stored_events"] += 1
-            prefix: list[int] = []
-            node = parent
-            while ancestors and node is not None and len(prefix) <= len(parent_of):
-                prefix.append(node)
-                node = parent_of.get(node)
-            prefix.reverse()
-            prev = parent
+            node = -1
+            if ancestors and parent is not None:
+                node = latest.get(parent, -1)
+                if node < 0:  # a parent never stored in this stream: the prefix is that one block
+                    node = add(parent, -1)
             for h in hashes:
-                parent_of[h] = prev
-                prev = h
-            yield last_ts_ms, dp, prefix + hashes, len(hashes), block_size
+                node = add(h, node)
+            yield last_ts_ms, dp, node, len(hashes), block_size
 
 
 def _iter_msgpack(path: Path, skip_bad: bool, stats: dict) -> Iterator[tuple]:
