@@ -71,12 +71,29 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise BadInputError("--format names the format of --trace; give --trace PATH too")
     if args.trace is not None and args.only and TRACE_SECTION not in args.only:
         raise BadInputError(f"--trace is replayed by the {TRACE_SECTION} section only; add --only {TRACE_SECTION}")
+    _check_out_folder(args.out)  # before the (long) run, not a traceback when the report is written
     report = Report(out=args.out, quick=args.quick, progress_enabled=not args.no_progress, only=args.only, flags=flags,
                     trace=args.trace, trace_format=args.format)
     ran = run_sections(report, only=args.only)
     path = report.write()
     print(f"\nsections run: {', '.join(ran) if ran else 'none'}; report written to {path}")
     return 0
+
+
+def _check_out_folder(out: Path) -> None:
+    """``--out`` must be a folder kvmm can create and write files in."""
+    import tempfile
+
+    from kvmm.errors import BadInputError
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BadInputError(f"--out {str(out)!r}: cannot create or write files in this folder ({reason}); "
+                            f"expected a writable folder") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

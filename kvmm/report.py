@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime
 import importlib
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -153,18 +152,19 @@ _FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(([^()/\\]+\.png)\)")
 
 
 def git_commit() -> str | None:
-    """``HEAD`` of the checkout kvmm is imported from (``+dirty`` with uncommitted changes), else ``None``."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
-        return None
+    """``HEAD`` of the checkout kvmm is imported from (``+dirty`` with uncommitted changes); for an
+    installed (non-editable) copy, the commit it was built from (``kvmm/_build_info.py``, written
+    by ``setup.py``); else ``None``."""
+    from kvmm._git import checkout_commit
+
+    commit = checkout_commit(Path(__file__).resolve().parent.parent)
+    if commit is not None:
+        return commit
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        from kvmm._build_info import GIT_COMMIT
+    except ImportError:
         return None
-    return head + ("+dirty" if dirty else "")
+    return GIT_COMMIT
 
 
 def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]:

@@ -95,3 +95,15 @@ def test_a_copied_pool_is_independent_and_its_ref_counts_follow_it(clone):
     assert b.ref_counts.tolist() != a.ref_counts.tolist() and not b.ref_counts.flags.writeable
     a.check()
     b.check()
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda a: pickle.loads(pickle.dumps(a))], ids=["deepcopy", "pickle"])
+def test_the_raw_secret_is_not_kept_and_a_copy_hashes_alike(clone):
+    secret = bytes(range(16))
+    a = BlockAllocator(16, 4, secret=secret)
+    assert secret not in pickle.dumps(a)  # only the SipHash key words are state
+    assert not any(isinstance(v, (bytes, bytearray)) for v in vars(a).values())
+    toks = np.arange(12, dtype=np.int64)
+    b = clone(a)
+    assert np.array_equal(b.hash_blocks(toks), a.hash_blocks(toks))
+    assert np.array_equal(b.hash_blocks(toks), BlockAllocator(4, 4, secret=secret).hash_blocks(toks))

@@ -46,6 +46,32 @@ def test_arc_pinned_trace_lists():
     assert ref == {"T1": [4], "T2": [2, 5], "B1": [3], "B2": [1], "p": 1.0}
 
 
+def test_arc_case_iv_b_forgets_b2_s_oldest_ghost_when_the_directory_is_full():
+    # Megiddo & Modha, Fig. 4, c = 1.  0 enters T1; its hit moves it to T2.  2 misses with
+    # |L1| = 0 < c and |L1| + |L2| = 1 < 2c: REPLACE sends T2's LRU (0) to B2; 2 enters T1, and
+    # its hit moves it to T2.  1 misses with |L1| = 0 < c and |L1| + |L2| = |T2| + |B2| = 2 = 2c:
+    # case IV-B first deletes B2's LRU (0), then REPLACE sends 2 to B2; 1 enters T1.  Without
+    # the directory bound B2 would end as [0, 2].
+    trace = [0, 0, 2, 2, 1]
+    expected = {"T1": [1], "T2": [], "B1": [], "B2": [2]}
+    policy = ARCPolicy(capacity=1)
+    assert evictions(drive(policy, trace, 1)) == [None, H, 0, H, 2]
+    assert policy.lists() == expected and policy.p == 0.0
+    assert simulate_arc(trace, 1)[1] == {**expected, "p": 0.0}
+    policy.check()
+    # The same at c = 2: pairs of one miss and one hit, so every entry reaches T2 and T1 stays
+    # empty at each miss (|L1| = 0 < c, REPLACE takes T2's LRU).  After 1 1 2 2 3 3 4 4 the lists
+    # are T2 [3, 4], B2 [1, 2]: |L1| + |L2| = 4 = 2c, so 5 first deletes B2's LRU (1), then
+    # REPLACE sends 3 to B2.
+    trace = [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    expected = {"T1": [5], "T2": [4], "B1": [], "B2": [2, 3]}
+    policy = ARCPolicy(capacity=2)
+    assert evictions(drive(policy, trace, 2)) == [None, H, None, H, 1, H, 2, H, 3]
+    assert policy.lists() == expected and policy.p == 0.0
+    assert simulate_arc(trace, 2)[1] == {**expected, "p": 0.0}
+    policy.check()
+
+
 def test_arc_b2_ghost_hit_shrinks_p():
     # Scan-resistant behaviour: a frequently used pair survives a one-off scan.
     trace = [1, 2, 1, 2, 3, 4, 5, 6, 1, 2]

@@ -88,3 +88,22 @@ def test_calibrate_bad_input_is_a_clear_error(model_dir, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["calibrate", str(model_dir), str(bad), "--calibration-fraction", "0"]) == 2
     assert "--calibration-fraction must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_calibrate_without_a_tokenizer_is_one_line_that_suggests_token_ids(model_dir, tmp_path, capsys):
+    import shutil
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in model_dir.iterdir():  # the model without its tokenizer files
+        if f.is_file() and not f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, bare / f.name)
+    text = tmp_path / "text.txt"
+    text.write_text("alpha beta", encoding="utf-8")
+    assert main(["calibrate", str(bare), str(text), "--out", str(tmp_path / "c.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"kvmm calibrate: error: cannot load a tokenizer from {bare}")
+    assert "--token-ids" in err
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(str(i % 8 + 1) for i in range(40)))
+    assert main(["calibrate", str(bare), str(ids), "--token-ids", "--out", str(tmp_path / "c.npz")]) == 0

@@ -72,3 +72,54 @@ def test_spread_is_the_sample_standard_deviation_and_mean_pm_formats_it():
     assert spread([5.0]) == (5.0, 0.0)
     assert mean_pm([1.0, 2.0, 3.0], ".2f", unit="x") == "2.00x ± 1.00"
     assert mean_pm([0.001, 0.003], scale=1e3) == "2.000 ± 1.414"
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _git(*args, cwd):
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_checkout_commit_reads_head_and_marks_tracked_changes(tmp_path):
+    import shutil
+
+    from kvmm._git import checkout_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    assert checkout_commit(tmp_path) is None  # not a checkout
+    _git("init", "-q", cwd=tmp_path)
+    (tmp_path / "f").write_text("1")
+    _git("add", "f", cwd=tmp_path)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x", cwd=tmp_path)
+    head = _git("rev-parse", "HEAD", cwd=tmp_path)
+    assert checkout_commit(tmp_path) == head
+    (tmp_path / "untracked").write_text("u")
+    assert checkout_commit(tmp_path) == head  # untracked files do not make it dirty
+    (tmp_path / "f").write_text("2")
+    assert checkout_commit(tmp_path) == head + "+dirty"
+
+
+def test_a_built_copy_outside_the_checkout_reports_the_commit_it_was_built_from(tmp_path):
+    # what `pip install .` (non-editable) gives: the package without the checkout's .git
+    import os
+    import subprocess
+    import sys
+
+    from kvmm._git import checkout_commit
+
+    expected = checkout_commit(ROOT)
+    if expected is None:
+        pytest.skip("the tests do not run from a git checkout")
+    lib = tmp_path / "lib"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=ROOT,
+                   capture_output=True, text=True, check=True)
+    assert not (ROOT / "kvmm" / "_build_info.py").exists()  # written into the build only
+    env = {**os.environ, "PYTHONPATH": str(lib)}
+    code = "import kvmm, kvmm.report as r; print(kvmm.__file__); print(r.git_commit())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(lib / "kvmm" / "__init__.py"), expected]

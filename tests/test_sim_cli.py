@@ -41,6 +41,9 @@ def test_simulate_jobs_match_sequential(capsys):
     (["--tier", "dram:1GiB:lru:write-some"], "'write-some'"),
     (["--staging", "eager"], "eager"),
     (["--load", "heavy"], "heavy"),
+    (["--load", "-1"], "--load '-1'"),
+    (["--load", "0"], "--load '0'"),
+    (["--load", "inf"], "--load 'inf'"),
     (["--fast-tier", "cxl:lots"], "lots"),
     (["--model", "nope"], "nope"),
     (["--token-budget", "512", "--scorer", "oracle"], "oracle"),
@@ -112,3 +115,17 @@ def test_the_cli_staging_names_are_the_simulators():
     from kvmm.sim.config import STAGING_NAMES
 
     assert STAGING == STAGING_NAMES  # the CLI spells them out to stay light to import
+
+
+@pytest.mark.parametrize("fmt", [None, "mooncake"])
+def test_an_empty_trace_is_the_same_one_line_error_in_simulate_and_mrc(tmp_path, capsys, fmt):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    flags = [] if fmt is None else ["--format", fmt]
+    assert main(["simulate", "--trace", str(empty), "--staging", "timely", "--no-progress", *flags]) == 2
+    simulate_err = capsys.readouterr().err.strip()
+    assert main(["mrc", str(empty), *flags]) == 2
+    captured = capsys.readouterr()
+    assert simulate_err == "kvmm simulate: error: the trace has no requests; expected at least one"
+    assert captured.err.strip() == "kvmm mrc: error: the trace has no requests; expected at least one"
+    assert captured.out == ""  # no table of an empty curve

@@ -73,6 +73,8 @@ def test_shards_rejects_groups(tracker):
     ([1.5], "whole numbers"),
     (np.array(["x"]), "integers"),
     (np.zeros((2, 2), dtype=np.int64), "1-dimensional"),
+    ([[1, 2], [3]], "ragged"),
+    ([1, True], "booleans"),
 ])
 def test_bad_capacities(tracker, caps, words):
     before = tracker.snapshot()

@@ -5,8 +5,10 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
-from kvmm.tiers import RedisTier
+from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
+                         CorruptTierError, UnknownKeyError)
+from kvmm.policies import LRUPolicy
+from kvmm.tiers import ManagedTier, RedisTier
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 from kvmm.testing.tiers import value
 
@@ -92,6 +94,23 @@ def test_corrupt_remote_value_raises_corrupt_entry(pool):
     with pytest.raises(CorruptEntryError):
         pool.get("j")
     assert pool.used_bytes == 128  # nothing was changed by the failed reads
+
+
+@pytest.mark.parametrize("member", [b"\xff", b"ab(", b"[1]", b"True", b"0x1"],
+                         ids=["not-utf8", "bad-literal", "unhashable", "bool", "not-canonical"])
+def test_a_damaged_key_set_member_is_corrupt_tier_naming_it_and_the_rest_stays_usable(pool, member):
+    pool.put("k", value(64))
+    pool.client.sadd(pool._k_keys, member)
+    for listing in (pool.keys, lambda: len(pool), lambda: ManagedTier(pool, LRUPolicy())):
+        with pytest.raises(CorruptTierError, match="not encoded keys") as err:
+            listing()
+        assert repr(member) in str(err.value) and pool._k_keys in str(err.value)
+    assert np.array_equal(pool.get("k"), value(64)) and pool.contains("k") and pool.nbytes_of("k") == 64
+    pool.put("j", value(32, 3))
+    pool.delete("k")
+    assert pool.used_bytes == 32 and np.array_equal(pool.get("j"), value(32, 3))
+    pool.client.srem(pool._k_keys, member)  # the remedy the message names
+    assert pool.keys() == ["j"] and len(pool) == 1 and ManagedTier(pool, LRUPolicy()).keys() == ["j"]
 
 
 def test_unknown_keys_and_bad_values(pool):

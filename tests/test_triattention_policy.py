@@ -207,3 +207,33 @@ def test_attention_evidence_is_checked_not_used():
     with pytest.raises(BadInputError, match="NaN"):
         policy.observe(0, keys=rng.normal(size=(1, KV, D)), attention=bad)
     _same(before, _snapshot(policy))
+
+
+@pytest.mark.parametrize("aggregation", ["global", "head"])
+def test_evict_to_budget_keeps_protected_prompt_tokens_as_compress_does(aggregation):
+    from kvmm.allocators import BlockAllocator, TokenTable
+    from kvmm.compress import evict_to_budget
+
+    cal = _calibration()
+    rng = np.random.default_rng(5)
+    prompt, decode = rng.normal(size=(24, KV, D)), rng.normal(size=(16, KV, D))
+    table = TokenTable(BlockAllocator(64, 4))
+    table.add_sequence(3)
+    table.append([3], [40])
+    policy = TriAttentionPolicy(TriAttentionScorer(cal), budget=30, aggregation=aggregation)
+    twin = TriAttentionPolicy(TriAttentionScorer(cal), budget=30, aggregation=aggregation)
+    for p in (policy, twin):
+        p.observe(3, keys=prompt)
+        p.observe(3, keys=decode)
+    scores = policy.scores(3)
+    assert np.isposinf(scores[:24]).all() and np.isfinite(scores[24:]).all()
+    assert evict_to_budget(table, policy, [3], 30).tolist() == [10]
+    live = table.positions(3)  # the live logical positions
+    assert set(range(24)) <= set(live.tolist())  # every prompt token stays
+    evicted_by_compress = twin.compress(3)
+    assert set(range(24)).isdisjoint(evicted_by_compress.tolist())
+    if aggregation == "global":  # one kept set: the same 10 decode tokens go either way
+        assert sorted(set(range(40)) - set(live.tolist())) == sorted(evicted_by_compress.tolist())
+    np.testing.assert_array_equal(policy.live_positions(3), np.sort(live))
+    policy.check()
+    table.check()

@@ -1,8 +1,22 @@
 """kvmm.allocators: paged KV blocks with a keyed prefix cache (see DESIGN.md and docs/allocator.md),
-and the vToken token table with background repacking (docs/vtoken.md)."""
+and the vToken token table with background repacking (docs/vtoken.md).
 
-from kvmm.allocators._secret import prefix_secret
-from kvmm.allocators.block_allocator import BlockAllocator
-from kvmm.allocators.token_table import CommitResult, RepackPlan, TokenTable
+Imports are lazy, so ``import kvmm.allocators`` loads neither numba nor the kernels; the first
+use of a name loads its module.
+"""
 
-__all__ = ["BlockAllocator", "TokenTable", "RepackPlan", "CommitResult", "prefix_secret"]
+from __future__ import annotations
+
+from kvmm._lazy import lazy_exports
+
+_LAZY = {
+    "BlockAllocator": "kvmm.allocators.block_allocator",
+    "TokenTable": "kvmm.allocators.token_table",
+    "RepackPlan": "kvmm.allocators._token_table_plan",
+    "CommitResult": "kvmm.allocators._token_table_plan",
+    "prefix_secret": "kvmm.allocators._secret",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

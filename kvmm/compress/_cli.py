@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError, ImportError) as exc:  # transformers' many ways to say "none"
+            first = (str(exc).strip().splitlines() or [""])[0].rstrip(": ") or type(exc).__name__
+            raise BadInputError(f"cannot load a tokenizer from {args.model} ({first}); give token ids instead "
+                                f"with --token-ids (TEXT then holds whitespace-separated ids)") from None
         ids = tokenizer(raw)["input_ids"]
     ids = ids[: args.max_tokens]
     n_cal = round(args.calibration_fraction * len(ids))  # <= len(ids): the fraction is at most 1

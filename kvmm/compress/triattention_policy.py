@@ -150,12 +150,16 @@ class TriAttentionPolicy:
             state.append(arr, pos, prompt=False)
 
     def scores(self, seq_id: int) -> np.ndarray:
-        """One score per live token in logical order (higher = keep): the token's best aggregated score."""
+        """One score per live token in logical order (higher = keep): the token's best aggregated
+        score, ``+inf`` for protected prompt tokens (the TokenScorer contract), so that
+        :func:`~kvmm.compress.evict_to_budget` never evicts them either."""
         state = self._state(seq_id)
         if state.n == 0:
             return np.zeros(0)
         grouped = self._aggregate(self.layer_scores(seq_id))
-        return grouped.reshape(-1, state.n).max(axis=0)
+        out = grouped.reshape(-1, state.n).max(axis=0)
+        out[state.prompt] = np.inf  # (prompt is all False unless protect_prompt)
+        return out
 
     def layer_scores(self, seq_id: int) -> np.ndarray:
         """Each layer's own per-KV-head scores ``(layers, kv_heads, live)`` at the next position."""

@@ -26,7 +26,10 @@ its query group), like kvpress's presses; ``False`` scores every token once and 
 the same score.  A :class:`~kvmm.compress.TriAttentionScorer` (or a ``TriAttentionPolicy``'s
 scorer for the layer: one, or one per layer) is used through its per-KV-head
 ``kv_head_scores`` on the post-RoPE keys; give one per layer (a list, or
-:meth:`KvmmPress.triattention` with a per-layer :class:`~kvmm.compress.Calibration`).
+:meth:`KvmmPress.triattention` with a per-layer :class:`~kvmm.compress.Calibration`).  Of a
+``TriAttentionPolicy`` only those scorers are used: kvpress cannot apply its aggregation (other
+than ``"layer_head"``), budget, prompt protection, trigger or table, and the press says so in a
+``UserWarning`` (:mod:`kvmm.integrations._press_settings`).
 
 Importing this module imports kvpress (and so torch and transformers); ``import kvmm`` never does.
 """
@@ -56,6 +59,7 @@ from kvmm.compress.calibration import Calibration
 from kvmm.compress.hf import rope_from_config
 from kvmm.compress import TriAttentionPolicy, TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError
+from kvmm.integrations._press_settings import warn_unhonoured_policies
 from kvmm.protocols import TokenScorer
 
 __all__ = ["KvmmPress"]
@@ -101,6 +105,7 @@ class KvmmPress(ScorerPress):
             if not isinstance(s, (TokenScorer, TriAttentionScorer)):
                 raise BadInputError(f"scorer must be a kvmm TokenScorer (observe, scores) or a TriAttentionScorer, "
                                     f"or a list/dict of them per layer; got {type(s).__name__}")
+        warn_unhonoured_policies([s for s in layers if isinstance(s, TriAttentionPolicy)], stacklevel=4)
         if not isinstance(self.per_head, bool):
             raise BadInputError(f"per_head must be True or False, got {self.per_head!r}")
         if self.attention_queries is not None:

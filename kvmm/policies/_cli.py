@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 
+#: the one-line error of an empty trace, as `kvmm simulate` says it (kvmm.sim.simulator.resolve_trace)
+NO_REQUESTS = "the trace has no requests; expected at least one"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="trace file (Mooncake, Qwen-Bailian, LMCache, vLLM KV events, libCacheSim "
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from kvmm._validate import as_count, as_fraction
+    from kvmm.errors import BadInputError
     from kvmm.policies import ShardsTracker, StackDistanceTracker
     from kvmm.traces import load_trace
 
@@ -50,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if args.png:
         _check_png_path(args.png)  # before the (possibly long) run, not a traceback at savefig
     if args.stratify_rate is not None and args.sample_rate is None:
-        from kvmm.errors import BadInputError
         raise BadInputError("--stratify-rate needs --sample-rate (only fixed-rate SHARDS is stratified)")
     if args.dask is not None:
         hist, name, summary = _dask_histogram(args)
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         tracker = StackDistanceTracker()
         mode = "exact"
     trace = load_trace(args.trace, args.format, skip_bad=args.skip_bad)
+    if trace.num_requests == 0:
+        raise BadInputError(NO_REQUESTS)  # the rule `kvmm simulate` follows too
     tracker.access(trace.block_ids)
     hist = tracker.histogram()
     print(f"trace {trace.name}: {trace.num_requests} requests, {trace.block_ids.size} block references, "

@@ -398,7 +398,7 @@ def _as_capacity(x: Any) -> int:
 def _as_capacities(capacities: Any, max_capacity: int) -> np.ndarray:
     if capacities is None:
         return np.arange(max_capacity + 1, dtype=np.int64)
-    arr = np.asarray(capacities)
+    arr = as_array(capacities, "capacities")  # ragged lists and booleans are KvmmErrors, not numpy's
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.size == 0:

@@ -200,7 +200,9 @@ def build_configs(args: argparse.Namespace) -> list:
         try:
             load = float(args.load)
         except ValueError:
-            raise BadInputError(f"--load {args.load!r}: expected a number > 0 or 'none'") from None
+            load = float("nan")
+        if not 0.0 < load < float("inf"):
+            raise BadInputError(f"--load {args.load!r}: expected a number > 0 or 'none'")
     staging = STAGING if args.staging == "all" else (args.staging,)
     if args.staging != "all" and args.staging not in STAGING:
         raise BadInputError(f"--staging {args.staging!r}: expected one of {', '.join(STAGING)} or all")

@@ -256,7 +256,7 @@ def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
     else:  # a bundled name or a file of any format load_trace reads; it says clearly when it is neither
         trace = _load_cached(workload)
     if trace.num_requests == 0:
-        raise BadInputError("the workload has no requests; expected at least one")
+        raise BadInputError("the trace has no requests; expected at least one")  # as `kvmm mrc` says it
     if max_requests is not None:
         trace = trace.head(max_requests)  # views of the first requests' arrays, no copy
     return trace

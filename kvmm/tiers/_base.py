@@ -28,7 +28,7 @@ from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.tiers.spec import TierSpec, preset
 
-__all__ = ["TierBase", "normalize_key", "normalize_keys", "encode_key", "decode_key", "as_value_array", "resolve_spec"]
+__all__ = ["TierBase", "normalize_key", "normalize_keys", "encode_key", "decode_key", "stored_key", "as_value_array", "resolve_spec"]
 
 _VALUE_KINDS = "biufc"
 MAX_KEY_DEPTH = 32  # nesting of tuple keys: deeper keys would overflow Python's recursion in repr/eval
@@ -151,6 +151,15 @@ def encode_key(key: Any) -> bytes:
 def decode_key(raw: bytes) -> Hashable:
     """Inverse of :func:`encode_key`."""
     return ast.literal_eval(raw.decode("utf-8"))
+
+
+def stored_key(raw: bytes) -> Hashable | None:
+    """The normal key that ``raw`` encodes (:func:`encode_key`), or None when ``raw`` is not a
+    key this library wrote (damaged or foreign bytes)."""
+    try:
+        return normalize_key(decode_key(raw))
+    except Exception:  # any bytes may be here: not UTF-8, a bad literal, too deep, not a key type, ...
+        return None
 
 
 def as_value_array(data: Any, name: str = "data") -> np.ndarray:

@@ -55,7 +55,7 @@ from typing import Any, Hashable, NamedTuple
 import numpy as np
 
 from kvmm.errors import BackendUnavailableError
-from kvmm.tiers._base import decode_key, encode_key, normalize_key
+from kvmm.tiers._base import encode_key, stored_key  # (stored_key: also fmt.stored_key for the recovery)
 
 FORMAT_VERSION = 1
 RECORD_MAGIC = b"KVMR"
@@ -196,13 +196,6 @@ def damaged_record_keys(buf: Any, offset: int, size: int, known: Any) -> list[Ha
     return found
 
 
-def stored_key(key_bytes: bytes) -> Hashable | None:
-    """The normal key ``key_bytes`` encode (:func:`~kvmm.tiers._base.encode_key`), or None
-    when they are not a key this library wrote (damaged or foreign bytes)."""
-    try:
-        return normalize_key(decode_key(key_bytes))
-    except Exception:  # any bytes may be here: a bad literal, too deep, not a key type, ...
-        return None
 
 
 def find_next_record(buf: Any, start: int, size: int) -> int | None:

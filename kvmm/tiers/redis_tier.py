@@ -31,7 +31,9 @@ accepted (they evict only keys with a TTL, and the tier sets none).  A server ou
 Failure semantics: a server that cannot be reached (refused, reset, timed out) raises
 :class:`~kvmm.errors.BackendUnavailableError`; nothing local changes (the object keeps no
 cache, and its ``stats`` count only completed calls).  A value whose bytes do not match its
-checksum, length or dtype/shape raises :class:`~kvmm.errors.CorruptEntryError`.
+checksum, length or dtype/shape raises :class:`~kvmm.errors.CorruptEntryError`; a damaged
+member of the key set makes ``keys()`` (and ``len()``) raise :class:`~kvmm.errors.CorruptTierError`
+naming it, while every other entry stays usable.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from urllib.parse import urlparse
 import numpy as np
 
 from kvmm._validate import as_positive_float
-from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
-from kvmm.tiers._base import TierBase, as_value_array, decode_key, encode_key, normalize_key, normalize_keys
+from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
+                         CorruptTierError, UnknownKeyError)
+from kvmm.tiers._base import TierBase, as_value_array, encode_key, normalize_key, normalize_keys, stored_key
 from kvmm.tiers.spec import TierSpec
 
 __all__ = ["RedisTier"]
@@ -261,7 +264,22 @@ class RedisTier(TierBase):
         return bool(self._call(lambda: self.client.exists(self._entry(raw_key))))
 
     def keys(self) -> list[Hashable]:
-        return [decode_key(raw) for raw in self._call(lambda: self.client.smembers(self._k_keys))]
+        """Every key of the shared pool (all processes).
+
+        A member of ``{prefix}:keys`` that is not the encoding of a key (damaged, or written by
+        something else) raises :class:`~kvmm.errors.CorruptTierError` naming it; the entries
+        under the other keys stay readable and writable.  Runtime complexity: O(entries).
+        """
+        raws = self._call(lambda: self.client.smembers(self._k_keys))
+        keys = [stored_key(raw) for raw in raws]
+        damaged = sorted(raw for raw, k in zip(raws, keys) if k is None or encode_key(k) != raw)
+        if damaged:
+            shown = ", ".join(repr(raw) for raw in damaged[:5]) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+            raise CorruptTierError(
+                f"tier {self.name!r}: the key set {self._k_keys!r} of pool {self.prefix!r} holds "
+                f"{len(damaged)} member(s) that are not encoded keys: {shown}; the other entries are unaffected "
+                f"(remove the damaged member with SREM {self._k_keys} <member>, or drop_pool())")
+        return keys
 
     def nbytes_of(self, key: Hashable) -> int:
         k = normalize_key(key)

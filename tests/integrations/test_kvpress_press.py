@@ -7,6 +7,7 @@ with kvpress's own press run on the same model and input.
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 
 import numpy as np
 import pytest
@@ -117,10 +118,14 @@ def test_triattention_generates_and_keeps_each_heads_top_scores(model, input_ids
         for head, kept in enumerate(sets[layer]):
             assert kept == sorted(np.argsort(-scores[head], kind="stable")[:TOKENS // 2].tolist())
     # A TriAttentionPolicy per layer, or one over all layers, scores with the layer's scorer, per
-    # KV head: the same selection.
-    assert kept_sets(model, input_ids, KvmmPress([TriAttentionPolicy(s) for s in press.scorer], 0.5)) == sets
+    # KV head: the same selection, with a warning that its own settings are not applied.
+    with pytest.warns(UserWarning, match="kvpress cannot apply its .*protect_prompt=True"):
+        per_layer = KvmmPress([TriAttentionPolicy(s) for s in press.scorer], 0.5)
+    assert kept_sets(model, input_ids, per_layer) == sets
     whole = TriAttentionPolicy.from_calibration(press.scorer[0].calibration)
-    assert kept_sets(model, input_ids, KvmmPress(whole, 0.5)) == sets
+    with pytest.warns(UserWarning, match="aggregation='head'"):
+        whole_press = KvmmPress(whole, 0.5)
+    assert kept_sets(model, input_ids, whole_press) == sets
     with press(model):
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6, min_new_tokens=6,
                              do_sample=False, pad_token_id=0, return_dict_in_generate=True)
@@ -148,6 +153,7 @@ def test_a_calibration_for_another_layer_count_is_refused_however_the_scorers_ar
     one_layer = calibrate([q for q, _ in qk], [k for _, k in qk], rope=rope_from_config(model.config))
     scorer = TriAttentionScorer(one_layer, layer=0)
     for given in ([scorer, scorer], {0: scorer, 1: scorer}, TriAttentionPolicy(scorer), [TriAttentionPolicy(scorer)] * 2):
-        with pytest.raises(CalibrationError, match="num_layers=1 \\(expected 2\\)"):
+        with pytest.raises(CalibrationError, match="num_layers=1 \\(expected 2\\)"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a policy's dropped settings (tested above)
             with KvmmPress(given, 0.5)(model):
                 pass
