@@ -18,6 +18,9 @@ from kvmm.report import Report, format_table
 def test_every_error_is_a_kvmm_error_and_a_builtin():
     for name in errors.__all__:
         cls = getattr(errors, name)
+        if issubclass(cls, Warning):  # kvmm's warnings are one family too
+            assert issubclass(cls, errors.KvmmWarning)
+            continue
         assert issubclass(cls, errors.KvmmError)
     assert issubclass(errors.InvalidIdError, IndexError)
     assert issubclass(errors.DTypeError, TypeError)

@@ -89,11 +89,18 @@ def test_fill_is_validated():
 def test_gpu_key_mirror_counts_copies():
     from kvmm.sim.demotion import GpuKeyMirror
 
-    m = GpuKeyMirror(6)
-    stored, evicted = m.admitted(np.array([0, 1, 2], dtype=np.int32), 0, np.array([10, 11], dtype=np.int64))
-    assert (stored, evicted) == ([10, 11], [])
+    m = GpuKeyMirror(6, np.array([10, 11, 12], dtype=np.int64))
+
+    def admitted(ids, trace_ids, hits=0):
+        stored, evicted = m.admitted(np.array(ids, dtype=np.int32), hits, np.array(trace_ids, dtype=np.int64))
+        return stored.tolist(), evicted.tolist()
+
+    assert admitted([0, 1, 2], [10, 11]) == ([10, 11], [])
     # block 3 holds 11 again (a second copy); then blocks 1 and 3 are handed out: 11 leaves with its last copy
-    assert m.admitted(np.array([3], dtype=np.int32), 0, np.array([11], dtype=np.int64)) == ([], [])
-    assert m.admitted(np.array([1], dtype=np.int32), 0, np.array([12], dtype=np.int64)) == ([12], [])
-    assert m.admitted(np.array([3], dtype=np.int32), 0, np.array([], dtype=np.int64)) == ([], [11])
-    assert m.holder.tolist() == [10, 12, -1, -1, -1, -1]
+    assert admitted([3], [11]) == ([], [])
+    assert admitted([1], [12]) == ([12], [])
+    assert admitted([3], []) == ([], [11])
+    assert m.holder.tolist() == [0, 2, -1, -1, -1, -1]  # dense ids: positions in the key space
+    # a block evicted and keyed again by one admission never left the GPU; prefix hits are not re-keyed
+    assert admitted([0, 4], [10, 10], hits=0) == ([], [])
+    assert admitted([5, 0], [12, 11], hits=1) == ([11], [])  # block 4 still holds 10

@@ -68,44 +68,37 @@ class GpuKeyMirror:
     cached blocks it evicted (the allocator drops a free cached block's key when it hands the
     block out, and reports only the count).
 
-    ``holder[b]``: the trace block id pool block ``b`` was keyed with (-1: none); ``copies``:
-    trace id -> how many pool blocks hold it (a key can be cached in two blocks when a request
-    recomputes a block it could not reach through its prefix), so a block leaves the GPU only
-    with its last copy.  Runtime complexity: O(blocks of the request) per admission.
+    ``key_space``: the sorted distinct trace block ids of the run (a block's dense id is its
+    position there).  ``holder[b]``: the dense id pool block ``b`` was keyed with (-1: none);
+    ``copies[k]``: how many pool blocks hold dense id ``k`` (a key can be cached in two blocks
+    when a request recomputes a block it could not reach through its prefix), so a block leaves
+    the GPU only with its last copy.  Runtime complexity: O(blocks of the request x log keys)
+    per admission, in numpy.
     """
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, key_space: np.ndarray) -> None:
+        self.key_space = key_space
         self.holder = np.full(num_blocks, -1, dtype=np.int64)
-        self.copies: dict[int, int] = {}
+        self.copies = np.zeros(key_space.shape[0], dtype=np.int32)
 
-    def admitted(self, ids: np.ndarray, hits: int, trace_ids: np.ndarray) -> tuple[list[int], list[int]]:
+    def admitted(self, ids: np.ndarray, hits: int, trace_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A request took pool blocks ``ids`` for trace blocks ``trace_ids`` (its first ``hits``
         were prefix hits, the blocks after ``len(trace_ids)`` hold no key).  Returns
-        ``(stored, evicted)``: trace ids now on the GPU that were not, and those no longer on it."""
+        ``(stored, evicted)`` trace ids: blocks now on the GPU that were not, and those no
+        longer on it (a block evicted and keyed again by the same admission is in neither)."""
         fresh = ids[hits:]
         old = self.holder[fresh]
-        keyed = trace_ids.shape[0] - hits
-        self.holder[fresh[:keyed]] = trace_ids[hits:]
+        old = old[old >= 0]
+        new = np.searchsorted(self.key_space, trace_ids[hits:])
+        keyed = new.shape[0]
+        self.holder[fresh[:keyed]] = new
         self.holder[fresh[keyed:]] = -1
         copies = self.copies
-        evicted: list[int] = []
-        for k in old[old >= 0].tolist():
-            left = copies[k] - 1
-            if left:
-                copies[k] = left
-            else:
-                del copies[k]
-                evicted.append(k)
-        stored: list[int] = []
-        for k in trace_ids[hits:].tolist():
-            c = copies.get(k, 0)
-            copies[k] = c + 1
-            if not c:
-                stored.append(k)
-        # a block evicted and re-stored by the same admission never left the GPU
-        if evicted and stored:
-            again = set(evicted).intersection(stored)
-            if again:
-                evicted = [k for k in evicted if k not in again]
-                stored = [k for k in stored if k not in again]
-        return stored, evicted
+        before = copies[new]
+        np.subtract.at(copies, old, 1)
+        np.add.at(copies, new, 1)
+        stored = new[before == 0]
+        evicted = old[copies[old] == 0]
+        if evicted.shape[0] > 1:
+            evicted = np.unique(evicted)  # two copies of one key handed out together
+        return self.key_space[stored], self.key_space[evicted]

@@ -63,7 +63,8 @@ class Engine:
 
     def __init__(self, cfg: SimConfig, model: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray,
                  ledger_factory, progress, *, record_ops: bool = False, assigned: list[int] | None = None,
-                 shared: tuple = (), levels: tuple | None = None, tier_events=None) -> None:
+                 shared: tuple = (), levels: tuple | None = None, tier_events=None,
+                 key_space: np.ndarray | None = None) -> None:
         self.cfg, self.model, self.trace, self.progress = cfg, model, trace, progress
         n = trace.num_requests
         self.n = n
@@ -85,6 +86,9 @@ class Engine:
         self.ids = trace.block_ids.astype(np.int64)
         self.keys = pool_keys(self.ids)
         self.bt = bt = int(trace.block_tokens)  # tokens per block of the trace's format
+        demotes = any(lv.write_back for lv in (tuple(cfg.tiers) if levels is None else tuple(levels)))
+        if key_space is None and (demotes or tier_events is not None):
+            key_space = np.unique(self.ids)  # the GPU key mirror's dense ids
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
         kvb = model.kv_bytes_per_token
@@ -93,7 +97,7 @@ class Engine:
         self.compressor = None
         self.hier = Hierarchy(cfg, self.block_bytes, block_tokens=bt, record_ops=record_ops,
                               prefix_cache=False if cfg.token_budget is not None else None, shared=shared,
-                              events=tier_events)
+                              events=tier_events, key_space=key_space)
         # the lower levels as this instance sees them (a shared level's spec includes its fabric)
         self.levels = tuple(cfg.tiers) if levels is None else tuple(levels)
         self.fabric_queue = None  # a cluster's shared fabric (kvmm.cluster.sim.FabricQueue)

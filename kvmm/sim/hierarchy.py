@@ -40,7 +40,7 @@ class Hierarchy:
 
     def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, with_tiers: bool = True,
                  prefix_cache: bool | None = None, record_ops: bool = False, shared: tuple = (),
-                 events: Any = None) -> None:
+                 events: Any = None, key_space: np.ndarray | None = None) -> None:
         num_blocks = cfg.gpu_kv_bytes // block_bytes
         if num_blocks < 1:
             raise BadInputError(f"gpu_kv_bytes={cfg.gpu_kv_bytes} holds no {block_bytes}-byte block; expected at least one block")
@@ -60,7 +60,11 @@ class Hierarchy:
         self.private = len(levels)  # the levels after these are shared with other instances
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
         self.admission += [s.admission for s in shared]
-        self.mirror = GpuKeyMirror(num_blocks) if self.logged and self.prefix_cache else None
+        self.mirror = None
+        if self.logged and self.prefix_cache:
+            if key_space is None:
+                raise BadInputError("a hierarchy that demotes or feeds an index needs the run's key_space")
+            self.mirror = GpuKeyMirror(num_blocks, key_space)
         self.demoted = [0] * len(self.levels)  # blocks written into each level by demotion
         # kvmm's own WriteAll is stateless and admits every block the tier lacks; with the cached
         # ones kept (offer) that is every block, so offer skips its admission call
@@ -121,11 +125,11 @@ class Hierarchy:
         if self.ops is not None:
             self.ops.append(("admit", keys.copy(), extra, ids.copy(), hits))
         if self.mirror is not None:
-            stored, evicted = self.mirror.admitted(ids, hits, keys[:, 0].astype(np.int64))
-            if self.events is not None and (stored or evicted):
+            stored, evicted = self.mirror.admitted(ids, hits, keys[:, 0].view(np.int64))
+            if self.events is not None and (stored.shape[0] or evicted.shape[0]):
                 self.events(0, stored, evicted)
-            if evicted and self.write_back and self.write_back[0]:
-                self.demote(0, evicted)
+            if evicted.shape[0] and self.write_back and self.write_back[0]:
+                self.demote(0, evicted.tolist())
         return ids, hits
 
     def release(self, ids: np.ndarray) -> None:
