@@ -169,3 +169,23 @@ def test_a_policy_is_a_registered_name_or_an_object_with_its_methods(make, messa
 def test_eviction_names_are_case_insensitive():
     assert TierLevel(eviction="LRU").eviction == "LRU"
     assert isinstance(make_eviction("LRU"), LRUPolicy)
+
+
+def test_the_run_returns_its_own_policy_objects():
+    # the config's objects are copied for the run and stay untouched; SimResult.policies gives back
+    # the copies that saw the run (their counters are the run's)
+    from kvmm.policies.admission import StoreThreshold
+
+    trace = one_at_a_time("conversation")
+    given = RecordingLRU()
+    admission = StoreThreshold()
+    cfg = lru_config(trace, 64, eviction=given).with_(
+        tiers=(TierLevel(preset("dram", 64 * BLOCK_BYTES), eviction=given, admission=admission),))
+    res = simulate(cfg)
+    used = res.policies["eviction"][0][0]
+    assert isinstance(used, RecordingLRU) and used is not given
+    assert len(given.events) == 0 and len(used.events) > 0
+    assert isinstance(res.policies["admission"][0][0], StoreThreshold)
+    assert res.policies["admission"][0][0] is not admission
+    assert res.policies["scorer"] == (None,)
+    assert "policies" not in res.as_dict()

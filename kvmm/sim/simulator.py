@@ -227,8 +227,17 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         steps=sum(e.steps for e in engines), max_waiting=max(e.max_waiting for e in engines),
         max_running=max(e.max_running for e in engines),
         tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None),
-        policies={"eviction": tuple(tuple(t.policy for t in e.hier.tiers) for e in engines)},
+        policies=run_policies(engines),
         busy_seconds=(sum(e.prefill_busy_s for e in engines), sum(e.decode_busy_s for e in engines)))
+
+
+def run_policies(engines: list) -> dict:
+    """The policy objects a run used (its own copies: SimConfig deep-copies what it is given),
+    per instance: ``eviction`` and ``admission`` per lower level (a shared level's one object
+    appears in every instance's tuple), ``scorer`` (``None`` without token compression)."""
+    return {"eviction": tuple(tuple(t.policy for t in e.hier.tiers) for e in engines),
+            "admission": tuple(tuple(e.hier.admission) for e in engines),
+            "scorer": tuple(e.compressor.scorer if e.compressor is not None else None for e in engines)}
 
 
 def latency_metrics(cfg: SimConfig, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, out_len: np.ndarray,
