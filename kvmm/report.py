@@ -41,6 +41,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("tempokv", "kvmm.reproduce.tempokv"),
     ("pd", "kvmm.reproduce.pd"),
     ("triattention", "kvmm.reproduce.triattention"),
+    ("cluster", "kvmm.reproduce.cluster"),
 ]
 
 
