@@ -50,7 +50,7 @@ def test_without_router_or_shared_tier_instances_are_dealt_round_robin(capsys):
     (["--shared-tier", "bogus"], ["--tier 'bogus'", "unknown preset"]),
     (["--exclusive"], ["--exclusive", "write-back"]),
     (["--price", "gpu=3.5"], ["--price"]),
-    (["--router", "round-robin", "--pd", "1x1:rdma400"], ["--pd"]),
+    (["--shared-tier", "nvme", "--pd", "1x1:rdma400"], ["--pd", "no lower tiers"]),
     (["--index-max-entries", "10"], ["--index-max-entries"]),
 ])
 def test_bad_cluster_flags_give_one_line_errors(capsys, args, names):
@@ -59,3 +59,9 @@ def test_bad_cluster_flags_give_one_line_errors(capsys, args, names):
     assert len(err.splitlines()) == 1, err
     for name in names:
         assert name in err, err
+
+
+def test_a_router_with_pd_routes_to_the_prefill_instances(capsys):
+    row = run_json(capsys, ["--pd", "2x1:rdma400", "--router", "approx-prefix"])
+    assert row["policy"] == "pd" and sum(row["requests_per_instance"]) == 300
+    assert len(row["requests_per_instance"]) == 2

@@ -199,3 +199,18 @@ def _index_of(engines):
     feed = engines[0].hier.events
     cells = dict(zip(feed.__code__.co_freevars, (c.cell_contents for c in feed.__closure__)))
     return cells["index"]
+
+
+def test_a_pd_cluster_routes_each_request_to_a_prefill_instance():
+    from kvmm.sim import PDConfig
+
+    base = SimConfig(max_requests=600, pd=PDConfig(3, 2))
+    rr = simulate(base.with_(cluster=ClusterConfig(instances=3, router="round-robin")))
+    assert rr.requests_per_instance == (200, 200, 200) and rr.policy == "pd"
+    checked = simulate(base.with_(cluster=ClusterConfig(instances=3, router=CheckedPrecise(3))))
+    assert checked.policies["router"].decisions == 600 and checked.policies["router"].with_hits > 50
+    assert checked.index_entries > 0
+    with pytest.raises(BadInputError, match="prefill instances; expected ClusterConfig\\(instances=3\\)"):
+        base.with_(cluster=ClusterConfig(instances=2))
+    with pytest.raises(BadInputError, match="no shared_tiers with pd="):
+        base.with_(cluster=ClusterConfig(instances=3, shared_tiers=(TierLevel("dram"),)))

@@ -168,7 +168,8 @@ def parse_cluster(args: argparse.Namespace):
             raise BadInputError("--index-max-entries needs a cluster (--router or --shared-tier)")
         return None
     if args.pd:
-        raise BadInputError("--pd with --router / --shared-tier is not modelled yet; give one or the other")
+        if args.shared_tier:
+            raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
     from kvmm.cluster.config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
@@ -179,8 +180,9 @@ def parse_cluster(args: argparse.Namespace):
 
         if fabric not in FABRIC_PRESETS:
             raise BadInputError(f"--fabric {args.fabric!r}: expected one of {sorted(FABRIC_PRESETS)} or none")
+    instances = parse_pd(args.pd).prefill_instances if args.pd else args.instances  # PD: routed prefill instances
     try:
-        return ClusterConfig(instances=args.instances, router=name, router_params=params, shared_tiers=shared,
+        return ClusterConfig(instances=instances, router=name, router_params=params, shared_tiers=shared,
                              fabric=fabric, index_max_entries=args.index_max_entries)
     except (BadInputError, TypeError) as exc:
         raise BadInputError(f"--router {args.router!r}: {exc}") from None

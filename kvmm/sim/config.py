@@ -213,6 +213,13 @@ class SimConfig:
             if self.token_budget is not None:
                 raise BadInputError("token_budget (decode-time compression) is not modelled in a cluster yet; "
                                     "expected token_budget=None with cluster=")
+            if isinstance(self.pd, PDConfig):  # the router picks the prefill instance of each request
+                if self.cluster.instances != self.pd.prefill_instances:
+                    raise BadInputError(f"with pd=, the cluster routes to the {self.pd.prefill_instances} prefill "
+                                        f"instances; expected ClusterConfig(instances={self.pd.prefill_instances}), "
+                                        f"got {self.cluster.instances}")
+                if self.cluster.shared_tiers:
+                    raise BadInputError("PD mode models no lower tiers; expected no shared_tiers with pd=")
         if self.prices is not None:
             from kvmm.cluster.cost import Prices
 

@@ -40,10 +40,44 @@ _ARRIVE, _PREFILL_DONE, _XFER_DONE, _DECODE_STEP = range(4)
 
 
 def simulate_pd(cfg: SimConfig, m: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray, progress=None):
-    """Run a disaggregated replay; returns a :class:`~kvmm.sim.simulator.SimResult`."""
+    """Run a disaggregated replay; returns a :class:`~kvmm.sim.simulator.SimResult`.
+
+    With ``cfg.cluster`` the cluster's router picks each request's prefill instance (instead
+    of the fewest queued prefill tokens), seeing each prefill instance's queue, whether it is
+    prefilling and its GPU pool use, and a block index of the prefill pools when it reads one.
+    """
     sim = _PD(cfg, m, trace, arrival, progress)
     end = sim.run()
-    return sim.result(end)
+    result = sim.result(end)
+    if sim.router is None:
+        return result
+    from dataclasses import replace
+
+    routed = sim.routed
+    mean = routed.mean()
+    return replace(result, policies={"router": sim.router}, requests_per_instance=tuple(routed.tolist()),
+                   load_imbalance=float(routed.max() / mean) if mean > 0 else 1.0,
+                   index_entries=len(sim.index) if sim.index is not None else 0)
+
+
+def _cluster_routing(cfg: SimConfig, instances: int) -> tuple:
+    """``(router, view, index or None, per-instance index feeds)`` of a routed PD run."""
+    import copy
+
+    from kvmm.cluster.sim import _index_feed
+    from kvmm.cluster.routers import make_router
+    from kvmm.cluster.view import ClusterView
+
+    cl = cfg.cluster
+    router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
+        else copy.deepcopy(cl.router)
+    index = None
+    if cl.uses_index:
+        from kvmm.cluster.index import BlockIndex
+
+        index = BlockIndex(instances, media=("GPU",), max_entries=cl.index_max_entries)
+    feeds = [_index_feed(index, i) if index is not None else None for i in range(instances)]
+    return router, ClusterView(instances, index=index), index, feeds
 
 
 class _PD:
@@ -58,7 +92,17 @@ class _PD:
         self.keys = pool_keys(trace.block_ids)
         self.bt = bt = int(trace.block_tokens)
         self.block_bytes = bt * m.kv_bytes_per_token
-        self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False) for _ in range(pd.prefill_instances)]
+        self.router = self.view = self.index = None
+        feeds = [None] * pd.prefill_instances
+        key_space = None
+        if cfg.cluster is not None:  # routed prefill instances (kvmm.cluster)
+            self.router, self.view, self.index, feeds = _cluster_routing(cfg, pd.prefill_instances)
+            key_space = np.unique(trace.block_ids.astype(np.int64)) if self.index is not None else None
+            from kvmm.cluster.sim import sessions_of
+
+            self.session = sessions_of(trace).tolist()
+        self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False, events=feeds[i],
+                                  key_space=key_space) for i in range(pd.prefill_instances)]
         self.decode = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False, prefix_cache=False)
                        for _ in range(pd.decode_instances)]
         prompt_blocks = np.diff(self.offsets)
@@ -91,6 +135,7 @@ class _PD:
         self.steps = 0
         self.done = 0
         self.max_waiting = 0
+        self.routed = np.zeros(len(self.prefill), dtype=np.int64)
 
     def push(self, t: float, kind: int, a: int) -> None:
         heapq.heappush(self.events, (t, self.seq, kind, a))
@@ -103,7 +148,7 @@ class _PD:
         while self.events:
             now, _, kind, a = heapq.heappop(self.events)
             if kind == _ARRIVE:
-                p = int(np.argmin(self.p_tokens))
+                p = self._route(a, now) if self.router is not None else int(np.argmin(self.p_tokens))
                 self.p_queue[p].append(a)
                 self.p_tokens[p] += int(self.input_len[a])
                 self.max_waiting = max(self.max_waiting, len(self.p_queue[p]))
@@ -127,6 +172,26 @@ class _PD:
         if self.done != self.n:
             raise RuntimeError("PD simulator stalled")  # pragma: no cover
         return now
+
+    def _route(self, r: int, now: float) -> int:
+        """The cluster router's prefill instance for ``r`` (the view: each prefill instance's
+        queue, whether it is prefilling, its pool use)."""
+        from kvmm.cluster.routers import checked_route
+        from kvmm.cluster.view import RouteRequest
+
+        view = self.view
+        for p, hier in enumerate(self.prefill):
+            view.queue_lengths[p] = len(self.p_queue[p])
+            view.running[p] = int(self.p_busy[p])
+            view.kv_utilisation[p] = hier.pool.usage
+        view.now = now
+        o0, o1 = int(self.offsets[r]), int(self.offsets[r + 1])
+        request = RouteRequest(index=r, arrival_s=now, block_ids=self.keys[o0:o1, 0].view(np.int64),
+                               input_length=int(self.input_len[r]), output_length=int(self.output_len[r]),
+                               session=self.session[r])
+        p = checked_route(self.router, request, view)
+        self.routed[p] += 1
+        return p
 
     # ------------------------------------------------------------------ prefill side
     def _start_prefill(self, p: int, now: float) -> None:
