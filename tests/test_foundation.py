@@ -104,7 +104,7 @@ def test_ragged_input_is_a_shape_error():
 
 def test_import_kvmm_and_cli_help_load_no_heavy_module():
     heavy = ("numba", "torch", "transformers", "dask", "redis", "pytest", "hypothesis", "matplotlib")
-    code = ("import sys, contextlib, io, kvmm, kvmm.compress\n"
+    code = ("import sys, contextlib, io, kvmm, kvmm.compress, kvmm.cluster\n"
             "from kvmm.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
             "    main(['--help'])\n"
@@ -114,7 +114,7 @@ def test_import_kvmm_and_cli_help_load_no_heavy_module():
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("package", ["compress", "policies", "sim"])
+@pytest.mark.parametrize("package", ["cluster", "compress", "policies", "sim"])
 def test_every_public_name_of_a_lazy_package_loads_on_first_use(package):
     pkg = importlib.import_module(f"kvmm.{package}")
     for name in pkg.__all__:
