@@ -300,5 +300,5 @@ class _PD:
             gpu_pool_blocks=int(self.prefill[0].num_blocks),
             gpu_lookup_hits=sum(int(s["hits"]) for s in stats), gpu_lookup_queries=sum(int(s["queries"]) for s in stats),
             tier_block_hits=(), tier_blocks_offered=(), tier_evictions=(), steps=self.steps, max_waiting=self.max_waiting,
-            kv_bytes_transferred=int(self.bytes_sent),
+            kv_bytes_transferred=int(self.bytes_sent), instances=pd.instances,
             link_busy_share=float(self.link_busy.max()) / span if span > 0 else 0.0)
