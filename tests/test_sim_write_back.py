@@ -104,3 +104,14 @@ def test_gpu_key_mirror_counts_copies():
     # a block evicted and keyed again by one admission never left the GPU; prefix hits are not re-keyed
     assert admitted([0, 4], [10, 10], hits=0) == ([], [])
     assert admitted([5, 0], [12, 11], hits=1) == ([11], [])  # block 4 still holds 10
+
+
+def test_gpu_key_mirror_reports_a_key_once_when_both_its_copies_go():
+    from kvmm.sim.demotion import GpuKeyMirror
+
+    m = GpuKeyMirror(4, np.array([5, 6], dtype=np.int64))
+    m.admitted(np.array([0], dtype=np.int32), 0, np.array([5], dtype=np.int64))
+    m.admitted(np.array([1], dtype=np.int32), 0, np.array([5], dtype=np.int64))  # a second copy of 5
+    stored, evicted = m.admitted(np.array([0, 1], dtype=np.int32), 0, np.array([6], dtype=np.int64))
+    assert stored.tolist() == [6] and evicted.tolist() == [5]
+    assert m.copies.tolist() == [0, 1]

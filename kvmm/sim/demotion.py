@@ -95,10 +95,13 @@ class GpuKeyMirror:
         self.holder[fresh[keyed:]] = -1
         copies = self.copies
         before = copies[new]
-        np.subtract.at(copies, old, 1)
+        if old.shape[0]:
+            np.subtract.at(copies, old, 1)  # .at: two blocks of one key may be handed out together
         np.add.at(copies, new, 1)
         stored = new[before == 0]
-        evicted = old[copies[old] == 0]
+        evicted = old[copies[old] == 0] if old.shape[0] else old
         if evicted.shape[0] > 1:
-            evicted = np.unique(evicted)  # two copies of one key handed out together
+            distinct = list(dict.fromkeys(evicted.tolist()))  # both copies of a key handed out: once
+            if len(distinct) != evicted.shape[0]:
+                evicted = np.array(distinct, dtype=np.int64)
         return self.key_space[stored], self.key_space[evicted]
