@@ -52,7 +52,7 @@ class ClusterConfig:
     index_max_entries: int | None = None
 
     def __post_init__(self) -> None:
-        from kvmm.sim.config import TierLevel
+        from kvmm.sim.config import as_tier_levels
 
         as_count(self.instances, "instances", minimum=1)
         params = dict(self.router_params) if not isinstance(self.router_params, dict) else self.router_params
@@ -69,14 +69,7 @@ class ClusterConfig:
                                 "or an object of the Router Protocol")
         elif params:
             raise BadInputError("router_params are for a router given by name; configure a router object yourself")
-        shared = self.shared_tiers
-        if isinstance(shared, TierLevel):
-            shared = (shared,)
-        try:
-            shared = tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in shared)
-        except TypeError:
-            raise BadInputError(f"shared_tiers must be a sequence of TierLevel, got {type(self.shared_tiers).__name__}") from None
-        object.__setattr__(self, "shared_tiers", shared)
+        object.__setattr__(self, "shared_tiers", as_tier_levels(self.shared_tiers, "shared_tiers"))
         if self.fabric is not None:
             from kvmm.cluster.fabric import FabricSpec, fabric_preset
 

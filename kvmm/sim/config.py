@@ -177,14 +177,7 @@ class SimConfig:
         as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
         if not isinstance(self.gpu_prefix_cache, bool):
             raise BadInputError(f"gpu_prefix_cache must be a bool, got {self.gpu_prefix_cache!r}")
-        tiers = self.tiers
-        if isinstance(tiers, TierLevel):
-            tiers = (tiers,)
-        try:
-            tiers = tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in tiers)
-        except TypeError:
-            raise BadInputError(f"tiers must be a sequence of TierLevel, got {type(self.tiers).__name__}") from None
-        object.__setattr__(self, "tiers", tiers)
+        object.__setattr__(self, "tiers", as_tier_levels(self.tiers, "tiers"))
         if self.policy not in STAGING_NAMES:
             raise BadInputError(f"unknown staging policy {self.policy!r}; expected one of {list(STAGING_NAMES)}")
         if not isinstance(self.fast_tier, TierSpec):
@@ -232,6 +225,16 @@ class SimConfig:
 
     def with_(self, **changes) -> "SimConfig":
         return replace(self, **changes)
+
+
+def as_tier_levels(value: Any, what: str) -> tuple:
+    """A TierLevel, or a sequence of TierLevels (or specs / preset names, each made a TierLevel), as a tuple."""
+    if isinstance(value, TierLevel):
+        return (value,)
+    try:
+        return tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in value)
+    except TypeError:
+        raise BadInputError(f"{what} must be a sequence of TierLevel, got {type(value).__name__}") from None
 
 
 # ---------------------------------------------------------------------- policy resolution
