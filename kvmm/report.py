@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from kvmm._progress import Progress
 
-__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "spread", "mean_pm"]
+__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "plain_number", "spread", "mean_pm"]
 
 #: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
 TRACE_SECTION = "allocator"
@@ -205,7 +205,8 @@ def mean_pm(values: Sequence[float], fmt: str = ".3f", *, scale: float = 1.0, un
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Markdown table; floats shown with 4 significant digits."""
+    """Markdown table; floats shown by :func:`plain_number` (4 significant digits, never
+    scientific notation)."""
     cells = [[_cell(v) for v in row] for row in rows]
     lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
@@ -222,9 +223,29 @@ def _format_plain(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 def _cell(v: object) -> str:
     if isinstance(v, float):
-        if v != v:
-            return "nan"
-        if abs(v) >= 1e5 or (0 < abs(v) < 1e-3):
-            return f"{v:.3e}"
-        return f"{v:.4g}"
+        return plain_number(v)
     return str(v)
+
+
+def plain_number(value: float, digits: int = 4) -> str:
+    """A float in fixed-point notation, never scientific: ``digits`` significant digits below
+    1,000 with trailing zeros dropped (``0.5``, ``0.1234``, ``0.0003``, ``12.35``), whole numbers
+    with thousands separators from 1,000 up (``14,540``), ``nan`` / ``inf`` / ``-inf`` as such.
+
+    What every table cell and every number in a sentence of the report goes through, so that
+    none reads ``1.454e+04`` or ``3.000e-04``.  Runtime complexity: O(1).
+    """
+    v = float(value)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    if abs(v) >= 999.5:
+        return f"{v:,.0f}"
+    if v == 0.0:
+        return "0"
+    import math
+
+    decimals = max(digits - 1 - math.floor(math.log10(abs(v))), 0)
+    text = f"{v:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

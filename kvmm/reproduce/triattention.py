@@ -39,7 +39,7 @@ from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapK
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.compress.triattention_policy import AGGREGATIONS, TriAttentionPolicy
 from kvmm.errors import BackendUnavailableError
-from kvmm.report import mean_pm, spread
+from kvmm.report import mean_pm, plain_number, spread
 
 #: Where the baselines come from (printed in the report).
 BASELINES = "kvmm.compress.scorers (H2OScorer, SnapKVScorer, StreamingLLMScorer, KeyNormScorer, RandomScorer)"
@@ -89,7 +89,7 @@ def reproduce(report) -> None:
     pearson_out = np.mean(pearson_out, axis=0)
     report.text(
         f"Model: pydoc-llama ({cal.num_layers} layers, {cal.num_heads} query / {cal.num_kv_heads} KV heads, head_dim "
-        f"{cal.head_dim}, RoPE theta {rope.theta:g}, byte vocabulary) on held-out Python documentation text. "
+        f"{cal.head_dim}, RoPE theta {plain_number(rope.theta)}, byte vocabulary) on held-out Python documentation text. "
         f"Calibration: the first {w['calibration_chunks']} x 1,024 held-out bytes; evaluation: {len(starts)} windows "
         f"of {w['n_tokens']} cached + {w['n_future']} future tokens further on. Recall: share of the future "
         "queries' attention (renormalised over the cached keys) that falls on kept keys, mean over queries, heads "
