@@ -93,8 +93,11 @@ class Report:
         if note:
             print(note.rstrip(), file=self.stream)
 
-    def figure(self, name: str, draw: Callable[[object], None]) -> Path | None:
-        """Call ``draw(ax)`` on a fresh matplotlib axes and save ``<out>/<name>.png``.
+    def figure(self, name: str, draw: Callable[[object], None], *, size: tuple[float, float] = (6.4, 4.2),
+               ncols: int = 1) -> Path | None:
+        """Call ``draw(ax)`` on a fresh matplotlib axes (``draw(axes)``, a row of ``ncols`` of them,
+        when ``ncols > 1``) of a ``size``-inch figure and save ``<out>/<name>.png``; titles are
+        wrapped to their axes' width and the layout tightened (:func:`fit_titles`).
 
         Returns the path, or ``None`` (and says so) when matplotlib is not installed.
         """
@@ -108,9 +111,9 @@ class Report:
             return None
         self.out.mkdir(parents=True, exist_ok=True)
         with matplotlib.rc_context({"axes.formatter.useoffset": False}):  # plain tick labels, no "+1e3"
-            fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+            fig, ax = plt.subplots(1, ncols, figsize=size, dpi=110, squeeze=True)
             draw(ax)
-            fig.tight_layout()
+            fit_titles(fig)
         path = self.out / self._figure_file(name)
         fig.savefig(path)
         plt.close(fig)
@@ -145,6 +148,23 @@ class Report:
         for name in previous - {p.name for p in self.figures}:
             (self.out / name).unlink(missing_ok=True)
         return path
+
+
+def fit_titles(fig, *, fontsize: float = 10.0) -> None:
+    """Wrap every axes title of ``fig`` onto as many lines as its axes' width needs, then
+    ``tight_layout`` (which makes room for the lines): a long title is never cut off at the
+    figure's edge.  Runtime complexity: O(title length) per axes."""
+    import textwrap
+
+    for ax in fig.axes:
+        title = ax.get_title()
+        if not title:
+            continue
+        # characters of a ``fontsize``-point title that fit the axes' width (about 0.55 em each)
+        width_pt = ax.get_position().width * fig.get_figwidth() * 72.0
+        chars = max(int(width_pt / (0.55 * fontsize)), 16)
+        ax.set_title(textwrap.fill(" ".join(title.split()), chars), fontsize=fontsize)
+    fig.tight_layout()
 
 
 #: a figure link of a report (``![name](file.png)``), capturing a plain file name in ``out``
