@@ -123,3 +123,23 @@ def test_a_row_whose_spread_blurs_what_it_reports_is_marked():
     assert spread_verdict(wide, np.array([3.0, 3.1, 2.9]), [np.array([0.146 - 0.062, 0.146, 0.146 + 0.062])]) == \
         "full time within spread of the next context's"
     assert spread_verdict(tight, np.array([0.8, 1.3, 1.1]), []) == "speed-up within spread of 1x"
+
+
+def test_recall_chart_is_horizontal_bars_with_every_method_readable():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvmm.reproduce import triattention as ta
+
+    methods = ta._method_order(4)
+    recalls = {(m, f): [0.1 + 0.01 * i, 0.12 + 0.01 * i] for i, m in enumerate(methods) for f in ta.FRACTIONS}
+    fig, ax = plt.subplots()
+    ta._draw_recall(ax, recalls, 4)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    rotations = {t.get_rotation() for t in ax.get_yticklabels()}
+    plt.close(fig)
+    assert labels == methods and len(methods) == 15  # one labelled row per method, table order
+    assert rotations == {0.0}
