@@ -226,7 +226,7 @@ def mean_pm(values: Sequence[float], fmt: str = ".3f", *, scale: float = 1.0, un
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Markdown table; floats shown by :func:`plain_number` (4 significant digits, never
-    scientific notation)."""
+    scientific notation), integers with thousands separators."""
     cells = [[_cell(v) for v in row] for row in rows]
     lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
@@ -242,8 +242,12 @@ def _format_plain(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def _cell(v: object) -> str:
+    import numbers
+
     if isinstance(v, float):
         return plain_number(v)
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return f"{int(v):,}"  # 15,355,484 like the floats' whole numbers
     return str(v)
 
 

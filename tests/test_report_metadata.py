@@ -85,6 +85,10 @@ def test_plain_number_never_writes_scientific_notation():
     assert [plain_number(v) for v in (float("nan"), float("inf"), -float("inf"))] == ["nan", "inf", "-inf"]
     rows = [[v] for v in (1e-12, 3e-4, 0.01, 7.0, 14540.0, 2.5e5, 1e15)]
     assert "e" not in format_table(["v"], rows).replace("| v |", "")
+    import numpy as np
+
+    assert format_table(["n"], [[15355484], [np.int64(1024)], [7], [True]]).splitlines()[2:] == \
+        ["| 15,355,484 |", "| 1,024 |", "| 7 |", "| True |"]
 
 
 def test_reproduce_sources_format_no_number_in_scientific_notation():
