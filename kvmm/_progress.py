@@ -48,6 +48,7 @@ class Progress:
         self._start = clock()
         self._last_draw = -float("inf")
         self._last_quarter = -1
+        self._drawn_done = -1  # the count the last line showed (off a terminal)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,7 +66,8 @@ class Progress:
             self._thread.join()
             self._thread = None
         self.done = max(self.done, self.total) if exc[0] is None else self.done
-        self._draw(force=True)
+        if self._tty or self.done != self._drawn_done:  # a log never gets the last line twice
+            self._draw(force=True)
         if self.enabled and self._tty:
             self.stream.write("\n")
             self.stream.flush()
@@ -108,6 +110,7 @@ class Progress:
                     return
                 self._last_quarter = quarter
                 self._last_draw = now
+                self._drawn_done = self.done
                 self.stream.write(f"{self.desc}: {frac:.0%} ({min(self.done, self.total)}/{self.total}, "
                                   f"{elapsed:.1f}s{_time_left(frac, elapsed)})\n")
             self.stream.flush()

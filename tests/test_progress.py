@@ -44,6 +44,7 @@ def test_off_a_terminal_a_long_run_prints_a_line_at_least_every_10_seconds():
     assert max(gaps) <= 10.0
     assert len(stamps) < 100  # and not a line per update: about one per 5 s (plus the 25 % steps)
     assert out.getvalue().splitlines()[-1].startswith("run: 100% (100/100, 370.0s)")
+    assert out.getvalue().count("run: 100%") == 1  # the closing line is not repeated
 
 
 def test_a_single_long_unit_of_work_still_gets_lines_from_the_heartbeat():
