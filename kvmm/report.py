@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from kvmm._progress import Progress
 
-__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "spread", "mean_pm"]
+__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "plain_number", "spread", "mean_pm"]
 
 #: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
 TRACE_SECTION = "allocator"
@@ -94,8 +94,11 @@ class Report:
         if note:
             print(note.rstrip(), file=self.stream)
 
-    def figure(self, name: str, draw: Callable[[object], None]) -> Path | None:
-        """Call ``draw(ax)`` on a fresh matplotlib axes and save ``<out>/<name>.png``.
+    def figure(self, name: str, draw: Callable[[object], None], *, size: tuple[float, float] = (6.4, 4.2),
+               ncols: int = 1) -> Path | None:
+        """Call ``draw(ax)`` on a fresh matplotlib axes (``draw(axes)``, a row of ``ncols`` of them,
+        when ``ncols > 1``) of a ``size``-inch figure and save ``<out>/<name>.png``; titles are
+        wrapped to their axes' width and the layout tightened (:func:`fit_titles`).
 
         Returns the path, or ``None`` (and says so) when matplotlib is not installed.
         """
@@ -109,9 +112,9 @@ class Report:
             return None
         self.out.mkdir(parents=True, exist_ok=True)
         with matplotlib.rc_context({"axes.formatter.useoffset": False}):  # plain tick labels, no "+1e3"
-            fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+            fig, ax = plt.subplots(1, ncols, figsize=size, dpi=110, squeeze=True)
             draw(ax)
-            fig.tight_layout()
+            fit_titles(fig)
         path = self.out / self._figure_file(name)
         fig.savefig(path)
         plt.close(fig)
@@ -146,6 +149,23 @@ class Report:
         for name in previous - {p.name for p in self.figures}:
             (self.out / name).unlink(missing_ok=True)
         return path
+
+
+def fit_titles(fig, *, fontsize: float = 10.0) -> None:
+    """Wrap every axes title of ``fig`` onto as many lines as its axes' width needs, then
+    ``tight_layout`` (which makes room for the lines): a long title is never cut off at the
+    figure's edge.  Runtime complexity: O(title length) per axes."""
+    import textwrap
+
+    for ax in fig.axes:
+        title = ax.get_title()
+        if not title:
+            continue
+        # characters of a ``fontsize``-point title that fit the axes' width (about 0.55 em each)
+        width_pt = ax.get_position().width * fig.get_figwidth() * 72.0
+        chars = max(int(width_pt / (0.55 * fontsize)), 16)
+        ax.set_title(textwrap.fill(" ".join(title.split()), chars), fontsize=fontsize)
+    fig.tight_layout()
 
 
 #: a figure link of a report (``![name](file.png)``), capturing a plain file name in ``out``
@@ -206,7 +226,8 @@ def mean_pm(values: Sequence[float], fmt: str = ".3f", *, scale: float = 1.0, un
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Markdown table; floats shown with 4 significant digits."""
+    """Markdown table; floats shown by :func:`plain_number` (4 significant digits, never
+    scientific notation), integers with thousands separators."""
     cells = [[_cell(v) for v in row] for row in rows]
     lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
@@ -222,10 +243,34 @@ def _format_plain(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def _cell(v: object) -> str:
+    import numbers
+
     if isinstance(v, float):
-        if v != v:
-            return "nan"
-        if abs(v) >= 1e5 or (0 < abs(v) < 1e-3):
-            return f"{v:.3e}"
-        return f"{v:.4g}"
+        return plain_number(v)
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return f"{int(v):,}"  # 15,355,484 like the floats' whole numbers
     return str(v)
+
+
+def plain_number(value: float, digits: int = 4) -> str:
+    """A float in fixed-point notation, never scientific: ``digits`` significant digits below
+    1,000 with trailing zeros dropped (``0.5``, ``0.1234``, ``0.0003``, ``12.35``), whole numbers
+    with thousands separators from 1,000 up (``14,540``), ``nan`` / ``inf`` / ``-inf`` as such.
+
+    What every table cell and every number in a sentence of the report goes through, so that
+    none reads ``1.454e+04`` or ``3.000e-04``.  Runtime complexity: O(1).
+    """
+    v = float(value)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    if abs(v) >= 999.5:
+        return f"{v:,.0f}"
+    if v == 0.0:
+        return "0"
+    import math
+
+    decimals = max(digits - 1 - math.floor(math.log10(abs(v))), 0)
+    text = f"{v:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

@@ -86,7 +86,7 @@ def test_report_writes_markdown(tmp_path, capsys):
     text = path.read_text()
     assert "| a | b |" in text and "| 1 | 0.5 |" in text and "| 2 | nan |" in text
     assert "T" in capsys.readouterr().out
-    assert format_table(["x"], [[1e-5]]).splitlines()[-1] == "| 1.000e-05 |"
+    assert format_table(["x"], [[1e-5]]).splitlines()[-1] == "| 0.00001 |"  # fixed point, never 1.000e-05
 
 
 def test_cli_rejects_unknown_section(tmp_path, capsys):

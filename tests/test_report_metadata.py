@@ -74,6 +74,35 @@ def test_spread_is_the_sample_standard_deviation_and_mean_pm_formats_it():
     assert mean_pm([0.001, 0.003], scale=1e3) == "2.000 ± 1.414"
 
 
+def test_plain_number_never_writes_scientific_notation():
+    from kvmm.report import format_table, plain_number
+
+    assert plain_number(14540.0) == "14,540"  # was 1.454e+04
+    assert plain_number(3e-4) == "0.0003"  # was 3.000e-04
+    assert plain_number(1.234e-7) == "0.0000001234"
+    assert plain_number(0.5) == "0.5" and plain_number(0.1234) == "0.1234" and plain_number(12.345678) == "12.35"
+    assert plain_number(999.96) == "1,000" and plain_number(-2500.4) == "-2,500" and plain_number(0.0) == "0"
+    assert [plain_number(v) for v in (float("nan"), float("inf"), -float("inf"))] == ["nan", "inf", "-inf"]
+    rows = [[v] for v in (1e-12, 3e-4, 0.01, 7.0, 14540.0, 2.5e5, 1e15)]
+    assert "e" not in format_table(["v"], rows).replace("| v |", "")
+    import numpy as np
+
+    assert format_table(["n"], [[15355484], [np.int64(1024)], [7], [True]]).splitlines()[2:] == \
+        ["| 15,355,484 |", "| 1,024 |", "| 7 |", "| True |"]
+
+
+def test_reproduce_sources_format_no_number_in_scientific_notation():
+    # every table cell and sentence goes through plain_number / fixed decimals: no ':g', ':.3e',
+    # ':.4g' format spec is left in the report or a section (a ':g' of 1e-5 prints 1e-05)
+    import re
+
+    spec = re.compile(r"\{[^{}:]+:[<>^=+\- #0-9,._]*[eEgG]\}")  # a format spec of type e / g
+    sources = [ROOT / "kvmm" / "report.py", *sorted((ROOT / "kvmm" / "reproduce").glob("*.py"))]
+    offenders = [f"{p.name}:{i}" for p in sources for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if spec.search(line)]
+    assert offenders == []
+
+
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 

@@ -61,6 +61,9 @@ def test_reproduce_quick(tmp_path):
     reproduce(rep)
     text = "\n".join(rep.chunks)
     assert "Protected byte-time" in text and "immediate-edf" in text and "write-through-lru" in text
+    pytest.importorskip("matplotlib")
+    assert "![tempokv_tradeoff](report-quick-tempokv_tradeoff.png)" in text  # byte-time vs p95 TTFT per policy
+    assert (tmp_path / "report-quick-tempokv_tradeoff.png").stat().st_size > 1000
 
 
 def test_simulate_priority_and_recompute_flags(capsys):

@@ -82,3 +82,6 @@ def test_pd_report_section_quick(tmp_path):
     reproduce(rep)
     text = "\n".join(rep.chunks)
     assert "| colocated |" in text and "cross-dc (layer-wise)" in text and "rdma400 |" in text
+    pytest.importorskip("matplotlib")
+    assert "![pd_latency](report-quick-pd_latency.png)" in text  # the TTFT / TPOT per link plot
+    assert (tmp_path / "report-quick-pd_latency.png").stat().st_size > 1000

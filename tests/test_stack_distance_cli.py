@@ -99,3 +99,24 @@ def test_tool_wait_model_is_the_generators_expected_wait():
 
     assert tool_wait_seconds(10) == pytest.approx(10 * 4.0 * math.exp(1.2 ** 2 / 2))
     assert tool_wait_seconds(0) == 0.0
+
+
+def test_mrc_png_title_is_wrapped_inside_the_figure():
+    # a long trace path and the SHARDS mode once ran the title off both edges of the PNG
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from kvmm.policies._cli import mrc_figure
+
+    title = ("MRC of /home/user/some/long/path/to/a/folder/of/traces/conversation_trace_2025.jsonl "
+             "(SHARDS fixed rate 0.01, stratified (counting rate 0.001))")
+    fig = mrc_figure(plt, np.arange(1, 100), np.linspace(1.0, 0.0, 99), title)
+    fig.canvas.draw()
+    box = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+    plt.close(fig)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+    assert fig.axes[0].get_title().count("\n") >= 1

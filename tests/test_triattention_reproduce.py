@@ -87,7 +87,59 @@ def test_section_without_the_hf_extra_says_it_was_skipped(tmp_path):
 def test_decode_timing_reports_mean_and_std_over_repetitions():
     from kvmm.reproduce import _decode_timing as dt
 
-    full, small, ratio = dt._compare(lambda: sum(range(3000)), lambda: sum(range(300)), calls=3)
+    full, small, ratio = dt._compare(lambda: sum(range(3000)), lambda: sum(range(300)), 0.002)
     assert full.shape == small.shape == ratio.shape == (dt.REPEATS,) and dt.REPEATS >= 5
     assert np.all(full > 0) and np.all(small > 0)
     np.testing.assert_allclose(ratio, full / small)
+
+
+def test_decode_timing_sizes_repetitions_on_the_given_clock():
+    # a fake CPU clock: the full call costs 2 ms, the compressed one 0.5 ms; min_rep 10 ms makes
+    # 5 and 20 calls per repetition, and the per-call means are exact
+    from kvmm.reproduce import _decode_timing as dt
+
+    now, counts = [0.0], {"full": 0, "small": 0}
+
+    def call(name, cost):
+        def fn():
+            counts[name] += 1
+            now[0] += cost
+        return fn
+
+    full, small, ratio = dt._compare(call("full", 0.002), call("small", 0.0005), 0.01, clock=lambda: now[0])
+    np.testing.assert_allclose(full, 0.002)
+    np.testing.assert_allclose(small, 0.0005)
+    np.testing.assert_allclose(ratio, 4.0)
+    assert counts == {"full": 3 + 5 * dt.REPEATS, "small": 3 + 20 * dt.REPEATS}
+
+
+def test_a_row_whose_spread_blurs_what_it_reports_is_marked():
+    from kvmm.reproduce._decode_timing import spread_verdict
+
+    tight = np.array([0.100, 0.101, 0.099])
+    assert spread_verdict(tight, np.array([3.0, 3.1, 2.9]), [np.array([0.400, 0.401, 0.399])]) == "ok"
+    # the case: full step 193 ± 79 ms at 2k, 146 ± 62 ms at 8k
+    wide = np.array([0.193 - 0.079, 0.193, 0.193 + 0.079])
+    assert spread_verdict(wide, np.array([3.0, 3.1, 2.9]), [np.array([0.146 - 0.062, 0.146, 0.146 + 0.062])]) == \
+        "full time within spread of the next context's"
+    assert spread_verdict(tight, np.array([0.8, 1.3, 1.1]), []) == "speed-up within spread of 1x"
+
+
+def test_recall_chart_is_horizontal_bars_with_every_method_readable():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvmm.reproduce import triattention as ta
+
+    methods = ta._method_order(4)
+    recalls = {(m, f): [0.1 + 0.01 * i, 0.12 + 0.01 * i] for i, m in enumerate(methods) for f in ta.FRACTIONS}
+    fig, ax = plt.subplots()
+    ta._draw_recall(ax, recalls, 4)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    rotations = {t.get_rotation() for t in ax.get_yticklabels()}
+    plt.close(fig)
+    assert labels == methods and len(methods) == 15  # one labelled row per method, table order
+    assert rotations == {0.0}

@@ -106,18 +106,27 @@ def _report(args, hist, fractions, points, name, mode) -> int:
             print("matplotlib is not installed: no PNG written (pip install 'kvmm[plot]')")
             return 0
         fine = np.unique(np.geomspace(1, max(top, 2), 400).astype(np.int64))
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        ax.plot(fine, hist.mrc(fine))
-        ax.set_xscale("log")
-        ax.set_xlabel("LRU capacity (blocks)")
-        ax.set_ylabel("miss ratio (cold misses included)")
-        ax.set_title(f"MRC of {name} ({mode})")
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
+        fig = mrc_figure(plt, fine, hist.mrc(fine), f"MRC of {name} ({mode})")
         fig.savefig(args.png)
         plt.close(fig)
         print(f"wrote {args.png}")
     return 0
+
+
+def mrc_figure(plt, capacities, miss_ratios, title: str):
+    """The ``kvmm mrc --png`` figure; the title is wrapped to the figure's width (a trace path and
+    the SHARDS mode make it long) and the layout tightened around it."""
+    from kvmm.report import fit_titles
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    ax.plot(capacities, miss_ratios)
+    ax.set_xscale("log")
+    ax.set_xlabel("LRU capacity (blocks)")
+    ax.set_ylabel("miss ratio (cold misses included)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fit_titles(fig)
+    return fig
 
 
 def _check_png_path(png: str) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from kvmm.tiers.spec import TierSpec, preset
+from kvmm.report import plain_number
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "TierReplayResult", "replay_two_tier", "reproduce"]
 
@@ -266,7 +267,7 @@ def reproduce(report) -> None:
                 bar.update(1)
     rows = [["none (GPU only)", "-", "-", base.recomputed_tokens, "0 %", 0.0, 0.0, base.total_s, "0 %"]]
     for (frac, name), res in results.items():
-        rows.append([name, f"{frac:g}", int(round(frac * ws)), res.recomputed_tokens,
+        rows.append([name, f"{plain_number(frac)}", int(round(frac * ws)), res.recomputed_tokens,
                      _pct(res.recomputed_tokens, base.recomputed_tokens),
                      res.loaded_tokens * model.kv_bytes_per_token / 1e9,
                      res.written_blocks * block_bytes / 1e9, res.total_s, _pct(res.total_s, base.total_s)])
@@ -292,11 +293,11 @@ def reproduce(report) -> None:
          _cut(at_ws.total_s, base.total_s)],
         [f"end-to-end agent time cut (GPU time + {waits / 3600:.1f} h of expected tool waits, summed over requests), "
          "host = est. WS (vs GPU only)", "39 %", _cut(at_ws.total_s + waits, base.total_s + waits)],
-        [f"recomputation cut by the filter in a small tier ({small:g} x WS, vs write-all)", "35 %", f"{100 * small_cut:.0f} %"],
-        [f"always-filter / write-all recomputation, large tier ({big:g} x WS)", "4.3x", f"{worse:.2f}x"],
+        [f"recomputation cut by the filter in a small tier ({plain_number(small)} x WS, vs write-all)", "35 %", f"{100 * small_cut:.0f} %"],
+        [f"always-filter / write-all recomputation, large tier ({plain_number(big)} x WS)", "4.3x", f"{worse:.2f}x"],
         ["always-filter (size only) / write-all recomputation, large tier", "4.3x", f"{worse_any:.2f}x"],
         ["always-filter (size only) / write-all modelled time, large tier", "-", f"{worse_time:.2f}x"],
-        [f"adaptive filter / write-all recomputation, large tier ({big:g} x WS)", "~1x (avoids it)", f"{adaptive_big:.2f}x"],
+        [f"adaptive filter / write-all recomputation, large tier ({plain_number(big)} x WS)", "~1x (avoids it)", f"{adaptive_big:.2f}x"],
     ], note="Paper: SWE-bench Verified coding agents on real GPUs, end to end including tool execution; here: a "
             "synthetic agent trace and a cost model, not tuned to match. End to end here = the modelled GPU time "
             "plus every request's tool wait at the trace generator's expected value (log-normal, median 4 s), "

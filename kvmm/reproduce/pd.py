@@ -52,10 +52,11 @@ def reproduce(report) -> None:
         for overlap in (True, False):
             configs.append((f"{p}P x {d}D", f"{name}{' (layer-wise)' if overlap else ''}",
                             SimConfig(workload=trace, load=LOAD, model=MODEL, tiers=(), pd=PDConfig(p, d, name, overlap))))
-    rows = []
+    rows, results = [], []
     with report.progress(len(configs), "pd simulations") as bar:
         for label, link, cfg in configs:
             r = simulate(cfg)
+            results.append((label if link == "-" else link, r))
             rows.append((label, link, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(1000 * r.tpot_p50, 1),
                          round(1000 * r.tpot_p95, 1), round(r.kv_bytes_transferred / GiB, 1), f"{100 * r.link_busy_share:.1f} %",
                          round(r.output_tokens_per_s, 1)))
@@ -68,3 +69,25 @@ def reproduce(report) -> None:
              "same step: TPOT), at the price of moving every prompt's KV.  Over NVLink, a supernode bus or RDMA the "
              "hand-off is a small share of a decode step; the cross-datacenter path (20 ms, 100 Gb/s assumed) "
              "keeps its link busy and adds its latency to every request's second token.")
+    report.figure("pd_latency", lambda axes: _draw_latency(axes, results), size=(9.0, 1.6 + 0.42 * len(results)), ncols=2)
+
+
+def _draw_latency(axes, results) -> None:
+    """TTFT (s) and TPOT (ms), p50 and p95, one bar pair per serving set-up (colocated, then each
+    link with and without layer-wise overlap)."""
+    import numpy as np
+
+    labels = [name for name, _ in results]
+    y = np.arange(len(labels))
+    panels = ((axes[0], "TTFT (s)", lambda r: (r.ttft_p50, r.ttft_p95)),
+              (axes[1], "TPOT (ms)", lambda r: (1000 * r.tpot_p50, 1000 * r.tpot_p95)))
+    for ax, what, values in panels:
+        p50, p95 = zip(*(values(r) for _, r in results))
+        ax.barh(y - 0.2, p50, 0.4, label="p50")
+        ax.barh(y + 0.2, p95, 0.4, label="p95")
+        ax.set_yticks(y, labels if ax is axes[0] else [""] * len(labels), fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(what)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_title(f"{what.split()[0]} per link (colocated first)")
+    axes[1].legend(fontsize=8)

@@ -39,7 +39,7 @@ from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapK
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.compress.triattention_policy import AGGREGATIONS, TriAttentionPolicy
 from kvmm.errors import BackendUnavailableError
-from kvmm.report import mean_pm, spread
+from kvmm.report import mean_pm, plain_number, spread
 
 #: Where the baselines come from (printed in the report).
 BASELINES = "kvmm.compress.scorers (H2OScorer, SnapKVScorer, StreamingLLMScorer, KeyNormScorer, RandomScorer)"
@@ -89,7 +89,7 @@ def reproduce(report) -> None:
     pearson_out = np.mean(pearson_out, axis=0)
     report.text(
         f"Model: pydoc-llama ({cal.num_layers} layers, {cal.num_heads} query / {cal.num_kv_heads} KV heads, head_dim "
-        f"{cal.head_dim}, RoPE theta {rope.theta:g}, byte vocabulary) on held-out Python documentation text. "
+        f"{cal.head_dim}, RoPE theta {plain_number(rope.theta)}, byte vocabulary) on held-out Python documentation text. "
         f"Calibration: the first {w['calibration_chunks']} x 1,024 held-out bytes; evaluation: {len(starts)} windows "
         f"of {w['n_tokens']} cached + {w['n_future']} future tokens further on. Recall: share of the future "
         "queries' attention (renormalised over the cached keys) that falls on kept keys, mean over queries, heads "
@@ -111,7 +111,8 @@ def reproduce(report) -> None:
         rows,
         note="TriAttention (head) is the policy's default (the paper's runs); '(layer i for all)' is the earlier "
              "behaviour, layer i's scores deciding every layer's evictions. recent only = the last B tokens.")
-    report.figure("triattention_recall", lambda ax: _draw_recall(ax, recalls, cal.num_layers))
+    report.figure("triattention_recall", lambda ax: _draw_recall(ax, recalls, cal.num_layers),
+                  size=(7.0, 1.4 + 0.38 * len(_method_order(cal.num_layers))))
     from kvmm.reproduce._decode_timing import report_decode_timing
 
     report_decode_timing(report, model, quick=report.quick, claim=PAPER["speedup"])
@@ -220,13 +221,17 @@ def _softmax(x):
 
 
 def _draw_recall(ax, recalls, layers):
+    """Horizontal bars, one group per method (top to bottom in the table's order): the labels
+    stay readable with 15 methods."""
     methods = _method_order(layers)
-    x = np.arange(len(methods))
+    y = np.arange(len(methods))
     for i, frac in enumerate(FRACTIONS):
-        ax.bar(x + (i - 0.5) * 0.4, [np.mean(recalls[(m, frac)]) for m in methods], 0.4,
-               yerr=[spread(recalls[(m, frac)])[1] for m in methods], label=f"keep {int(100 * frac)} %")
-    ax.set_xticks(x, methods, rotation=70, fontsize=6)
-    ax.set_ylabel("attention recall")
-    ax.set_ylim(0, 1)
-    ax.legend()
+        ax.barh(y + (i - 0.5) * 0.4, [np.mean(recalls[(m, frac)]) for m in methods], 0.4,
+                xerr=[spread(recalls[(m, frac)])[1] for m in methods], label=f"keep {int(100 * frac)} %")
+    ax.set_yticks(y, methods, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("attention recall (mean ± std over windows)")
+    ax.set_xlim(0, 1)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="lower right")
     ax.set_title("Recall of future attention, pydoc-llama, held-out text")

@@ -34,7 +34,7 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.allocators.token_table import TokenTable
-from kvmm.report import mean_pm
+from kvmm.report import mean_pm, plain_number
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BackendUnavailableError
 from kvmm.reproduce._vtoken_cost import (DecodeCostModel, repetitions, sla_comparison, sla_ratios,  # noqa: F401
@@ -382,7 +382,7 @@ def reproduce(report) -> None:
         "H2O: repack schedule (how often plan() runs, and its move budget)",
         ["repack", "move budget", "naive evict", "vToken", "fewer blocks", "tokens moved", "moves / block",
          "repack cost: us/step + us/request-step",
-         f"SLA throughput ratio vs naive, kernel skips dead slots ({KV_BUDGETS_GIB[0]} GiB, {SLA_MS[1]:g} ms)"],
+         f"SLA throughput ratio vs naive, kernel skips dead slots ({KV_BUDGETS_GIB[0]} GiB, {plain_number(SLA_MS[1])} ms)"],
         schedule_rows,
         note="The move budget caps moves per plan for the whole table (all requests). Incremental "
              "repacking with a modest per-step budget keeps most of the gain, since the planner takes the "
@@ -397,10 +397,10 @@ def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
     hbm = preset(model.tier)
     report.text(
         "SLA-bound decode throughput (simulation). Step time per decode step = fixed + batch x per-request "
-        f"cost: fixed = {1e3 * model.launch_s:g} ms overhead + {model.weight_bytes / 1e9:g} GB of weights read "
-        f"at {hbm.read_bandwidth / 1e12:g} TB/s ({model.tier} preset) = {1e3 * model.fixed_s:.2f} ms; per request = "
-        f"{1e6 * model.per_seq_s:g} us compute + the slots its paged kernel reads x "
-        f"{model.kv_bytes_per_token // 1024} KiB/token / {hbm.read_bandwidth / 1e12:g} TB/s (naive evict: every "
+        f"cost: fixed = {plain_number(1e3 * model.launch_s)} ms overhead + {plain_number(model.weight_bytes / 1e9)} GB of weights read "
+        f"at {plain_number(hbm.read_bandwidth / 1e12)} TB/s ({model.tier} preset) = {1e3 * model.fixed_s:.2f} ms; per request = "
+        f"{plain_number(1e6 * model.per_seq_s)} us compute + the slots its paged kernel reads x "
+        f"{model.kv_bytes_per_token // 1024} KiB/token / {plain_number(hbm.read_bandwidth / 1e12)} TB/s (naive evict: every "
         "retained block in full, dead slots included; vToken: what its block table covers, the live tokens when "
         "dense; naive evict with a kernel that skips dead slots: the live tokens) + for vToken its repacking "
         f"(plan+commit wall time measured {REPEATS} times per repack: the fixed per-call part per step, the "
@@ -414,7 +414,7 @@ def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
         for sla in SLA_MS:
             c = sla_ratios(ref, w["block_size"], model, gib * GIB, sla / 1e3)
             n, v = c["runs"][0]["naive_masked"], c["runs"][0]["vtoken"]
-            detail.append((f"{gib} GiB ({model.blocks_in(gib * GIB, w['block_size'])} blocks)", f"{sla:g}",
+            detail.append((f"{gib} GiB ({model.blocks_in(gib * GIB, w['block_size'])} blocks)", f"{plain_number(sla)}",
                            f"{n['batch']} ({n['bound']})", round(1e3 * n["step_s"], 2), round(n["tokens_per_s"]),
                            f"{v['batch']} ({v['bound']})", round(1e3 * v["step_s"], 2), round(v["tokens_per_s"]),
                            _fmt_ratio(c["ratio"]), _fmt_ratio(c["ratio_reads_dead"]), PAPER["throughput"]))
@@ -444,7 +444,7 @@ def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
         ratio_rows.append((_label(name), budget, *ratios, PAPER["throughput"]))
     report.table(
         "SLA-bound throughput ratio vToken / naive evict (kernel skips dead slots), by policy and token budget",
-        ["policy", "budget (tokens)", *[f"{gib} GiB, {sla:g} ms" for gib, sla in grid], "paper"],
+        ["policy", "budget (tokens)", *[f"{gib} GiB, {plain_number(sla)} ms" for gib, sla in grid], "paper"],
         ratio_rows,
         note=f"Same model and workload as above; each column is a KV memory budget and a TPOT SLA; mean ± std over "
              f"{REPEATS} timings of the repacks. " + " ".join(f"{name}: {why}." for name, why in DEGENERATE.items()))
