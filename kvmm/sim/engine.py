@@ -409,7 +409,7 @@ class Engine:
 
     def _arrive(self, r: int, waiting: list[int]) -> None:
         t = self.arrival_at[r]
-        if self.notice:  # looked up and claimed at its announcement: it only joins the queue now
+        if self.notice and self.claim_id[r] >= 0:  # claimed at its announcement: it only joins the queue now
             pos = self._queue_position(r, waiting)
             waiting.insert(pos, r)
             self.max_waiting = max(self.max_waiting, len(waiting))
@@ -421,8 +421,10 @@ class Engine:
     def _announce(self, r: int, waiting: list[int], t: float) -> None:
         """``r`` is known at ``t`` (``notice_s`` before it arrives): look up its prefix and claim
         its lower-tier hit now, with its use predicted at its arrival (the queue it will find is
-        not known yet; :meth:`_arrive` refreshes the prediction)."""
-        self._look_up_and_claim(r, waiting, t, self.arrival_at[r] - t)
+        not known yet; :meth:`_arrive` refreshes the prediction).  Without a lower-tier hit now
+        (its context still on the GPU, or not written yet) it is looked up again at arrival."""
+        if not self.write_through:  # nothing to stage early: its lower-tier hits are read in the step
+            self._look_up_and_claim(r, waiting, t, self.arrival_at[r] - t)
 
     def _queue_position(self, r: int, waiting: list[int]) -> int:
         """Where ``r`` joins the queue: behind every request of its class or a higher one."""
