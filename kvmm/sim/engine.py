@@ -8,6 +8,12 @@ What it models (one instance, FCFS or two-class priority admission):
   it: one :class:`CommitmentLedger` claim per request (source: the slowest tier involved); the
   :class:`StagingPolicy` decides when it takes capacity.  Granted copies share that tier's read
   channel FIFO at ``stage_efficiency`` x each involved tier's nominal bandwidth.
+* **Advance notice** (``notice_s > 0``, one engine only): a request is *announced* ``notice_s``
+  before it arrives (an agent's next step while its tool call of known duration runs): the
+  lookup and the claim happen then, its use predicted at its arrival (the prediction is refreshed
+  with the queue it finds when it arrives); it joins the queue at arrival.  Announced without a
+  lower-tier hit (its context still on the GPU, or not written yet) it is looked up again at
+  arrival; GPU blocks found at the announcement and lost by scheduling are recomputed.
 * **Scheduling** (a step): queued requests are admitted in queue order while the batch has room
   (``max_batch``), the step's prefill budget (``max_prefill_tokens``) lasts and the GPU pool can
   hold their blocks (prompt + output, reserved at admission; ``admit`` touches the GPU hits and
@@ -16,7 +22,10 @@ What it models (one instance, FCFS or two-class priority admission):
   is faster.  The prefix is looked up again at scheduling: if the GPU now holds the whole hit,
   the claim is released unused (``claims_cancelled``); GPU blocks lost since arrival are
   recomputed.  A step takes the time to read staged KV from the fast tier + prefill time + one
-  decode step of the running batch.  TTFT ends with the prefill step; the request then decodes
+  decode step of the running batch.  The **staging wait** of a claimed request runs from its
+  first ``need`` (the scheduler would have run it: in the window, with batch room) to its copy
+  completing (``need_at``, ``kv_ready_at``; its claim dropped ends it too); meanwhile the engine
+  runs the other requests it can (or, with nothing else, waits for the next event).  TTFT ends with the prefill step; the request then decodes
   ``output_length - 1`` tokens, one per step, and frees its blocks into the prefix cache.
 * **Write-down**: after its prefill a request offers its blocks to every lower tier (the tier's
   admission policy picks what is written; held blocks are accessed, in prefix order).
