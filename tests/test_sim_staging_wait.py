@@ -88,3 +88,18 @@ def test_staging_wait_metrics_skip_requests_that_never_waited_on_a_claim():
 def test_bad_notice_is_refused(kw, word):
     with pytest.raises(BadInputError, match=word):
         toy_config("timely", **kw)
+
+
+@pytest.mark.parametrize("policy", ["timely", "immediate"])
+def test_plain_python_ledger_gives_the_same_result_with_notice(policy):
+    from dataclasses import replace
+
+    from kvmm.sim.simulator import GiB, SimConfig
+    from kvmm.traces import agent_trace
+    from tests.naive.ledger import NaiveLedger
+
+    cfg = SimConfig(workload=agent_trace(num_agents=24, tasks=12, max_context_tokens=32_768), load=None, time_scale=1.5,
+                    gpu_kv_bytes=16 * GiB, notice_s=2.0, policy=policy)
+    fast, ref = simulate(cfg), simulate(cfg, ledger_factory=NaiveLedger)
+    assert fast.claims > 20 and fast.staging_wait_s_total > 0
+    assert replace(fast, load=0.0) == replace(ref, load=0.0)  # load is nan (trace timestamps): nan != nan
