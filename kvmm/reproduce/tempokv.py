@@ -118,7 +118,9 @@ def reproduce(report) -> None:
              "KV being ready.  On-demand pays it on every claim (it stages only then), yet its TTFT percentiles equal "
              "the others': about one request in six has a lower-tier hit, the copies are short (0.12 s mean), the "
              "engine runs other prefills while a copy is in flight, and the p95 is set by long prefills of requests "
-             "without hits.  Its cost is real but lands on the requests with hits only.")
+             "without hits.  Its cost is real but lands on the requests with hits only.  It also holds more than "
+             "timely staging: its copy starts at the step where the request is needed, and the request runs (and "
+             "releases the capacity) a step later.")
 
     rows = []
     for name, ld in cells:
@@ -141,11 +143,10 @@ def reproduce(report) -> None:
          "ready-in-time share", "max queue"], rows,
         note="Why the goal is met or missed: a claim's byte-time under immediate staging is the queueing time before "
              "its use plus the copy and read time every policy pays; timely staging can only remove the first part.  "
-             "With Poisson arrivals at load 0.8 the queue ahead of a request is short, so there is little to remove "
-             "(single-digit savings with equal TTFT: missed because of the workload, not because of late "
-             "predictions).  Bursty arrivals build queues; there the saving is large with p95 TTFT within noise.  "
-             "A slow tier or a channel at half its nominal speed lengthens the copy both policies pay, so the share "
-             "timely staging can save shrinks.")
+             "With Poisson arrivals at load 0.8 the queue ahead of a request is short, so there is less to remove "
+             "than under bursty arrivals, which build queues (there the saving is largest, p95 TTFT within noise).  "
+             "A channel at half its nominal speed lengthens the copy every policy pays, so the share timely staging "
+             "can save shrinks.")
     _edf_table(report, EDF_REQUESTS)
     _agent_tables(report, quick)
 
