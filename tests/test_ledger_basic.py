@@ -47,6 +47,30 @@ def test_trigger_fires_when_time_until_use_reaches_time_to_ready():
     led.check()
 
 
+@pytest.mark.parametrize("ledger_class", ["kvmm", "reference"])
+def test_idle_time_between_polls_is_not_learned_as_a_poll_gap(ledger_class):
+    # after the last claim awaiting its trigger is granted, the caller stops polling; the 19 s
+    # until the next claim's first poll are idle time, not a poll gap (learned, it would make the
+    # next claim trigger at once: 20.89 <= 20 + 0.8 * 0.06 + 0.2 * 19.1)
+    from tests.naive.ledger import NaiveLedger
+
+    led = make(1000) if ledger_class == "kvmm" else NaiveLedger(1000, SLOW, margin_s=0.0, initial_rate=100.0)
+    c = led.claim(0, None, 100, now=0.0, work_ahead=100.0)
+    assert list(led.poll(0.5)) == [] and list(led.poll(0.8)) == []
+    assert led.poll_gap == pytest.approx(0.06)
+    assert list(led.poll(0.9)) == [c]  # 0.89 <= 0.9 + 0.068: granted, nothing left to trigger
+    gap = led.poll_gap
+    led.mark_ready([c], now=1.0)
+    led.consume([c], now=1.0)
+    led.release([c], now=1.0)
+    d = led.claim(1, None, 100, now=20.0, work_ahead=100.0)  # use at 21.0, ready in 0.11 s
+    assert list(led.poll(20.0)) == []  # without the idle stretch in the gap: 20.89 > 20.068
+    assert led.poll_gap == gap
+    assert list(led.poll(20.5)) == [] and list(led.poll(20.9)) == [d]  # polled again: learns as before
+    if ledger_class == "kvmm":
+        led.check()
+
+
 def test_grants_are_earliest_deadline_first_and_strict_within_capacity():
     led = make(100)
     ids = led.claim_many([0, 1, 2, 3], [40, 50, 30, 10], now=0.0)

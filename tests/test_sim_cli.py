@@ -61,6 +61,11 @@ def test_reproduce_quick(tmp_path):
     reproduce(rep)
     text = "\n".join(rep.chunks)
     assert "Protected byte-time" in text and "immediate-edf" in text and "write-through-lru" in text
+    # the staging wait is its own column; the agent part sweeps the slack knob and gives a verdict
+    assert "staging wait s" in text and "agent tool calls" in text and "slack knob margin_s" in text
+    assert text.count("| verdict |") == 4  # quick: margins 0, 1 at notice 2 s; notices 0, 2 s at margin 0
+    # FIFO and EDF grants differ only on the short tier with priority classes
+    assert text.count("identical runs") == 4 and text.count("| differ |") == 2
     pytest.importorskip("matplotlib")
     assert "![tempokv_tradeoff](report-quick-tempokv_tradeoff.png)" in text  # byte-time vs p95 TTFT per policy
     assert (tmp_path / "report-quick-tempokv_tradeoff.png").stat().st_size > 1000

@@ -16,8 +16,9 @@ The ledger separates the two:
    requests and **grants** requests earliest-deadline-first (or, with ``fifo=True``, in claim
    order: immediate staging takes capacity in the order hits were found), strictly within the
    free protected capacity (the first request that does not fit blocks the later ones, so a
-   large claim cannot starve).  ``poll_gap`` is the learned (EWMA) time between polls: the trigger must fire at the
-   last poll before the ideal moment, not the first one after it; ``use_slack`` is the learned
+   large claim cannot starve).  ``poll_gap`` is the learned (EWMA) time between polls while a claim awaits its
+   trigger (after a poll that leaves no claim CLAIMED the time to the next poll is idle, not
+   learned): the trigger must fire at the last poll before the ideal moment, not the first one after it; ``use_slack`` is the learned
    (EWMA) *share* of the predicted time until use by which updates moved use times earlier (a
    relative error: a prediction 40 s ahead errs by more seconds than one 0.4 s ahead);
 4. a granted claim is staged by the caller, who reports ``mark_ready``; at use the caller calls
@@ -100,7 +101,8 @@ class CommitmentLedger:
     margin_s:
         Slack added to the trigger: a claim is requested when
         ``use_at - time_to_ready - use_slack * (use_at - now) <= now + margin_s + poll_gap``
-        (``poll_gap``: learned EWMA of the time between polls; ``use_slack``: learned EWMA of the
+        (``poll_gap``: learned EWMA of the time between polls while a claim awaits its trigger, i.e.
+        since a poll that left a claim CLAIMED; ``use_slack``: learned EWMA of the
         share of the predicted time until use by which
         :meth:`update` moved predicted use times earlier).
     initial_rate:
@@ -403,6 +405,8 @@ class CommitmentLedger:
             self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
             self._capacity - self.protected_bytes, bool(timely), bool(fifo), out,
         )
+        if not self._any_claimed():
+            self.last_poll = -1.0  # no claim awaits its trigger: the time to the next poll is idle, not a poll gap
         if ng == 0:
             return np.zeros(0, dtype=np.int64)
         slots = out[:ng].copy()
@@ -433,14 +437,25 @@ class CommitmentLedger:
         before, until = time_bound(before, "before"), time_bound(until, "until")
         if self.ready_lease_s is not None:
             return first  # a poll that expires READY leases is never idle: skip nothing
+        armed = self._any_claimed()  # constant over the skipped polls: they trigger nothing
+        if not armed and self.last_poll >= 0.0:
+            return first  # that poll learns its gap and disarms (poll does both); then skipping is exact
+        # unarmed, skipped polls learn no gap: weight 0 keeps poll_gap bit for bit (1.0 * g + 0.0 * d)
         t, gap, last, skipped = idle_polls_kernel(
             self.state, self.nbytes, self.source, self.work_ahead, self.delay_s, self.updated_at, self.deadline, self.seq,
-            self.n_slots, first, interval, before, until, self.margin_s, self.poll_gap, self.last_poll, self.rate_alpha,
+            self.n_slots, first, interval, before, until, self.margin_s, self.poll_gap, self.last_poll,
+            self.rate_alpha if armed else 0.0,
             self.use_slack, self.rate, self.source_latency, self.source_bandwidth, self.source_ratio, self.queue_bytes,
             self._capacity - self.protected_bytes, bool(timely), bool(fifo))
         if skipped:
-            self.poll_gap, self.last_poll, self.clock = gap, last, last
+            self.poll_gap, self.clock = gap, last
+            self.last_poll = last if armed else -1.0
         return t
+
+    def _any_claimed(self) -> bool:
+        """Does some claim await its trigger (CLAIMED)?  Only then is the time between two polls
+        a poll gap: the caller polls to catch the trigger; otherwise it is idle time."""
+        return bool((self.state[: self.n_slots] == CLAIMED).any())
 
     def expire(self, now: float) -> np.ndarray:
         """Release READY claims whose lease (``ready_lease_s``) ran out by ``now``; return their ids.

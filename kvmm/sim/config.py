@@ -151,6 +151,10 @@ class SimConfig:
     policy: str = "timely"  # staging: see STAGING_NAMES
     stage_efficiency: float = 0.85  # achieved / nominal lower-tier bandwidth when staging
     margin_s: float = 0.0  # ledger trigger slack (0: no policy gets a tuned slack)
+    # advance notice: every request is known (looked up, its lower-tier hit claimed) this long
+    # before it arrives, as an agent's next step is during a tool call of known duration; it joins
+    # the queue at arrival (0: known at arrival; one engine only, not with pd= or cluster=)
+    notice_s: float = 0.0
     poll_interval_s: float = 0.005  # the staging controller's clock (it also polls every step)
     initial_rate: float | None = None  # ledger's first progress-rate guess (default: model prefill rate)
     recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
@@ -185,6 +189,10 @@ class SimConfig:
         as_positive_float(self.stage_efficiency, "stage_efficiency")
         as_positive_float(self.margin_s, "margin_s", allow_zero=True)
         as_positive_float(self.poll_interval_s, "poll_interval_s")
+        as_positive_float(self.notice_s, "notice_s", allow_zero=True)
+        if self.notice_s and (self.pd is not None or self.cluster is not None):
+            raise BadInputError("notice_s (advance notice of arrivals) is modelled for one engine only; "
+                                "expected notice_s=0 with pd= or cluster=")
         if self.initial_rate is not None:
             as_positive_float(self.initial_rate, "initial_rate")
         as_fraction(self.high_priority_share, "high_priority_share", include_zero=True)

@@ -8,6 +8,12 @@ What it models (one instance, FCFS or two-class priority admission):
   it: one :class:`CommitmentLedger` claim per request (source: the slowest tier involved); the
   :class:`StagingPolicy` decides when it takes capacity.  Granted copies share that tier's read
   channel FIFO at ``stage_efficiency`` x each involved tier's nominal bandwidth.
+* **Advance notice** (``notice_s > 0``, one engine only): a request is *announced* ``notice_s``
+  before it arrives (an agent's next step while its tool call of known duration runs): the
+  lookup and the claim happen then, its use predicted at its arrival (the prediction is refreshed
+  with the queue it finds when it arrives); it joins the queue at arrival.  Announced without a
+  lower-tier hit (its context still on the GPU, or not written yet) it is looked up again at
+  arrival; GPU blocks found at the announcement and lost by scheduling are recomputed.
 * **Scheduling** (a step): queued requests are admitted in queue order while the batch has room
   (``max_batch``), the step's prefill budget (``max_prefill_tokens``) lasts and the GPU pool can
   hold their blocks (prompt + output, reserved at admission; ``admit`` touches the GPU hits and
@@ -16,7 +22,10 @@ What it models (one instance, FCFS or two-class priority admission):
   is faster.  The prefix is looked up again at scheduling: if the GPU now holds the whole hit,
   the claim is released unused (``claims_cancelled``); GPU blocks lost since arrival are
   recomputed.  A step takes the time to read staged KV from the fast tier + prefill time + one
-  decode step of the running batch.  TTFT ends with the prefill step; the request then decodes
+  decode step of the running batch.  The **staging wait** of a claimed request runs from its
+  first ``need`` (the scheduler would have run it: in the window, with batch room) to its copy
+  completing (``need_at``, ``kv_ready_at``; its claim dropped ends it too); meanwhile the engine
+  runs the other requests it can (or, with nothing else, waits for the next event).  TTFT ends with the prefill step; the request then decodes
   ``output_length - 1`` tokens, one per step, and frees its blocks into the prefix cache.
 * **Write-down**: after its prefill a request offers its blocks to every lower tier (the tier's
   admission policy picks what is written; held blocks are accessed, in prefix order).
@@ -126,6 +135,9 @@ class Engine:
         self.claim_id = np.full(n, -1, dtype=np.int64)
         self.claim_owner: dict[int, int] = {}
         self.first_token = np.full(n, np.nan)
+        # staging wait: first asked for (``need``: the scheduler would have run it now) -> its KV ready
+        self.need_at = np.full(n, np.nan)
+        self.kv_ready_at = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.remaining = np.zeros(n, dtype=np.int64)
         self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
@@ -167,6 +179,10 @@ class Engine:
         self.decode_busy_s = 0.0  # ... and of decode (the cost account splits the bill by them)
         self.next_arrival = 0
         self.max_running = 0
+        # advance notice (SimConfig.notice_s): requests are looked up and claimed this long before
+        # they arrive; 0: at arrival, in _arrive (the event stream below is then not used)
+        self.notice = float(cfg.notice_s)
+        self.next_announce = 0
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> float:
@@ -187,7 +203,7 @@ class Engine:
         self._copy_read_only_columns()  # a caller may have set them after construction
         waiting = self.waiting
         running = self.running
-        self.next_arrival = 0
+        self.next_arrival = self.next_announce = 0
         now = 0.0
         done = 0
         while done < len(self.arrival_ids) or self.horizon != math.inf:
@@ -343,6 +359,12 @@ class Engine:
             ta = arrival[na] if na < len(arrival) else np.inf
             tt = transfers[0][0] if transfers else np.inf
             tp = self.next_poll if self.ungranted > 0 else np.inf
+            nn = self.next_announce
+            tn = max(arrival[nn] - self.notice, 0.0) if self.notice and nn < len(arrival) else np.inf
+            if tn <= t and tn <= ta and tn <= tt and tn <= tp:  # known before what happens then
+                self._announce(self.arrival_ids[nn], waiting, tn)
+                self.next_announce = nn + 1
+                continue
             if ta > t and tt > t and tp > t:
                 return
             if tt <= ta and tt <= tp:
@@ -353,11 +375,12 @@ class Engine:
                 else:
                     self.ledger.mark_ready([cid], now=done_at)
                     self.ready.add(cid)
+                    self.kv_ready_at[self.claim_owner[cid]] = done_at
             elif ta <= tp:
                 self._arrive(self.arrival_ids[na], waiting)
                 self.next_arrival = na + 1
             else:
-                self._tick(tp, min(ta, tt), t)
+                self._tick(tp, min(ta, tt, tn), t)
 
     def _tick(self, tp: float, before: float, until: float) -> None:
         """The controller's clock at ``tp`` (the next other event at ``before``).
@@ -389,10 +412,41 @@ class Engine:
         na = self.next_arrival
         arrival = self.arrival_times
         t = min(arrival[na] if na < len(arrival) else np.inf, self.transfers[0][0] if self.transfers else np.inf)
+        if self.notice and self.next_announce < len(arrival):
+            t = min(t, max(arrival[self.next_announce] - self.notice, 0.0))
         return None if t == np.inf else float(t)
 
     def _arrive(self, r: int, waiting: list[int]) -> None:
         t = self.arrival_at[r]
+        if self.notice and self.claim_id[r] >= 0:  # claimed at its announcement: it only joins the queue now
+            pos = self._queue_position(r, waiting)
+            waiting.insert(pos, r)
+            self.max_waiting = max(self.max_waiting, len(waiting))
+            if (self.claim_id[waiting[pos:]] >= 0).any():  # its own prediction, and those it passed
+                self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
+            return
+        self._look_up_and_claim(r, waiting, t, None)
+
+    def _announce(self, r: int, waiting: list[int], t: float) -> None:
+        """``r`` is known at ``t`` (``notice_s`` before it arrives): look up its prefix and claim
+        its lower-tier hit now, with its use predicted at its arrival (the queue it will find is
+        not known yet; :meth:`_arrive` refreshes the prediction).  Without a lower-tier hit now
+        (its context still on the GPU, or not written yet) it is looked up again at arrival."""
+        if not self.write_through:  # nothing to stage early: its lower-tier hits are read in the step
+            self._look_up_and_claim(r, waiting, t, self.arrival_at[r] - t)
+
+    def _queue_position(self, r: int, waiting: list[int]) -> int:
+        """Where ``r`` joins the queue: behind every request of its class or a higher one."""
+        pos = len(waiting)
+        priority = self.priority_py
+        cls = priority[r]
+        while pos > 0 and priority[waiting[pos - 1]] > cls:
+            pos -= 1
+        return pos
+
+    def _look_up_and_claim(self, r: int, waiting: list[int], t: float, until_arrival: float | None) -> None:
+        """Find ``r``'s prefix hits and claim its lower-tier part.  At its arrival
+        (``until_arrival`` None) it also joins the queue; announced ahead, it does not (yet)."""
         o0, o1 = self.offsets_py[r], self.offsets_py[r + 1]
         gpu, src = self.hier.lookup(self.keys[o0:o1], self.ids[o0:o1])
         self.gpu_at_arrival[r] = gpu
@@ -402,15 +456,12 @@ class Engine:
         hit_tokens = min((gpu + src.shape[0]) * bt, inp - 1)
         slow_tokens = hit_tokens - gpu_tokens
         self.prefill_tokens[r] = inp - hit_tokens
-        pos = len(waiting)
-        priority = self.priority_py
-        cls = priority[r]
-        while pos > 0 and priority[waiting[pos - 1]] > cls:
-            pos -= 1
-        waiting.insert(pos, r)
-        self.max_waiting = max(self.max_waiting, len(waiting))
-        if pos < len(waiting) - 1 and (self.claim_id[waiting[pos + 1:]] >= 0).any():
-            self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
+        pos = self._queue_position(r, waiting)
+        if until_arrival is None:
+            waiting.insert(pos, r)
+            self.max_waiting = max(self.max_waiting, len(waiting))
+            if pos < len(waiting) - 1 and (self.claim_id[waiting[pos + 1:]] >= 0).any():
+                self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
         if slow_tokens <= 0:
             return
         if self.write_through:
@@ -437,6 +488,8 @@ class Engine:
         budget = self.model.max_prefill_tokens
         ahead = (queued // budget) * budget
         delay = max(self.step_end - t, 0.0)
+        if until_arrival is not None:
+            ahead, delay = 0.0, float(until_arrival)
         cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay, source=source)
         self.claim_id[r] = cid
         self.claim_owner[cid] = r
@@ -607,6 +660,7 @@ class Engine:
         if cid in self.needed:
             return cid in self.ready
         self.needed.add(cid)
+        self.need_at[self.claim_owner[cid]] = now
         return bool(self.ledger.need([cid], now=now)[0])
 
     def _forget(self, cid: int) -> None:
@@ -620,6 +674,8 @@ class Engine:
             self.ungranted -= 1
         elif cid not in self.ready:  # STAGING
             self.cancelled.add(cid)  # its copy is in flight: drop it when it completes
+        if cid in self.needed and cid not in self.ready:
+            self.kv_ready_at[r] = now  # its wait for staging ends here (GPU hit or recomputed)
         self._forget(cid)
         self.ledger.release([cid], now=now)
         self.freed_since_poll = True

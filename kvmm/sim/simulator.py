@@ -90,6 +90,16 @@ class SimResult:
     # changes them): {"router": ..., "eviction": per instance, per lower level}; not a metric,
     # left out of as_dict and of comparisons
     policies: Any = field(default=None, compare=False, repr=False)
+    # time requests spend waiting for staging (seconds): per claimed request that the scheduler
+    # asked for (its first ``ledger.need``: it reached the head of the queue, within the step's
+    # prefill window and batch room, and would have been scheduled had its KV been there), from
+    # that moment to the moment its staged KV was ready (its copy completed; or its claim was
+    # dropped: recomputed, or the GPU held the hit), 0 if it was ready before; mean and p95 over
+    # those requests, total over all.  write-through-lru has no claims (its lower-tier reads are
+    # in the step time): 0.
+    staging_wait_s_mean: float = 0.0
+    staging_wait_s_p95: float = 0.0
+    staging_wait_s_total: float = 0.0
 
     def as_dict(self) -> dict:
         """The metrics (every field but ``policies``) as a plain dict."""
@@ -228,7 +238,23 @@ def collect(cfg: SimConfig, m, engines: list, trace: MooncakeTrace, arrival: np.
         max_running=max(e.max_running for e in engines),
         tokens_evicted=sum(e.compressor.tokens_evicted for e in engines if e.compressor is not None),
         policies=run_policies(engines),
-        busy_seconds=(sum(e.prefill_busy_s for e in engines), sum(e.decode_busy_s for e in engines)))
+        busy_seconds=(sum(e.prefill_busy_s for e in engines), sum(e.decode_busy_s for e in engines)),
+        **staging_wait_metrics(np.concatenate([staging_waits(e)[s] for e, s in zip(engines, mine)])))
+
+
+def staging_waits(engine) -> np.ndarray:
+    """Per request of ``engine``: seconds from its first ``need`` to its staged KV being ready
+    (0 when ready before; nan when it never waited on a claim).  See ``SimResult.staging_wait_s_*``."""
+    return np.maximum(engine.kv_ready_at - engine.need_at, 0.0)
+
+
+def staging_wait_metrics(waits: np.ndarray) -> dict:
+    """The ``staging_wait_s_*`` fields from per-request waits (nan: no claim asked for)."""
+    w = waits[~np.isnan(waits)]
+    if not w.size:
+        return {}
+    return dict(staging_wait_s_mean=float(w.mean()), staging_wait_s_p95=float(np.percentile(w, 95)),
+                staging_wait_s_total=float(w.sum()))
 
 
 def run_policies(engines: list) -> dict:

@@ -231,6 +231,8 @@ class LedgerModel:
             self.commits += 1
             granted.append(self.ids(s))
         self.peak_protected_bytes = max(self.peak_protected_bytes, self.protected_bytes)
+        if not any(c["state"] == CLAIMED for c in self.claims.values()):
+            self.last_poll = None  # no claim awaits its trigger: the time to the next poll is idle, not a poll gap
         return granted
 
     def mark_ready(self, ids, *, now):
