@@ -106,7 +106,7 @@ class KvmmCachePolicy(CachePolicy):
 
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
-        self.policy = _fresh_policy(type(self).new_policy, cache_capacity)
+        self._bind(_fresh_policy(type(self).new_policy, cache_capacity))
         # key -> ChunkStatus of every resident chunk (registered with the policy or pending).
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         # Resident keys whose ref_cnt != 0 (a store or a load in flight): never victims.
@@ -143,10 +143,11 @@ class KvmmCachePolicy(CachePolicy):
 
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         self._register_pending()
+        chunks, access, refresh = self.chunks, self._access, self.refresh_stores
         for key in reversed(list(keys)):
-            chunk = self.chunks.get(key)
-            if chunk is not None and (chunk.is_ready or self.refresh_stores):
-                self.policy.on_access(key)
+            chunk = chunks.get(key)
+            if chunk is not None and (refresh or chunk.ref_cnt >= 0):  # ref_cnt >= 0: is_ready
+                access(key)
 
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """A running request reached these chunks (loaded them, or offered them for storing):
@@ -156,9 +157,10 @@ class KvmmCachePolicy(CachePolicy):
         if not self.refresh_stores:
             return
         self._register_pending()
+        chunks, access = self.chunks, self._access
         for key in reversed(order_request_keys([list(keys)], req_context)):
-            if key in self.chunks:
-                self.policy.on_access(key)
+            if key in chunks:
+                access(key)
 
     def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """No-op: a kvmm policy learns from ghost keys when they are inserted again."""
@@ -167,9 +169,18 @@ class KvmmCachePolicy(CachePolicy):
                             insertion_only_keys: set[OffloadKey], reused_keys: set[OffloadKey],
                             req_context: ReqContext) -> None:
         self._register_pending()
-        for key in reversed(order_request_keys(key_groups, req_context)):
-            if key in self.chunks and (key in reused_keys or self.refresh_stores):
-                self.policy.on_access(key)
+        chunks, access = self.chunks, self._access
+        if not self.refresh_stores and not reused_keys:
+            return  # nothing reused, and stores are not refreshed: no policy event
+        touched = reversed(order_request_keys(key_groups, req_context))
+        if self.refresh_stores:
+            for key in touched:
+                if key in chunks:
+                    access(key)
+        else:
+            for key in touched:
+                if key in reused_keys and key in chunks:
+                    access(key)
 
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
         self._register_pending()
@@ -190,7 +201,7 @@ class KvmmCachePolicy(CachePolicy):
         return evicted
 
     def clear(self) -> None:
-        self.policy = _fresh_policy(type(self).new_policy, self.cache_capacity)
+        self._bind(_fresh_policy(type(self).new_policy, self.cache_capacity))
         self.chunks.clear()
         self._in_use.clear()
         self._pending.clear()
@@ -218,17 +229,29 @@ class KvmmCachePolicy(CachePolicy):
         # No more chunks than the capacity.
         assert len(self.chunks) <= self.cache_capacity
 
+    def _bind(self, policy: Any) -> None:
+        """Adopt ``policy``; a built-in one's ``fast_hooks`` (LRU, FIFO, ARC) replace its checked
+        ``on_access`` / ``on_insert``: this object guarantees what they check (an accessed key is
+        registered, an inserted one is not, sizes are 1), and they make the same changes."""
+        self.policy = policy
+        hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
+        if hooks is None:
+            self._access, self._insert = policy.on_access, policy.on_insert
+        else:
+            self._access, self._insert = hooks[0], hooks[1]
+
     def _register_pending(self) -> None:
         """Tell the policy about the chunks inserted since the last call, each request's batch
         tail first (by token position when known), so its head ends up the most recent."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        pending_keys, insert = self._pending_keys, self._insert
         for req_context, keys in pending:
             for key in reversed(order_request_keys([keys], req_context)):
-                if key in self._pending_keys:
-                    self._pending_keys.discard(key)
-                    self.policy.on_insert(key)
+                if key in pending_keys:
+                    pending_keys.discard(key)
+                    insert(key, 1)
 
 
 def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: bool = False) -> type[KvmmCachePolicy]:
