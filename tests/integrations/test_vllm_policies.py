@@ -196,3 +196,27 @@ def test_double_insert_is_refused_without_change():
         policy.insert(offload_key(1), ChunkStatus(1), ctx)
     assert policy.get(offload_key(1)).chunk_id == 0
     policy.check()
+
+
+class PlainARC(ARCPolicy):
+    """A subclass: no fast hooks, so the adapter calls the checked on_access / on_insert."""
+
+
+@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+def test_arc_fast_hooks_make_the_same_decisions_as_the_checked_events(trace, source, capacity):
+    if source == "generated":
+        trace = conversation_trace(num_sessions=40, seed=3)
+    n = min(N_REQUESTS, trace.num_requests)
+    fast = manager("KvmmARC", capacity)
+    plain_cls = kv.make_cache_policy(PlainARC, name="KvmmPlainARC")
+    plain = manager("KvmmARC", capacity)
+    plain._policy = plain_cls(cache_capacity=capacity)  # vLLM loads policies by name; swap in the plain one
+    assert fast._policy._access == fast._policy.policy._access_unchecked
+    assert plain._policy._access == plain._policy.policy.on_access
+    results = replay_vllm(fast, trace, n), replay_vllm(plain, trace, n)
+    assert results[0] == results[1]  # the same hits, stores and evictions, request by request
+    a, b = fast._policy.policy, plain._policy.policy
+    assert (a.lists(), a.list_sizes(), a.p) == (b.lists(), b.list_sizes(), b.p)
+    # The comparison means something: hits, evictions and adaptation happened.
+    assert sum(r[0] for r in results[0]) > 100 and sum(len(r[2]) for r in results[0]) > 100
+    assert a.lists()["T2"] and (a.lists()["B1"] or a.lists()["B2"])
