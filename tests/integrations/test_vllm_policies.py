@@ -29,6 +29,16 @@ def trace():
     return load_mooncake("conversation")
 
 
+#: The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
+#: multi-turn conversation trace (each turn reuses the session's prefix: many hits).
+TRACES = pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+
+
+def trace_of(source, mooncake):
+    trace = mooncake if source == "mooncake" else conversation_trace(num_sessions=40, seed=3)
+    return trace, min(N_REQUESTS, trace.num_requests)
+
+
 def manager(policy: str, capacity: int = CAPACITY, **kwargs) -> CPUOffloadingManager:
     module = None if policy in ("lru", "arc") else kv.MODULE_PATH
     return CPUOffloadingManager(capacity, cache_policy=policy, cache_policy_module_path=module, **kwargs)
@@ -45,13 +55,9 @@ def test_vllm_loads_each_policy_by_module_path(name):
     assert type(manager(name, 8)._policy) is cls
 
 
-@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+@TRACES
 def test_lru_replay_matches_vllm_lru_and_managed_tier(trace, source, capacity):
-    # The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
-    # multi-turn conversation trace (each turn reuses the session's prefix: many hits).
-    if source == "generated":
-        trace = conversation_trace(num_sessions=40, seed=3)
-    n = min(N_REQUESTS, trace.num_requests)
+    trace, n = trace_of(source, trace)
     ours = manager("KvmmLRU", capacity)
     kvmm_in_vllm = replay_vllm(ours, trace, n, check=ours._policy.check)
     vllm_lru = replay_vllm(manager("lru", capacity), trace, n)
@@ -202,11 +208,9 @@ class PlainARC(ARCPolicy):
     """A subclass: no fast hooks, so the adapter calls the checked on_access / on_insert."""
 
 
-@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+@TRACES
 def test_arc_fast_hooks_make_the_same_decisions_as_the_checked_events(trace, source, capacity):
-    if source == "generated":
-        trace = conversation_trace(num_sessions=40, seed=3)
-    n = min(N_REQUESTS, trace.num_requests)
+    trace, n = trace_of(source, trace)
     fast = manager("KvmmARC", capacity)
     plain_cls = kv.make_cache_policy(PlainARC, name="KvmmPlainARC")
     plain = manager("KvmmARC", capacity)
