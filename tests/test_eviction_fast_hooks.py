@@ -108,3 +108,49 @@ def test_fast_hooks_only_for_exact_builtin_classes():
     hooks = ARCPolicy().fast_hooks()
     # ARC has no evict_first (its victim depends on the incoming key) and no insert_many.
     assert hooks[2] is None and hooks[3] is None
+
+
+def replace_reference(t1: dict, t2: dict, p: float, n: int, protected: set) -> list:
+    """REPLACE n times as the ARCPolicy docstring states it (no incoming key: no ghost counts):
+    the victim comes from T1 when |T1| > p or T2 is empty, else from T2; a list with no
+    unprotected key left gives way to the other.  ``t1``/``t2``: key -> size, oldest first."""
+    lists = {"T1": dict(t1), "T2": dict(t2)}
+    out = []
+    while len(out) < n:
+        total = {name: sum(entries.values()) for name, entries in lists.items()}
+        first = "T1" if total["T1"] > p or total["T2"] == 0 else "T2"
+        for name in (first, "T2" if first == "T1" else "T1"):
+            free = [k for k in lists[name] if k not in protected]
+            if free:
+                out.append(free[0])
+                del lists[name][free[0]]
+                break
+        else:
+            return out
+    return out
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_arc_victims_without_incoming_key_are_replace_repeated(sized):
+    rng = random.Random(11)
+    arc = ARCPolicy(capacity=24)
+    checked = 0
+    for step in range(4000):
+        key = rng.randrange(80)
+        if key in arc:
+            arc.on_access(key)
+        else:
+            size = rng.choice([0, 1, 3, 7]) if sized else 1
+            out = arc.victims(rng.randint(1, 4), incoming=key, incoming_size=size)
+            for victim in out:
+                arc.on_remove(victim)
+            arc.on_insert(key, size)
+        if step % 7 == 0 and len(arc):
+            resident = arc.keys()
+            protected = set(rng.sample(resident, rng.randint(0, len(resident))))
+            n = rng.randint(0, len(resident) + 2)
+            before = arc.lists(), arc.p
+            assert arc.victims(n, protected) == replace_reference(arc._t1, arc._t2, arc.p, n, protected)
+            assert (arc.lists(), arc.p) == before  # victims never changes the state
+            checked += 1
+    assert checked > 500 and 0 < arc.p < arc.c  # p moved: both lists were picked from

@@ -191,13 +191,14 @@ class KvmmCachePolicy(CachePolicy):
         if len(victims) < n:
             return None
         victims = victims[:n]
-        if len(set(victims)) != n or any(k not in self.chunks or k in blocked for k in victims):
+        if not self._trusted and (len(set(victims)) != n or any(k not in self.chunks or k in blocked for k in victims)):
             raise KvmmError(f"{type(self.policy).__name__}.victims({n}, ...) returned {victims!r}: expected "
                             f"{n} distinct resident keys outside the protected and in-use chunks")
+        on_remove, chunks = self.policy.on_remove, self.chunks
         evicted = []
         for key in victims:
-            self.policy.on_remove(key)
-            evicted.append((key, self.chunks.pop(key)))
+            on_remove(key)
+            evicted.append((key, chunks.pop(key)))
         return evicted
 
     def clear(self) -> None:
@@ -232,9 +233,12 @@ class KvmmCachePolicy(CachePolicy):
     def _bind(self, policy: Any) -> None:
         """Adopt ``policy``; a built-in one's ``fast_hooks`` (LRU, FIFO, ARC) replace its checked
         ``on_access`` / ``on_insert``: this object guarantees what they check (an accessed key is
-        registered, an inserted one is not, sizes are 1), and they make the same changes."""
+        registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
+        another policy's ``victims`` are checked (distinct, resident, not protected)."""
         self.policy = policy
         hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
+        # A built-in policy's victims are distinct resident unprotected keys (tested): not re-checked.
+        self._trusted = hooks is not None
         if hooks is None:
             self._access, self._insert = policy.on_access, policy.on_insert
         else:

@@ -332,7 +332,13 @@ class ARCPolicy:
         return None
 
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._t1 and key not in self._t2:
+        try:
+            resident = key in self._t1 or key in self._t2
+        except (TypeError, RecursionError):
+            as_hashable(key)  # raises the KvmmError that says what is wrong with the key
+            raise
+        if not resident:
+            as_hashable(key)  # a NaN key is refused as such
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
@@ -372,6 +378,8 @@ class ARCPolicy:
         incoming_size = as_count(incoming_size, "incoming_size")
         protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
+        if incoming is None:
+            return self._replace_victims(n, protected)
         in_b1 = incoming is not None and incoming in self._b1
         in_b2 = incoming is not None and incoming in self._b2
         p = self._adapted_p(incoming)
@@ -428,6 +436,33 @@ class ARCPolicy:
         if incoming is not None:
             self._pending = _ArcPlan(incoming, p, steps)
         return [step[0] for step in steps]
+
+    def _replace_victims(self, n: int, protected: set | frozenset) -> list[Hashable]:
+        """``victims`` without an incoming key: REPLACE ``n`` times (no ghost is forgotten, so
+        only the residents' sizes and ``p`` decide), each step from T1 when ``|T1| > p`` or T2
+        is empty, else from T2, falling back to the other list when one has no unprotected key."""
+        p, sizes = self.p, self._sizes
+        t1, t2 = sizes["T1"], sizes["T2"]
+        t1_entries, t2_entries = iter(self._t1.items()), iter(self._t2.items())
+        out: list[Hashable] = []
+        while len(out) < n:
+            from_t1 = (t1 > 0 and t1 > p) or t2 == 0
+            victim = None
+            for entries in ((t1_entries, t2_entries) if from_t1 else (t2_entries, t1_entries)):
+                for entry in entries:  # resumes where the last step of this list stopped
+                    if entry[0] not in protected:
+                        victim = entry
+                        break
+                if victim is not None:
+                    break
+            if victim is None:
+                break  # no unprotected resident left
+            out.append(victim[0])
+            if entries is t1_entries:
+                t1 -= victim[1]
+            else:
+                t2 -= victim[1]
+        return out
 
     def keys(self) -> list[Hashable]:
         """Resident keys (T1 then T2, least recent first); ghosts are not included."""
