@@ -41,7 +41,15 @@ vLLM gives every chunk an *in-flight* request stores the request's provisional r
 when the request started; kvmm registers it when it is stored.  Evictions while another
 request that started earlier is still running can therefore pick different chunks; once the
 request finishes both re-rank its chunks identically.  A sequential replay (each request
-finishes before the next starts) gives the same stores, hits and evictions.
+finishes before the next starts) gives the same stores, hits and evictions.  vLLM's real
+scheduler overlaps even consecutive requests: it signals a request's ``on_request_finished``
+in ``build_connector_meta`` of the *next* step, after that step's ``schedule()`` may have
+loaded the next request's hit prefix (which gives it its rank).  Driven one request at a time
+through the Scheduler, the totals are therefore the same but a few eviction sets differ (a
+request that loaded a prefix right after another finished: vLLM evicts its own stored tail
+first, kvmm the oldest chunk); pinned in ``test_scheduler_order_difference_is_pinned``.
+Making them identical would mean ranking stores at the request's first access, i.e. vLLM's
+heap of ranks instead of an O(1) recency list.
 
 Importing this module imports vLLM; ``import kvmm`` never does.
 """

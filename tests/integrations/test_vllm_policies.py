@@ -224,3 +224,44 @@ def test_arc_fast_hooks_make_the_same_decisions_as_the_checked_events(trace, sou
     # The comparison means something: hits, evictions and adaptation happened.
     assert sum(r[0] for r in results[0]) > 100 and sum(len(r[2]) for r in results[0]) > 100
     assert a.lists()["T2"] and (a.lists()["B1"] or a.lists()["B2"])
+
+
+@pytest.mark.parametrize("p_finishes_before_a_loads, expected", [
+    (True, {"lru": "p1", "KvmmLRU": "p1"}),
+    (False, {"lru": "a2", "KvmmLRU": "x1"}),
+])
+def test_scheduler_order_difference_is_pinned(p_finishes_before_a_loads, expected):
+    """Why, driven by vLLM's real Scheduler one request at a time, KvmmLRU and vLLM's lru make
+    the same number of evictions but a few different eviction sets (issue 19, item 8).
+
+    OffloadingConnectorScheduler signals ``on_request_finished`` of request P in
+    ``build_connector_meta`` of the step *after* P finished, while that step's ``schedule()`` may
+    already have scheduled the next request A and loaded its hit prefix (``prepare_load``, whose
+    ``on_request_access`` gives A its lru rank R_A).  P's finish then re-ranks P's chunks newer
+    than R_A, and every chunk A stores later gets rank (R_A, -position): older than P's.  KvmmLRU
+    registers A's stores when they are stored, newer than P's.  So with the cache full, vLLM
+    evicts A's own stored tail (a2) where KvmmLRU evicts the oldest chunk (x1); when P's finish
+    comes before A's load (the replays in this file), both evict P's p1.  Only a request that
+    loads a prefix right after another finished can differ, and only in *which* chunk goes."""
+    keys = dict(zip(["x1", "p1", "a1", "a2", "a3"], (offload_key(k) for k in range(1, 6))))
+    for policy in ("lru", "KvmmLRU"):
+        m = manager(policy, 4)
+        run_request(m, "X", [keys["x1"]])
+        ctx_p = new_context("P", [keys["p1"]])
+        m.on_new_request(ctx_p)
+        m.complete_store(m.prepare_store([keys["p1"]], ctx_p).keys_to_store, ctx_p)
+        if p_finishes_before_a_loads:
+            m.on_request_finished(ctx_p)
+        a = [keys[k] for k in ("x1", "a1", "a2", "a3")]  # A's prompt: X's block, then its own
+        ctx_a = new_context("A", a)
+        m.on_new_request(ctx_a)
+        m.prepare_load(a[:1], ctx_a)  # A's hit prefix, loaded in the step it is scheduled
+        m.complete_load(a[:1], ctx_a)
+        if not p_finishes_before_a_loads:
+            m.on_request_finished(ctx_p)  # build_connector_meta of the same step
+        for key in a[1:3]:  # A's blocks, stored one step at a time: the cache fills (4 chunks)
+            m.complete_store(m.prepare_store([key], ctx_a).keys_to_store, ctx_a)
+        out = m.prepare_store(a[3:], ctx_a)
+        assert out.evicted_keys == [keys[expected[policy]]], policy
+        m.complete_store(out.keys_to_store, ctx_a)
+        m.on_request_finished(ctx_a)
