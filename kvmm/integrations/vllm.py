@@ -41,7 +41,15 @@ vLLM gives every chunk an *in-flight* request stores the request's provisional r
 when the request started; kvmm registers it when it is stored.  Evictions while another
 request that started earlier is still running can therefore pick different chunks; once the
 request finishes both re-rank its chunks identically.  A sequential replay (each request
-finishes before the next starts) gives the same stores, hits and evictions.
+finishes before the next starts) gives the same stores, hits and evictions.  vLLM's real
+scheduler overlaps even consecutive requests: it signals a request's ``on_request_finished``
+in ``build_connector_meta`` of the *next* step, after that step's ``schedule()`` may have
+loaded the next request's hit prefix (which gives it its rank).  Driven one request at a time
+through the Scheduler, the totals are therefore the same but a few eviction sets differ (a
+request that loaded a prefix right after another finished: vLLM evicts its own stored tail
+first, kvmm the oldest chunk); pinned in ``test_scheduler_order_difference_is_pinned``.
+Making them identical would mean ranking stores at the request's first access, i.e. vLLM's
+heap of ranks instead of an O(1) recency list.
 
 Importing this module imports vLLM; ``import kvmm`` never does.
 """
@@ -106,7 +114,7 @@ class KvmmCachePolicy(CachePolicy):
 
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
-        self.policy = _fresh_policy(type(self).new_policy, cache_capacity)
+        self._bind(_fresh_policy(type(self).new_policy, cache_capacity))
         # key -> ChunkStatus of every resident chunk (registered with the policy or pending).
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         # Resident keys whose ref_cnt != 0 (a store or a load in flight): never victims.
@@ -143,10 +151,11 @@ class KvmmCachePolicy(CachePolicy):
 
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         self._register_pending()
+        chunks, access, refresh = self.chunks, self._access, self.refresh_stores
         for key in reversed(list(keys)):
-            chunk = self.chunks.get(key)
-            if chunk is not None and (chunk.is_ready or self.refresh_stores):
-                self.policy.on_access(key)
+            chunk = chunks.get(key)
+            if chunk is not None and (refresh or chunk.ref_cnt >= 0):  # ref_cnt >= 0: is_ready
+                access(key)
 
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """A running request reached these chunks (loaded them, or offered them for storing):
@@ -156,9 +165,10 @@ class KvmmCachePolicy(CachePolicy):
         if not self.refresh_stores:
             return
         self._register_pending()
+        chunks, access = self.chunks, self._access
         for key in reversed(order_request_keys([list(keys)], req_context)):
-            if key in self.chunks:
-                self.policy.on_access(key)
+            if key in chunks:
+                access(key)
 
     def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """No-op: a kvmm policy learns from ghost keys when they are inserted again."""
@@ -167,9 +177,18 @@ class KvmmCachePolicy(CachePolicy):
                             insertion_only_keys: set[OffloadKey], reused_keys: set[OffloadKey],
                             req_context: ReqContext) -> None:
         self._register_pending()
-        for key in reversed(order_request_keys(key_groups, req_context)):
-            if key in self.chunks and (key in reused_keys or self.refresh_stores):
-                self.policy.on_access(key)
+        chunks, access = self.chunks, self._access
+        if not self.refresh_stores and not reused_keys:
+            return  # nothing reused, and stores are not refreshed: no policy event
+        touched = reversed(order_request_keys(key_groups, req_context))
+        if self.refresh_stores:
+            for key in touched:
+                if key in chunks:
+                    access(key)
+        else:
+            for key in touched:
+                if key in reused_keys and key in chunks:
+                    access(key)
 
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
         self._register_pending()
@@ -180,17 +199,18 @@ class KvmmCachePolicy(CachePolicy):
         if len(victims) < n:
             return None
         victims = victims[:n]
-        if len(set(victims)) != n or any(k not in self.chunks or k in blocked for k in victims):
+        if not self._trusted and (len(set(victims)) != n or any(k not in self.chunks or k in blocked for k in victims)):
             raise KvmmError(f"{type(self.policy).__name__}.victims({n}, ...) returned {victims!r}: expected "
                             f"{n} distinct resident keys outside the protected and in-use chunks")
+        on_remove, chunks = self.policy.on_remove, self.chunks
         evicted = []
         for key in victims:
-            self.policy.on_remove(key)
-            evicted.append((key, self.chunks.pop(key)))
+            on_remove(key)
+            evicted.append((key, chunks.pop(key)))
         return evicted
 
     def clear(self) -> None:
-        self.policy = _fresh_policy(type(self).new_policy, self.cache_capacity)
+        self._bind(_fresh_policy(type(self).new_policy, self.cache_capacity))
         self.chunks.clear()
         self._in_use.clear()
         self._pending.clear()
@@ -218,17 +238,32 @@ class KvmmCachePolicy(CachePolicy):
         # No more chunks than the capacity.
         assert len(self.chunks) <= self.cache_capacity
 
+    def _bind(self, policy: Any) -> None:
+        """Adopt ``policy``; a built-in one's ``fast_hooks`` (LRU, FIFO, ARC) replace its checked
+        ``on_access`` / ``on_insert``: this object guarantees what they check (an accessed key is
+        registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
+        another policy's ``victims`` are checked (distinct, resident, not protected)."""
+        self.policy = policy
+        hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
+        # A built-in policy's victims are distinct resident unprotected keys (tested): not re-checked.
+        self._trusted = hooks is not None
+        if hooks is None:
+            self._access, self._insert = policy.on_access, policy.on_insert
+        else:
+            self._access, self._insert = hooks[0], hooks[1]
+
     def _register_pending(self) -> None:
         """Tell the policy about the chunks inserted since the last call, each request's batch
         tail first (by token position when known), so its head ends up the most recent."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        pending_keys, insert = self._pending_keys, self._insert
         for req_context, keys in pending:
             for key in reversed(order_request_keys([keys], req_context)):
-                if key in self._pending_keys:
-                    self._pending_keys.discard(key)
-                    self.policy.on_insert(key)
+                if key in pending_keys:
+                    pending_keys.discard(key)
+                    insert(key, 1)
 
 
 def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: bool = False) -> type[KvmmCachePolicy]:

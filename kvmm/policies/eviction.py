@@ -243,8 +243,11 @@ class ARCPolicy:
     # event in between (removing a key that was not offered, say after the caller gave up on
     # the insert) makes the plan stale: then p is adapted afresh on insert.
     _pending: _ArcPlan | None = field(default=None, init=False, repr=False)
+    # list name -> its OrderedDict (the four above), so _push/_pop need no lookup table per call
+    _lists: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._lists = {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}
         if self.capacity is not None:
             self.capacity = as_count(self.capacity, "capacity", minimum=1)
             self._c = self.capacity
@@ -267,6 +270,10 @@ class ARCPolicy:
         size = as_count(size, "size")
         if as_hashable(key) in self._t1 or key in self._t2:
             raise BadInputError(f"ARCPolicy already tracks {key!r}; call on_access for a resident key")
+        self._insert_unchecked(key, size)
+
+    def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:
+        """``on_insert`` of an untracked key and a valid size (the fast hook)."""
         pending, self._pending = self._pending, None
         if key in self._b1 or key in self._b2:
             # Ghost hit: B1 means the recency side was too small, B2 the frequency side.
@@ -289,13 +296,49 @@ class ARCPolicy:
         else:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
         self._push(key, old if size is None else size, "T2")
+        self._after_access()
+
+    def _access_unchecked(self, key: Hashable) -> None:
+        """``on_access(key)`` of a resident key, same size (the fast hook): to T2's recent end."""
+        t1 = self._t1
+        if key in t1:
+            size = t1.pop(key)
+            sizes = self._sizes
+            sizes["T1"] -= size
+            sizes["T2"] += size
+            self._t2[key] = size
+        else:
+            self._t2.move_to_end(key)
+        self._after_access()
+
+    def _after_access(self) -> None:
         self._pending = None
-        self._c = max(self._c, self._sizes["T1"] + self._sizes["T2"])
+        sizes = self._sizes
+        self._c = max(self._c, sizes["T1"] + sizes["T2"])
         if self.ghost_limit is not None:  # an overwrite may follow a planned eviction that made ghosts
             self._limit_ghosts(self.ghost_limit)
 
+    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
+        """``(access(key), insert(key, size), None, None)``: ``on_access(key)`` and
+        ``on_insert(key, size)`` without the per-event checks, for a caller that guarantees them
+        (an accessed key is resident, an inserted one is not, the size is an integer >= 0); the
+        same state changes.  No ``insert_many`` / ``evict_first`` (see :meth:`LRUPolicy.fast_hooks`):
+        ARC's victim depends on the incoming key, so a caller that evicts must ask ``victims``.
+        None for a subclass, whose own hooks must run.  Runtime complexity: O(1) per event
+        (plus the ghosts forgotten).
+        """
+        if type(self) is ARCPolicy:
+            return self._access_unchecked, self._insert_unchecked, None, None
+        return None
+
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._t1 and key not in self._t2:
+        try:
+            resident = key in self._t1 or key in self._t2
+        except (TypeError, RecursionError):
+            as_hashable(key)  # raises the KvmmError that says what is wrong with the key
+            raise
+        if not resident:
+            as_hashable(key)  # a NaN key is refused as such
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
@@ -310,8 +353,17 @@ class ARCPolicy:
                 self._push(key, size, "B1" if source == "T1" else "B2")
             return
         self._pending = None
-        source = "T1" if key in self._t1 else "T2"
-        self._push(key, self._pop(key, source), "B1" if source == "T1" else "B2")
+        sizes = self._sizes
+        if key in self._t1:
+            size = self._t1.pop(key)
+            sizes["T1"] -= size
+            self._b1[key] = size
+            sizes["B1"] += size
+        else:
+            size = self._t2.pop(key)
+            sizes["T2"] -= size
+            self._b2[key] = size
+            sizes["B2"] += size
         self._trim_ghosts()
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
@@ -326,6 +378,8 @@ class ARCPolicy:
         incoming_size = as_count(incoming_size, "incoming_size")
         protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
+        if incoming is None:
+            return self._replace_victims(n, protected)
         in_b1 = incoming is not None and incoming in self._b1
         in_b2 = incoming is not None and incoming in self._b2
         p = self._adapted_p(incoming)
@@ -382,6 +436,33 @@ class ARCPolicy:
         if incoming is not None:
             self._pending = _ArcPlan(incoming, p, steps)
         return [step[0] for step in steps]
+
+    def _replace_victims(self, n: int, protected: set | frozenset) -> list[Hashable]:
+        """``victims`` without an incoming key: REPLACE ``n`` times (no ghost is forgotten, so
+        only the residents' sizes and ``p`` decide), each step from T1 when ``|T1| > p`` or T2
+        is empty, else from T2, falling back to the other list when one has no unprotected key."""
+        p, sizes = self.p, self._sizes
+        t1, t2 = sizes["T1"], sizes["T2"]
+        t1_entries, t2_entries = iter(self._t1.items()), iter(self._t2.items())
+        out: list[Hashable] = []
+        while len(out) < n:
+            from_t1 = (t1 > 0 and t1 > p) or t2 == 0
+            victim = None
+            for entries in ((t1_entries, t2_entries) if from_t1 else (t2_entries, t1_entries)):
+                for entry in entries:  # resumes where the last step of this list stopped
+                    if entry[0] not in protected:
+                        victim = entry
+                        break
+                if victim is not None:
+                    break
+            if victim is None:
+                break  # no unprotected resident left
+            out.append(victim[0])
+            if entries is t1_entries:
+                t1 -= victim[1]
+            else:
+                t2 -= victim[1]
+        return out
 
     def keys(self) -> list[Hashable]:
         """Resident keys (T1 then T2, least recent first); ghosts are not included."""
@@ -445,24 +526,27 @@ class ARCPolicy:
         return self.p
 
     def _push(self, key: Hashable, size: int, name: str) -> None:
-        {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}[name][key] = size
+        self._lists[name][key] = size
         self._sizes[name] += size
 
     def _pop(self, key: Hashable, name: str) -> int:
-        size = {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}[name].pop(key)
+        size = self._lists[name].pop(key)
         self._sizes[name] -= size
         return size
 
     def _trim_ghosts(self) -> None:
         """After a delete: forget the oldest ghosts until the paper's directory bounds hold."""
-        c, sizes = self._c, self._sizes
+        c, sizes, b1 = self._c, self._sizes, self._b1
         # Keep |T1| + |B1| <= c by forgetting the oldest B1 ghosts ...
-        while sizes["T1"] + sizes["B1"] > c and self._b1:
-            self._pop(next(iter(self._b1)), "B1")
+        while sizes["T1"] + sizes["B1"] > c and b1:
+            sizes["B1"] -= b1.popitem(last=False)[1]
         # ... and the whole directory within 2c by forgetting the oldest B2, then B1, ghosts.
-        for name, ghosts in (("B2", self._b2), ("B1", self._b1)):
-            while sum(sizes.values()) > 2 * c and ghosts:
-                self._pop(next(iter(ghosts)), name)
+        total = sizes["T1"] + sizes["T2"] + sizes["B1"] + sizes["B2"]
+        for name, ghosts in (("B2", self._b2), ("B1", b1)):
+            while total > 2 * c and ghosts:
+                size = ghosts.popitem(last=False)[1]
+                sizes[name] -= size
+                total -= size
         if self.ghost_limit is not None:
             self._limit_ghosts(self.ghost_limit)
 

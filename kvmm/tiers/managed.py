@@ -178,7 +178,9 @@ class ManagedTier:
         Keys, size and flags are validated once for the batch; then a backend that offers a
         trusted size writer (:class:`~kvmm.tiers.SimulatedTier`) and a built-in policy that
         offers ``fast_hooks`` (LRU, FIFO) are driven without re-checking each key (this object
-        guarantees what they would check: a managed key is tracked, a new one is not).  Any
+        guarantees what they would check: a managed key is tracked, a new one is not); ARC's
+        hooks (no ``evict_first``: its victims depend on the incoming key) skip the checks of
+        each access and insert while its evictions are still planned with ``victims``.  Any
         other policy gets its ``on_access`` / ``on_insert`` per key, as with separate calls.
 
         Runtime complexity: O(len(keys)) policy events plus the victims examined.
@@ -203,7 +205,7 @@ class ManagedTier:
             raise CapacityExceededError(
                 f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
         hooks = self.policy.fast_hooks() if hasattr(self.policy, "fast_hooks") else None
-        if hooks is not None and hasattr(backend, "size_writer_many"):
+        if hooks is not None and hooks[3] is not None and hasattr(backend, "size_writer_many"):
             return self._offer_batched(ks, flags.tolist(), nbytes, hooks, found)
         on_access, on_insert = hooks[:2] if hooks is not None else (self.policy.on_access, self._policy_insert)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))

@@ -29,6 +29,16 @@ def trace():
     return load_mooncake("conversation")
 
 
+#: The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
+#: multi-turn conversation trace (each turn reuses the session's prefix: many hits).
+TRACES = pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+
+
+def trace_of(source, mooncake):
+    trace = mooncake if source == "mooncake" else conversation_trace(num_sessions=40, seed=3)
+    return trace, min(N_REQUESTS, trace.num_requests)
+
+
 def manager(policy: str, capacity: int = CAPACITY, **kwargs) -> CPUOffloadingManager:
     module = None if policy in ("lru", "arc") else kv.MODULE_PATH
     return CPUOffloadingManager(capacity, cache_policy=policy, cache_policy_module_path=module, **kwargs)
@@ -45,13 +55,9 @@ def test_vllm_loads_each_policy_by_module_path(name):
     assert type(manager(name, 8)._policy) is cls
 
 
-@pytest.mark.parametrize("source, capacity", [("mooncake", CAPACITY), ("generated", 100)])
+@TRACES
 def test_lru_replay_matches_vllm_lru_and_managed_tier(trace, source, capacity):
-    # The bundled Mooncake trace (mostly one-off blocks, many evictions) and a generated
-    # multi-turn conversation trace (each turn reuses the session's prefix: many hits).
-    if source == "generated":
-        trace = conversation_trace(num_sessions=40, seed=3)
-    n = min(N_REQUESTS, trace.num_requests)
+    trace, n = trace_of(source, trace)
     ours = manager("KvmmLRU", capacity)
     kvmm_in_vllm = replay_vllm(ours, trace, n, check=ours._policy.check)
     vllm_lru = replay_vllm(manager("lru", capacity), trace, n)
@@ -196,3 +202,66 @@ def test_double_insert_is_refused_without_change():
         policy.insert(offload_key(1), ChunkStatus(1), ctx)
     assert policy.get(offload_key(1)).chunk_id == 0
     policy.check()
+
+
+class PlainARC(ARCPolicy):
+    """A subclass: no fast hooks, so the adapter calls the checked on_access / on_insert."""
+
+
+@TRACES
+def test_arc_fast_hooks_make_the_same_decisions_as_the_checked_events(trace, source, capacity):
+    trace, n = trace_of(source, trace)
+    fast = manager("KvmmARC", capacity)
+    plain_cls = kv.make_cache_policy(PlainARC, name="KvmmPlainARC")
+    plain = manager("KvmmARC", capacity)
+    plain._policy = plain_cls(cache_capacity=capacity)  # vLLM loads policies by name; swap in the plain one
+    assert fast._policy._access == fast._policy.policy._access_unchecked
+    assert plain._policy._access == plain._policy.policy.on_access
+    results = replay_vllm(fast, trace, n), replay_vllm(plain, trace, n)
+    assert results[0] == results[1]  # the same hits, stores and evictions, request by request
+    a, b = fast._policy.policy, plain._policy.policy
+    assert (a.lists(), a.list_sizes(), a.p) == (b.lists(), b.list_sizes(), b.p)
+    # The comparison means something: hits, evictions and adaptation happened.
+    assert sum(r[0] for r in results[0]) > 100 and sum(len(r[2]) for r in results[0]) > 100
+    assert a.lists()["T2"] and (a.lists()["B1"] or a.lists()["B2"])
+
+
+@pytest.mark.parametrize("p_finishes_before_a_loads, expected", [
+    (True, {"lru": "p1", "KvmmLRU": "p1"}),
+    (False, {"lru": "a2", "KvmmLRU": "x1"}),
+])
+def test_scheduler_order_difference_is_pinned(p_finishes_before_a_loads, expected):
+    """Why, driven by vLLM's real Scheduler one request at a time, KvmmLRU and vLLM's lru make
+    the same number of evictions but a few different eviction sets (issue 19, item 8).
+
+    OffloadingConnectorScheduler signals ``on_request_finished`` of request P in
+    ``build_connector_meta`` of the step *after* P finished, while that step's ``schedule()`` may
+    already have scheduled the next request A and loaded its hit prefix (``prepare_load``, whose
+    ``on_request_access`` gives A its lru rank R_A).  P's finish then re-ranks P's chunks newer
+    than R_A, and every chunk A stores later gets rank (R_A, -position): older than P's.  KvmmLRU
+    registers A's stores when they are stored, newer than P's.  So with the cache full, vLLM
+    evicts A's own stored tail (a2) where KvmmLRU evicts the oldest chunk (x1); when P's finish
+    comes before A's load (the replays in this file), both evict P's p1.  Only a request that
+    loads a prefix right after another finished can differ, and only in *which* chunk goes."""
+    keys = dict(zip(["x1", "p1", "a1", "a2", "a3"], (offload_key(k) for k in range(1, 6))))
+    for policy in ("lru", "KvmmLRU"):
+        m = manager(policy, 4)
+        run_request(m, "X", [keys["x1"]])
+        ctx_p = new_context("P", [keys["p1"]])
+        m.on_new_request(ctx_p)
+        m.complete_store(m.prepare_store([keys["p1"]], ctx_p).keys_to_store, ctx_p)
+        if p_finishes_before_a_loads:
+            m.on_request_finished(ctx_p)
+        a = [keys[k] for k in ("x1", "a1", "a2", "a3")]  # A's prompt: X's block, then its own
+        ctx_a = new_context("A", a)
+        m.on_new_request(ctx_a)
+        m.prepare_load(a[:1], ctx_a)  # A's hit prefix, loaded in the step it is scheduled
+        m.complete_load(a[:1], ctx_a)
+        if not p_finishes_before_a_loads:
+            m.on_request_finished(ctx_p)  # build_connector_meta of the same step
+        for key in a[1:3]:  # A's blocks, stored one step at a time: the cache fills (4 chunks)
+            m.complete_store(m.prepare_store([key], ctx_a).keys_to_store, ctx_a)
+        out = m.prepare_store(a[3:], ctx_a)
+        assert out.evicted_keys == [keys[expected[policy]]], policy
+        m.complete_store(out.keys_to_store, ctx_a)
+        m.on_request_finished(ctx_a)
