@@ -39,7 +39,7 @@ from __future__ import annotations
 import warnings
 
 
-from kvmm.report import mean_pm, spread
+from kvmm.report import mean_pm, plain_number, spread
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
@@ -263,16 +263,16 @@ def _agent_tables(report, quick: bool) -> None:
             f"tool waits x{AGENT_SIM['time_scale']}; {sample.requests} requests for seed {seeds[0]}), GPU pool "
             f"{AGENT_SIM['gpu_kv_bytes'] // GiB} GiB (smaller than the agents' contexts), NVMe lower tier, CXL fast tier; "
             f"mean ± std over seeds {list(seeds)}")
-    for title, rows_of in ((f"slack knob margin_s swept for every policy, notice {NOTICE_S:g} s", [(m, NOTICE_S) for m in margins]),
+    for title, rows_of in ((f"slack knob margin_s swept for every policy, notice {plain_number(NOTICE_S)} s", [(m, NOTICE_S) for m in margins]),
                            ("advance notice notice_s swept, margin 0", sorted({(0.0, nt) for nt in notices}, key=lambda k: k[1]))):
         rows = []
         for m, nt in rows_of:
             per = {p: _agent_columns([res[(m, nt, s, p)] for s in seeds]) for p in POLICIES}
             for p in POLICIES:
                 v = per[p]
-                rows.append((f"{m:g}", f"{nt:g}", p, mean_pm(v["p50"], ".3f"), mean_pm(v["p95"], ".3f"), mean_pm(v["wait"], ".3f"),
+                rows.append((plain_number(m), plain_number(nt), p, mean_pm(v["p50"], ".3f"), mean_pm(v["p95"], ".3f"), mean_pm(v["wait"], ".3f"),
                              mean_pm(v["bs"], ".3f"), mean_pm(v["late"], ".2f")))
-            rows.append((f"{m:g}", f"{nt:g}", "verdict", _agent_verdict(per), "", "", "", ""))
+            rows.append((plain_number(m), plain_number(nt), "verdict", _agent_verdict(per), "", "", "", ""))
         report.table(f"TempoKV on agent tool calls: {title} ({what})",
                      ["margin s", "notice s", "staging", "TTFT p50 s", "TTFT p95 s", "staging wait s (mean per claim)",
                       "protected GiB*s / req", "late share"], rows,
