@@ -84,8 +84,8 @@ class FabricQueue:
 def simulate_cluster(cfg: SimConfig, model: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
                      progress: Callable | None, engine_hook: Callable | None) -> Any:
     """Run the cluster; returns the pooled :class:`~kvmm.sim.SimResult` (see the module docstring)."""
-    from kvmm.cluster.routers import checked_route, make_router
-    from kvmm.cluster.view import ClusterView, RouteRequest
+    from kvmm.cluster.routers import checked_route
+    from kvmm.cluster.view import RouteRequest
     from kvmm.sim.simulator import collect
 
     cl = cfg.cluster
@@ -96,26 +96,18 @@ def simulate_cluster(cfg: SimConfig, model: Any, trace: MooncakeTrace, arrival: 
     logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
     shared = tuple(_shared_level(lv, cl.fabric, block_bytes, logged) for lv in cl.shared_tiers)
     levels = tuple(cfg.tiers) + tuple(s.level for s in shared)
-    index = None
-    if cl.uses_index:
-        from kvmm.cluster.index import BlockIndex
-
-        index = BlockIndex(n_inst, media=("GPU",) + tuple(lv.name for lv in cfg.tiers), max_entries=cl.index_max_entries)
-    router = make_router(cl.router, n_inst, **dict(cl.router_params)) if isinstance(cl.router, str) \
-        else copy.deepcopy(cl.router)
+    router, view, index, feeds = cluster_routing(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers))
     engines = []
     key_space = np.unique(trace.block_ids.astype(np.int64)) if logged else None  # one for every engine
     for i in range(n_inst):
-        events = _index_feed(index, i) if index is not None else None
         eng = Engine(cfg, model, trace, arrival, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
-                     shared=shared, levels=levels, tier_events=events, key_space=key_space)
+                     shared=shared, levels=levels, tier_events=feeds[i], key_space=key_space)
         engines.append(eng)
     if shared and cl.fabric is not None:
         aggregate = min([cl.fabric.aggregate_bandwidth] + [s.tier.backend.spec.read_bandwidth for s in shared])
         queue = FabricQueue(aggregate)
         for eng in engines:
             eng.fabric_queue = queue
-    view = ClusterView(n_inst, index=index)
     routed = np.zeros(n_inst, dtype=np.int64)
     if n_inst == 1:  # nothing to choose: the one engine runs alone, exactly as without a cluster
         routed[0] = trace.num_requests
@@ -235,6 +227,25 @@ def _shared_level(level: TierLevel, fabric: Any, block_bytes: int, logged: bool)
     backend = (LoggedSimulatedTier if logged else SimulatedTier)(level.spec.capacity_bytes, spec=level.spec)
     tier = ManagedTier(backend, make_eviction(level.eviction))
     return SharedLevel(seen, tier, make_admission(level.admission, level.spec.capacity_bytes // block_bytes))
+
+
+def cluster_routing(cfg: SimConfig, instances: int, media: tuple) -> tuple:
+    """``(router, view, index or None, per-instance index feeds or Nones)`` of a routed run over
+    ``instances`` instances whose index (when the router uses one) tracks ``media``; shared by
+    :func:`simulate_cluster` and the routed prefill instances of :mod:`kvmm.sim.pd`."""
+    from kvmm.cluster.routers import make_router
+    from kvmm.cluster.view import ClusterView
+
+    cl = cfg.cluster
+    router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
+        else copy.deepcopy(cl.router)
+    index = None
+    if cl.uses_index:
+        from kvmm.cluster.index import BlockIndex
+
+        index = BlockIndex(instances, media=media, max_entries=cl.index_max_entries)
+    feeds = [_index_feed(index, i) if index is not None else None for i in range(instances)]
+    return router, ClusterView(instances, index=index), index, feeds
 
 
 def _index_feed(index: Any, instance: int) -> Callable:

@@ -60,26 +60,6 @@ def simulate_pd(cfg: SimConfig, m: ModelSpec, trace: MooncakeTrace, arrival: np.
                    index_entries=len(sim.index) if sim.index is not None else 0)
 
 
-def _cluster_routing(cfg: SimConfig, instances: int) -> tuple:
-    """``(router, view, index or None, per-instance index feeds)`` of a routed PD run."""
-    import copy
-
-    from kvmm.cluster.sim import _index_feed
-    from kvmm.cluster.routers import make_router
-    from kvmm.cluster.view import ClusterView
-
-    cl = cfg.cluster
-    router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
-        else copy.deepcopy(cl.router)
-    index = None
-    if cl.uses_index:
-        from kvmm.cluster.index import BlockIndex
-
-        index = BlockIndex(instances, media=("GPU",), max_entries=cl.index_max_entries)
-    feeds = [_index_feed(index, i) if index is not None else None for i in range(instances)]
-    return router, ClusterView(instances, index=index), index, feeds
-
-
 class _PD:
     def __init__(self, cfg, m, trace, arrival, progress) -> None:
         pd = cfg.pd
@@ -96,9 +76,11 @@ class _PD:
         feeds = [None] * pd.prefill_instances
         key_space = None
         if cfg.cluster is not None:  # routed prefill instances (kvmm.cluster)
-            self.router, self.view, self.index, feeds = _cluster_routing(cfg, pd.prefill_instances)
+            from kvmm.cluster.sim import cluster_routing, sessions_of
+
+            # the index tracks the prefill instances' GPUs only
+            self.router, self.view, self.index, feeds = cluster_routing(cfg, pd.prefill_instances, ("GPU",))
             key_space = np.unique(trace.block_ids.astype(np.int64)) if self.index is not None else None
-            from kvmm.cluster.sim import sessions_of
 
             self.session = sessions_of(trace).tolist()
         self.prefill = [Hierarchy(cfg, self.block_bytes, block_tokens=bt, with_tiers=False, events=feeds[i],
