@@ -2,7 +2,6 @@
 (positional array_like structs, named maps, msgpack bytes, JSON text, msgspec structs), media,
 clears, lenient replay of a lossy stream, and strict batches that apply whole or not at all."""
 
-import base64
 import json
 
 import msgpack
@@ -13,6 +12,7 @@ import pytest
 from kvmm.cluster import BlockIndex, decode_vllm_batch
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.testing.allocator_machine import assert_same_snapshot
+from tests.test_traces_vllm_events import _json_form  # what msgspec.json.encode writes
 
 HASH_104 = bytes(24) + (104).to_bytes(8, "big")  # a 32-byte hash: its last 8 bytes are the key
 BIG = 2**64 - 5  # a uint64 hash above 2**63: key -5 (its int64 view)
@@ -24,16 +24,6 @@ NAMED = {"ts": 1700000003.0, "data_parallel_rank": 1,
          "events": [{"type": "BlockStored", "block_hashes": [HASH_104], "parent_block_hash": 101, "token_ids": [],
                      "block_size": 16, "lora_id": None, "lora_name": None, "group_idx": 0},  # no medium: GPU
                     {"type": "SomeFutureEvent", "payload": 1}]}
-
-
-def _json_form(obj):
-    if isinstance(obj, bytes):
-        return base64.b64encode(obj).decode()
-    if isinstance(obj, dict):
-        return {k: _json_form(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_form(v) for v in obj]
-    return obj
 
 
 WIRE_FORMS = {
