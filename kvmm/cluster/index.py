@@ -71,7 +71,7 @@ class BlockIndex:
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
-        return int(self.meta[K.M_ENTRIES])
+        return self.num_entries
 
     @property
     def num_entries(self) -> int:
@@ -250,7 +250,6 @@ class BlockIndex:
         self.free_rows = free_rows
         self.meta[K.M_FREE] = num_free + capacity - start
         self.meta[K.M_MASK] = size - 1
-        table[1] = 0
         K.rebuild_table(self.keys, self.live, self.table, self.meta)
 
     def _reserve(self, new_keys: int) -> None:
