@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import math
+import numbers
 import re
 import sys
 import time
@@ -243,8 +245,6 @@ def _format_plain(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def _cell(v: object) -> str:
-    import numbers
-
     if isinstance(v, float):
         return plain_number(v)
     if isinstance(v, numbers.Integral) and not isinstance(v, bool):
@@ -269,8 +269,6 @@ def plain_number(value: float, digits: int = 4) -> str:
         return f"{v:,.0f}"
     if v == 0.0:
         return "0"
-    import math
-
     decimals = max(digits - 1 - math.floor(math.log10(abs(v))), 0)
     text = f"{v:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text

@@ -97,14 +97,9 @@ def reproduce(report) -> None:
 # --------------------------------------------------------------------------- experiment 1
 def _shared_vs_private(report, slices, quick) -> dict:
     counts = (4, 8, 16)
-    res: dict = {}
-    with report.progress(len(counts) * 2 * len(slices), "cluster: shared vs private") as bar:
-        for n in counts:
-            for design in ("private", "shared"):
-                res[(n, design)] = []
-                for w in slices:
-                    res[(n, design)].append(simulate(_design_config(w, n, design)))
-                    bar.update(1)
+    res = _simulate_slices(report, "cluster: shared vs private", slices,
+                           [(n, design) for n in counts for design in ("private", "shared")],
+                           lambda key, w: _design_config(w, *key))
     rows = []
     for n in counts:
         for design in ("private", "shared"):
@@ -120,8 +115,7 @@ def _shared_vs_private(report, slices, quick) -> dict:
              "tier only helps a request that lands where its prefix was computed (1 in N); the shared pool sees "
              "every instance's blocks, so its hits do not fall with N.  Its price per GiB-hour is higher than local "
              "DRAM's, so the USD per million output tokens can rise while the input side falls.")
-    return {k: [spread([r.ttft_p95 for r in v])[0], spread([r.usd_per_million_input_tokens for r in v])[0]]
-            for k, v in res.items()}
+    return _ttft_p95_and_usd_in(res)
 
 
 def _design_config(w: KVTrace, n: int, design: str) -> SimConfig:
@@ -146,16 +140,14 @@ def _routers(report, slices) -> dict:
     from kvmm.cluster import ClusterConfig
 
     n = ROUTER_INSTANCES
-    res: dict = {}
-    with report.progress(len(ROUTER_SETTINGS) * len(slices), "cluster: routers") as bar:
-        for label, name, params in ROUTER_SETTINGS:
-            res[label] = []
-            for w in slices:
-                cfg = SimConfig(workload=w, load=LOAD, model=MODEL,
-                                tiers=(TierLevel("dram", capacity_bytes=TOTAL_CAPACITY // n),),
-                                cluster=ClusterConfig(instances=n, router=name, router_params=params, fabric="rdma400"))
-                res[label].append(simulate(cfg))
-                bar.update(1)
+    routers = {label: (name, params) for label, name, params in ROUTER_SETTINGS}
+
+    def config(label, w):
+        name, params = routers[label]
+        return SimConfig(workload=w, load=LOAD, model=MODEL, tiers=(TierLevel("dram", capacity_bytes=TOTAL_CAPACITY // n),),
+                         cluster=ClusterConfig(instances=n, router=name, router_params=params, fabric="rdma400"))
+
+    res = _simulate_slices(report, "cluster: routers", slices, list(routers), config)
     rows = []
     for label, _, _ in ROUTER_SETTINGS:
         rs = res[label]
@@ -185,8 +177,7 @@ def _routers(report, slices) -> dict:
              "+ running)) trades a few blocks of prefix for a shorter queue and spreads the load again.  approx-prefix "
              "(SGLang cache-aware, its default thresholds) falls back to the least-loaded instance when loads "
              "diverge, which keeps it balanced.  weighted: llm-d's default weights (prefix 2, load 1, KV use 1).")
-    return {k: [spread([r.ttft_p95 for r in v])[0], spread([r.usd_per_million_input_tokens for r in v])[0]]
-            for k, v in res.items()}
+    return _ttft_p95_and_usd_in(res)
 
 
 # --------------------------------------------------------------------------- experiment 3
@@ -194,17 +185,15 @@ def _fill(report, slices) -> None:
     from kvmm.cluster import ClusterConfig
 
     n = ROUTER_INSTANCES
-    res: dict = {}
-    with report.progress(len(FILL_SETTINGS) * len(slices), "cluster: write-through / write-back") as bar:
-        for label, dram_kw, pool_kw in FILL_SETTINGS:
-            res[label] = []
-            for w in slices:
-                cfg = SimConfig(workload=w, load=LOAD, model=MODEL,
-                                tiers=(TierLevel("dram", capacity_bytes=FILL_DRAM, **dram_kw),),
-                                cluster=ClusterConfig(instances=n, fabric="rdma400",
-                                                      shared_tiers=(TierLevel("pooled-nvme", capacity_bytes=FILL_POOL, **pool_kw),)))
-                res[label].append(simulate(cfg))
-                bar.update(1)
+    fills = {label: (dram_kw, pool_kw) for label, dram_kw, pool_kw in FILL_SETTINGS}
+
+    def config(label, w):
+        dram_kw, pool_kw = fills[label]
+        return SimConfig(workload=w, load=LOAD, model=MODEL, tiers=(TierLevel("dram", capacity_bytes=FILL_DRAM, **dram_kw),),
+                         cluster=ClusterConfig(instances=n, fabric="rdma400",
+                                               shared_tiers=(TierLevel("pooled-nvme", capacity_bytes=FILL_POOL, **pool_kw),)))
+
+    res = _simulate_slices(report, "cluster: write-through / write-back", slices, list(fills), config)
     wt_pool = [r.tier_block_hits[1] for r in res[FILL_SETTINGS[0][0]]]
     wb_pool = [r.tier_block_hits[1] for r in res[FILL_SETTINGS[2][0]]]
     rows = []
@@ -314,6 +303,25 @@ def _parastor(report, quick) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
+def _simulate_slices(report, what: str, slices, keys, config) -> dict:
+    """``{key: [simulate(config(key, w)) for w in slices]}`` for each key in order, under one
+    progress bar titled ``what``.  Runtime complexity: O(len(keys) x len(slices)) simulations."""
+    res: dict = {}
+    with report.progress(len(keys) * len(slices), what) as bar:
+        for key in keys:
+            res[key] = []
+            for w in slices:
+                res[key].append(simulate(config(key, w)))
+                bar.update(1)
+    return res
+
+
+def _ttft_p95_and_usd_in(res: dict) -> dict:
+    """``{key: [mean TTFT p95, mean USD / M input tokens]}`` over each key's runs: what the plots draw."""
+    return {k: [spread([r.ttft_p95 for r in v])[0], spread([r.usd_per_million_input_tokens for r in v])[0]]
+            for k, v in res.items()}
+
+
 def _summary(rs) -> tuple:
     """GPU hit %, lower-tier hit %, hit ratio %, TTFT p50, TTFT p95, USD / M input, USD / M output (mean ± std)."""
     return (mean_pm([r.gpu_hit_token_share for r in rs], ".1f", scale=100),

@@ -267,7 +267,7 @@ def reproduce(report) -> None:
                 bar.update(1)
     rows = [["none (GPU only)", "-", "-", base.recomputed_tokens, "0 %", 0.0, 0.0, base.total_s, "0 %"]]
     for (frac, name), res in results.items():
-        rows.append([name, f"{plain_number(frac)}", int(round(frac * ws)), res.recomputed_tokens,
+        rows.append([name, plain_number(frac), int(round(frac * ws)), res.recomputed_tokens,
                      _pct(res.recomputed_tokens, base.recomputed_tokens),
                      res.loaded_tokens * model.kv_bytes_per_token / 1e9,
                      res.written_blocks * block_bytes / 1e9, res.total_s, _pct(res.total_s, base.total_s)])

@@ -99,7 +99,7 @@ def reproduce(report) -> None:
             report.table(
                 f"{tr.name} trace: {r:,} requests, {end:,} block refs, {unique:,} unique blocks",
                 ["pool / unique", "pool blocks", "hit ratio", "hits", "evictions", "too large"],
-                [(f"{plain_number(f)}", p, round(h, 4), n, e, o) for f, p, h, n, e, o in rows],
+                [(plain_number(f), p, round(h, 4), n, e, o) for f, p, h, n, e, o in rows],
                 note=(f"Unlimited-capacity hit ratio 1 - unique/refs = {1 - unique / end:.4f}; window of "
                       f"{WINDOW} running requests, keys = hash_ids as (id, 0), frees last-first."),
             )

@@ -414,7 +414,7 @@ def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
         for sla in SLA_MS:
             c = sla_ratios(ref, w["block_size"], model, gib * GIB, sla / 1e3)
             n, v = c["runs"][0]["naive_masked"], c["runs"][0]["vtoken"]
-            detail.append((f"{gib} GiB ({model.blocks_in(gib * GIB, w['block_size'])} blocks)", f"{plain_number(sla)}",
+            detail.append((f"{gib} GiB ({model.blocks_in(gib * GIB, w['block_size'])} blocks)", plain_number(sla),
                            f"{n['batch']} ({n['bound']})", round(1e3 * n["step_s"], 2), round(n["tokens_per_s"]),
                            f"{v['batch']} ({v['bound']})", round(1e3 * v["step_s"], 2), round(v["tokens_per_s"]),
                            _fmt_ratio(c["ratio"]), _fmt_ratio(c["ratio_reads_dead"]), PAPER["throughput"]))
