@@ -135,7 +135,7 @@ def parse_pd(text: str):
     return PDConfig(int(m.group(1)), int(m.group(2)), m.group(3), layerwise_overlap=m.group(4) is None)
 
 
-def with_fill(level, args: argparse.Namespace, flag: str):
+def with_fill(level, args: argparse.Namespace):
     """``level`` filled as ``--fill`` / ``--exclusive`` say."""
     from dataclasses import replace
 
@@ -167,13 +167,12 @@ def parse_cluster(args: argparse.Namespace):
         if args.index_max_entries is not None:
             raise BadInputError("--index-max-entries needs a cluster (--router or --shared-tier)")
         return None
-    if args.pd:
-        if args.shared_tier:
-            raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
+    if args.pd and args.shared_tier:
+        raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
     from kvmm.cluster.config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
-    shared = tuple(with_fill(parse_tier(t), args, "--shared-tier") for t in (args.shared_tier or ()))
+    shared = tuple(with_fill(parse_tier(t), args) for t in (args.shared_tier or ()))
     fabric = None if args.fabric.lower() == "none" else args.fabric
     if fabric is not None:
         from kvmm.cluster.fabric import FABRIC_PRESETS
@@ -213,7 +212,7 @@ def build_configs(args: argparse.Namespace) -> list:
         raise BadInputError(f"--fast-tier {args.fast_tier!r}: expected PRESET[:SIZE] with a preset in {sorted(PRESETS)}")
     fast_spec = preset(fast[0], parse_size(fast[1], f"--fast-tier {args.fast_tier!r}") if len(fast) > 1 else None)
     tiers = tuple(parse_tier(t) for t in (args.tier or ["nvme"]))
-    tiers = tuple(with_fill(lv, args, "--tier") for lv in tiers)
+    tiers = tuple(with_fill(lv, args) for lv in tiers)
     cluster = parse_cluster(args)
     instances = 1 if cluster is not None else args.instances
     prices = None

@@ -95,8 +95,9 @@ class Engine:
         self.ids = trace.block_ids.astype(np.int64)
         self.keys = pool_keys(self.ids)
         self.bt = bt = int(trace.block_tokens)  # tokens per block of the trace's format
-        demotes = any(lv.write_back for lv in (tuple(cfg.tiers) if levels is None else tuple(levels)))
-        if key_space is None and (demotes or tier_events is not None):
+        # the lower levels as this instance sees them (a shared level's spec includes its fabric)
+        self.levels = tuple(cfg.tiers) if levels is None else tuple(levels)
+        if key_space is None and (any(lv.write_back for lv in self.levels) or tier_events is not None):
             key_space = np.unique(self.ids)  # the GPU key mirror's dense ids
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written
         self.extra_blocks = np.maximum(total_blocks - np.diff(self.offsets), 0)
@@ -107,10 +108,7 @@ class Engine:
         self.hier = Hierarchy(cfg, self.block_bytes, block_tokens=bt, record_ops=record_ops,
                               prefix_cache=False if cfg.token_budget is not None else None, shared=shared,
                               events=tier_events, key_space=key_space)
-        # the lower levels as this instance sees them (a shared level's spec includes its fabric)
-        self.levels = tuple(cfg.tiers) if levels is None else tuple(levels)
         self.fabric_queue = None  # a cluster's shared fabric (kvmm.cluster.sim.FabricQueue)
-        self.shared_from = len(cfg.tiers)  # levels from here on are shared (reached over the fabric)
         if cfg.token_budget is not None:
             from kvmm.sim.compression import Compressor
 
@@ -422,8 +420,8 @@ class Engine:
             pos = self._queue_position(r, waiting)
             waiting.insert(pos, r)
             self.max_waiting = max(self.max_waiting, len(waiting))
-            if (self.claim_id[waiting[pos:]] >= 0).any():  # its own prediction, and those it passed
-                self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
+            # its own claim's prediction (made for an empty queue) and those of the requests it passed
+            self._update_work_ahead(waiting, self.batch_in_flight, t, max(self.step_end - t, 0.0))
             return
         self._look_up_and_claim(r, waiting, t, None)
 
@@ -482,7 +480,7 @@ class Engine:
             b / min(lv.spec.read_bandwidth * eff, self.cfg.fast_tier.write_bandwidth)
             for b, lv in zip(per_tier.tolist(), self.levels) if b)
         if self.fabric_queue is not None:
-            self.fabric_bytes[r] = int(per_tier[self.shared_from:].sum())
+            self.fabric_bytes[r] = int(per_tier[self.hier.private:].sum())
         self.claim_source[r] = source
         queued = float(self.prefill_tokens[waiting[:pos]].sum()) if pos > 0 else 0.0
         budget = self.model.max_prefill_tokens

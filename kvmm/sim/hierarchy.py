@@ -148,37 +148,36 @@ class Hierarchy:
             return
         n = ids.shape[0]
         for i, tier in enumerate(self.tiers):
-            if self.write_back[i]:
-                self._touch_written_back(i, ids)
-                continue
-            if self.writes_all[i]:
-                write: Any = np.ones(n, dtype=bool)
-            else:
-                def write(cached: np.ndarray, admission: Any = self.admission[i]) -> np.ndarray:  # on what the tier holds now
-                    # a block cached at admission time but evicted by an earlier write of this request
-                    # is written back (it was offered and the tier held it: the admission kept it)
-                    request = AdmissionRequest(ids, cached, np.arange(n) < gpu_hits)
-                    return admission_mask(admission.admit(request), n, admission) | cached
+            # a write-back level fills from above (demote): the request's blocks are only accessed there
+            write_back = self.write_back[i]
+            write = np.zeros(n, dtype=bool) if write_back else self._write_mask(i, ids, gpu_hits)
             hits = tier.access_or_put_size_many(ids, self.block_bytes, write)
             self.tier_hits[i] += int(np.count_nonzero(hits))
             self.tier_offered[i] += n
-            if self.logged:
+            if write_back:
+                if self.exclusive[i] and hits.any():  # they are on the GPU now: they leave an exclusive level
+                    for k in ids[hits].tolist():
+                        tier.delete(k)
+                    self._moved(i, demote=False)  # promoted, not evicted: nothing goes down
+            elif self.logged:
                 self._moved(i)
 
-    # ------------------------------------------------------------------ write-back
-    def _touch_written_back(self, i: int, ids: np.ndarray) -> None:
-        """A prefilled request meets a write-back level: the blocks it holds are accessed (their
-        use counts for its policy); nothing is written (the level fills from above).  In an
-        exclusive level they leave it: they are on the GPU now."""
-        tier = self.tiers[i]
-        hits = tier.access_or_put_size_many(ids, self.block_bytes, np.zeros(ids.shape[0], dtype=bool))
-        self.tier_hits[i] += int(np.count_nonzero(hits))
-        self.tier_offered[i] += ids.shape[0]
-        if self.exclusive[i] and hits.any():
-            for k in ids[hits].tolist():
-                tier.delete(k)
-            self._moved(i, demote=False)  # promoted, not evicted: nothing goes down
+    def _write_mask(self, i: int, ids: np.ndarray, gpu_hits: int) -> Any:
+        """What level ``i`` writes of ``ids`` (the first ``gpu_hits`` were GPU prefix hits): every
+        block, or the mask its admission picks on what the tier holds when the call reaches it.
+        A block cached then but evicted by an earlier write of the same call is written back (it
+        was offered and the tier held it: the admission kept it)."""
+        n = ids.shape[0]
+        if self.writes_all[i]:
+            return np.ones(n, dtype=bool)
+        admission = self.admission[i]
 
+        def write(cached: np.ndarray) -> np.ndarray:
+            request = AdmissionRequest(ids, cached, np.arange(n) < gpu_hits)
+            return admission_mask(admission.admit(request), n, admission) | cached
+        return write
+
+    # ------------------------------------------------------------------ write-back
     def demote(self, i: int, keys: list) -> None:
         """Blocks evicted from the level above are written into write-back level ``i`` (its
         admission picks among them); its own victims go on down to level ``i + 1`` when that one
@@ -187,14 +186,7 @@ class Hierarchy:
             return
         ids = np.asarray(keys, dtype=np.int64)
         n = ids.shape[0]
-        admission = self.admission[i]
-        if self.writes_all[i]:
-            write: Any = np.ones(n, dtype=bool)
-        else:
-            def write(cached: np.ndarray) -> np.ndarray:
-                request = AdmissionRequest(ids, cached, np.zeros(n, dtype=bool))
-                return admission_mask(admission.admit(request), n, admission) | cached
-        held = self.tiers[i].access_or_put_size_many(ids, self.block_bytes, write)
+        held = self.tiers[i].access_or_put_size_many(ids, self.block_bytes, self._write_mask(i, ids, 0))
         self.demoted[i] += n - int(np.count_nonzero(held))
         self._moved(i)
 
