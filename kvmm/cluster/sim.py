@@ -95,13 +95,12 @@ def simulate_cluster(cfg: SimConfig, model: Any, trace: MooncakeTrace, arrival: 
     block_bytes = int(trace.block_tokens) * model.kv_bytes_per_token
     logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
     shared = tuple(_shared_level(lv, cl.fabric, block_bytes, logged) for lv in cl.shared_tiers)
-    levels = tuple(cfg.tiers) + tuple(s.level for s in shared)
     router, view, index, feeds = cluster_routing(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers))
     engines = []
     key_space = np.unique(trace.block_ids.astype(np.int64)) if logged else None  # one for every engine
     for i in range(n_inst):
         eng = Engine(cfg, model, trace, arrival, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
-                     shared=shared, levels=levels, tier_events=feeds[i], key_space=key_space)
+                     shared=shared, tier_events=feeds[i], key_space=key_space)
         engines.append(eng)
     if shared and cl.fabric is not None:
         aggregate = min([cl.fabric.aggregate_bandwidth] + [s.tier.backend.spec.read_bandwidth for s in shared])

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-#: the one-line error of an empty trace, as `kvmm simulate` says it (kvmm.sim.simulator.resolve_trace)
-NO_REQUESTS = "the trace has no requests; expected at least one"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="trace file (Mooncake, Qwen-Bailian, LMCache, vLLM KV events, libCacheSim "
@@ -73,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         mode = "exact"
     trace = load_trace(args.trace, args.format, skip_bad=args.skip_bad)
     if trace.num_requests == 0:
+        from kvmm.traces.trace import NO_REQUESTS
+
         raise BadInputError(NO_REQUESTS)  # the rule `kvmm simulate` follows too
     tracker.access(trace.block_ids)
     hist = tracker.histogram()

@@ -72,7 +72,7 @@ class Engine:
 
     def __init__(self, cfg: SimConfig, model: ModelSpec, trace: MooncakeTrace, arrival: np.ndarray,
                  ledger_factory, progress, *, record_ops: bool = False, assigned: list[int] | None = None,
-                 shared: tuple = (), levels: tuple | None = None, tier_events=None,
+                 shared: tuple = (), tier_events=None,
                  key_space: np.ndarray | None = None) -> None:
         self.cfg, self.model, self.trace, self.progress = cfg, model, trace, progress
         n = trace.num_requests
@@ -96,7 +96,7 @@ class Engine:
         self.keys = pool_keys(self.ids)
         self.bt = bt = int(trace.block_tokens)  # tokens per block of the trace's format
         # the lower levels as this instance sees them (a shared level's spec includes its fabric)
-        self.levels = tuple(cfg.tiers) if levels is None else tuple(levels)
+        self.levels = tuple(cfg.tiers) + tuple(s.level for s in shared)
         if key_space is None and (any(lv.write_back for lv in self.levels) or tier_events is not None):
             key_space = np.unique(self.ids)  # the GPU key mirror's dense ids
         total_blocks = -(-(self.input_len + self.output_len - 1) // bt)  # the last token's KV is never written

@@ -24,6 +24,7 @@ from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
 from kvmm.traces.formats import load_trace
 from kvmm.traces.mooncake import MooncakeTrace, resolve_trace_path
+from kvmm.traces.trace import NO_REQUESTS
 
 __all__ = ["SimConfig", "SimResult", "TierLevel", "PDConfig", "simulate", "GiB", "QueueGrowthWarning"]
 
@@ -291,7 +292,7 @@ def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
     else:  # a bundled name or a file of any format load_trace reads; it says clearly when it is neither
         trace = _load_cached(workload)
     if trace.num_requests == 0:
-        raise BadInputError("the trace has no requests; expected at least one")  # as `kvmm mrc` says it
+        raise BadInputError(NO_REQUESTS)  # as `kvmm mrc` says it
     if max_requests is not None:
         trace = trace.head(max_requests)  # views of the first requests' arrays, no copy
     return trace

@@ -38,6 +38,9 @@ from kvmm.errors import BadInputError, TraceFormatError
 __all__ = ["KVTrace", "MooncakeTrace", "MooncakeRecord", "MOONCAKE_BLOCK_TOKENS", "TraceBuilder",
            "as_trace_file", "iter_json_lines", "block_chunks", "trace_name", "write_json_lines", "atomic_file"]
 
+#: the one message for a trace without requests (``kvmm mrc`` and ``kvmm simulate`` alike)
+NO_REQUESTS = "the trace has no requests; expected at least one"
+
 #: Tokens per block in the Mooncake traces.
 MOONCAKE_BLOCK_TOKENS = 512
 
