@@ -179,13 +179,15 @@ def _distinct_names(tiers: list, prices: Any) -> list:
     with the price the name would have had (an override in ``prices`` included)."""
     from dataclasses import replace
 
+    from kvmm.cluster.cost import Prices
+
+    prices = prices or Prices()
     seen: dict[str, int] = {}
     out = []
     for spec, count in tiers:
         k = seen[spec.name] = seen.get(spec.name, 0) + 1
         if k > 1:
-            per_gib = prices.tier_usd_per_gib_hour.get(spec.name, spec.usd_per_gib_hour) if prices else spec.usd_per_gib_hour
-            per_hour = prices.tier_usd_per_hour.get(spec.name, spec.usd_per_hour) if prices else spec.usd_per_hour
+            per_gib, per_hour = prices.tier_prices(spec)
             spec = replace(spec, name=f"{spec.name}#{k}", usd_per_gib_hour=per_gib, usd_per_hour=per_hour)
         out.append((spec, count))
     return out
