@@ -45,23 +45,14 @@ def replay():
     return run
 
 
-@pytest.mark.parametrize("policy, role, label", [
-    ("KvmmARC", "kvmm", "KvmmARC in CPUOffloadingManager"),
-    ("arc", "baseline", "vLLM arc in CPUOffloadingManager"),
+@pytest.mark.parametrize("group, policy, role, label", [
+    ("vllm-offloading: arc", "KvmmARC", "kvmm", "KvmmARC in CPUOffloadingManager"),
+    ("vllm-offloading: arc", "arc", "baseline", "vLLM arc in CPUOffloadingManager"),
+    ("vllm-offloading: lru", "KvmmLRU", "kvmm", "KvmmLRU in CPUOffloadingManager"),
+    ("vllm-offloading: lru", "lru", "baseline", "vLLM lru in CPUOffloadingManager"),
 ])
-def test_arc_in_cpu_offloading_manager(benchmark, replay, policy, role, label):
-    benchmark.group = "vllm-offloading: arc"
-    info(benchmark, role, label, replay.requests, "requests")
-    hits = benchmark.pedantic(replay, (policy,), rounds=size(5, 1), iterations=1)
-    assert hits > 0
-
-
-@pytest.mark.parametrize("policy, role, label", [
-    ("KvmmLRU", "kvmm", "KvmmLRU in CPUOffloadingManager"),
-    ("lru", "baseline", "vLLM lru in CPUOffloadingManager"),
-])
-def test_lru_in_cpu_offloading_manager(benchmark, replay, policy, role, label):
-    benchmark.group = "vllm-offloading: lru"
+def test_policy_in_cpu_offloading_manager(benchmark, replay, group, policy, role, label):
+    benchmark.group = group
     info(benchmark, role, label, replay.requests, "requests")
     hits = benchmark.pedantic(replay, (policy,), rounds=size(5, 1), iterations=1)
     assert hits > 0

@@ -36,10 +36,9 @@ def unhonoured_settings(policy: Any) -> list[str]:
 def warn_unhonoured_policies(policies: Iterable[Any], *, stacklevel: int = 3) -> None:
     """One ``UserWarning`` naming what kvpress drops of the given TriAttentionPolicies (nothing
     when there are none)."""
-    seen: dict[int, Any] = {id(p): p for p in policies}
-    if not seen:
+    settings = sorted({s for p in policies for s in unhonoured_settings(p)})
+    if not settings:  # no policy (a policy always has its budget and trigger dropped)
         return
-    settings = sorted({s for p in seen.values() for s in unhonoured_settings(p)})
     warnings.warn(
         f"KvmmPress uses only the per-layer TriAttentionScorer of a TriAttentionPolicy; kvpress cannot apply "
         f"its {'; '.join(settings)}. Pass the scorers instead (KvmmPress(policy.scorer, compression_ratio) or "

@@ -380,8 +380,8 @@ class ARCPolicy:
         as_hashable(incoming, "incoming")
         if incoming is None:
             return self._replace_victims(n, protected)
-        in_b1 = incoming is not None and incoming in self._b1
-        in_b2 = incoming is not None and incoming in self._b2
+        in_b1 = incoming in self._b1
+        in_b2 = incoming in self._b2
         p = self._adapted_p(incoming)
         sizes = dict(self._sizes)
         if in_b1 or in_b2:  # the ghost is forgotten before the evictions (it is coming back)
@@ -397,8 +397,8 @@ class ARCPolicy:
             forget = None
             keep_ghost = True
             t1, t2 = sizes["T1"], sizes["T2"]
-            if in_b1 or in_b2 or incoming is None:
-                pass  # REPLACE only (cases II and III; or no incoming key known)
+            if in_b1 or in_b2:
+                pass  # REPLACE only (cases II and III)
             elif t1 + sizes["B1"] + incoming_size > c:  # case IV-A: L1 = T1 + B1 is full
                 if sizes["B1"] > 0:
                     forget = "B1"
@@ -433,8 +433,7 @@ class ARCPolicy:
                 sizes[ghost_list] += size
                 new_ghosts[ghost_list].append(victim)
             steps.append((victim, forget, keep_ghost))
-        if incoming is not None:
-            self._pending = _ArcPlan(incoming, p, steps)
+        self._pending = _ArcPlan(incoming, p, steps)
         return [step[0] for step in steps]
 
     def _replace_victims(self, n: int, protected: set | frozenset) -> list[Hashable]:

@@ -196,8 +196,6 @@ def damaged_record_keys(buf: Any, offset: int, size: int, known: Any) -> list[Ha
     return found
 
 
-
-
 def find_next_record(buf: Any, start: int, size: int) -> int | None:
     pos = start
     while True:
