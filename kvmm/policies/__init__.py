@@ -17,6 +17,8 @@ _LAZY = {
     "ARCPolicy": "kvmm.policies.eviction",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
+    "replay": "kvmm.policies._replay",
+    "REPLAY_ORDERS": "kvmm.policies._replay",
     # stack distances, miss-ratio curves, working sets (EfficientAgent)
     "StackDistanceTracker": "kvmm.policies.stack_distance",
     "DistanceHistogram": "kvmm.policies.stack_distance",

@@ -44,6 +44,9 @@ from sortedcontainers import SortedDict
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
+from kvmm.policies._policy_checks import (check_size as _check_size, first_unprotected as _first_unprotected,
+                                          ignore_access as _ignore_access, require_absent as _require_absent,
+                                          require_present as _require_present)
 
 __all__ = ["LRUPolicy", "FIFOPolicy", "LFUPolicy", "ARCPolicy", "EVICTION_POLICIES", "make_eviction_policy"]
 
@@ -599,36 +602,3 @@ def make_eviction_policy(name: str, **kwargs: Any):
         raise BadInputError(f"eviction policy {name!r} takes no option {unknown[0]!r}; "
                             f"it takes {accepted or 'no options'}")
     return factory(**kwargs)
-
-
-def _first_unprotected(keys: Iterator[Hashable], n: int, protected: Iterable[Hashable]) -> list[Hashable]:
-    n = as_count(n, "n")
-    protected = as_key_set(protected, "protected")
-    out: list[Hashable] = []
-    if n == 0:
-        return out
-    for key in keys:
-        if key not in protected:
-            out.append(key)
-            if len(out) == n:
-                break
-    return out
-
-
-def _ignore_access(key: Hashable) -> None:
-    """FIFO's access: the order does not change."""
-
-
-def _check_size(size: int | None) -> None:
-    if size is not None:
-        as_count(size, "size")
-
-
-def _require_present(table: Any, key: Hashable, policy: Any) -> None:
-    if as_hashable(key) not in table:
-        raise UnknownKeyError(f"{type(policy).__name__} does not track {key!r}; expected a key passed to on_insert")
-
-
-def _require_absent(table: Any, key: Hashable, policy: Any) -> None:
-    if as_hashable(key) in table:
-        raise BadInputError(f"{type(policy).__name__} already tracks {key!r}; call on_access for a present key")

@@ -1,0 +1,128 @@
+"""``replay(order, keys, capacity, sizes=None, **params) -> hits``: one eviction order over a whole
+reference stream, in numba, without a Python call per reference.
+
+This is the fast path behind the miss-ratio tables of ``kvmm reproduce`` and the benchmarks
+against libCacheSim: the same request-by-request hits and misses as driving the order's policy
+class through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but
+as one kernel over arrays.
+
+The convention is libCacheSim's ``get``: a reference to a resident key is a hit (the order
+updates its state); any other reference is a miss, and the key is inserted, making room first
+as the order says; a key larger than the whole capacity is a miss and is not inserted.  With
+``sizes=None`` every key has size 1, so ``capacity`` counts entries; with sizes it is in the
+sizes' units (bytes), and a key keeps the size of its latest reference.
+
+Each order's kernel lives in its own module and is loaded on first use (``_KERNELS``), so
+importing this module compiles nothing.  A kernel is called as::
+
+    kernel(keys, dense, n_unique, sizes, capacity, *params) -> np.ndarray[bool]
+
+``keys`` the original int64 keys (orders that hash keys, e.g. W-TinyLFU's sketch, hash these, as
+libCacheSim hashes object ids), ``dense`` the same keys renumbered ``0..n_unique-1`` in order of
+first reference (so per-key state is a plain array), ``sizes`` int64 (all ones for entry
+counts), ``capacity`` int64; ``params`` are the order's options in the order its ``PARAMS``
+tuple names them.
+
+Runtime complexity: O(n) expected for the renumbering, plus the order's own cost per reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from kvmm._validate import as_count
+from kvmm.errors import BadInputError, DTypeError, ShapeError
+
+__all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
+
+#: order name -> "module:function" of its numba kernel (and the module's ``PARAMS_<NAME>`` tuple
+#: of (option, default) pairs, libCacheSim's names and defaults).
+_KERNELS: dict[str, str] = {
+    "lru": "kvmm.policies._replay_classic:replay_lru",
+    "fifo": "kvmm.policies._replay_classic:replay_fifo",
+    "lfu": "kvmm.policies._replay_classic:replay_lfu",
+    "arc": "kvmm.policies._replay_arc:replay_arc",
+    "s3fifo": "kvmm.policies._replay_s3fifo:replay_s3fifo",
+    "sieve": "kvmm.policies._replay_sieve:replay_sieve",
+    "clock": "kvmm.policies._replay_clock:replay_clock",
+    "wtinylfu": "kvmm.policies._replay_wtinylfu:replay_wtinylfu",
+    "slru": "kvmm.policies._replay_slru:replay_slru",
+    "lirs": "kvmm.policies._replay_lirs:replay_lirs",
+    "2q": "kvmm.policies._replay_twoq:replay_twoq",
+    "belady": "kvmm.policies._replay_belady:replay_belady",
+}
+
+#: every order ``replay`` knows
+REPLAY_ORDERS: tuple[str, ...] = tuple(_KERNELS)
+
+
+def replay(order: str, keys: Any, capacity: int, sizes: Any = None, **params: Any) -> np.ndarray:
+    """The hits mask (``bool``, one per reference) of ``order`` over ``keys`` at ``capacity``.
+
+    ``keys``: a 1-D integer array (int64 or uint64; uint64 keys are reinterpreted as int64).
+    ``sizes``: None (entry counts) or a 1-D non-negative integer array as long as ``keys``.
+    ``params``: the order's options by libCacheSim's names (e.g. ``small_size_ratio`` for
+    S3-FIFO); an unknown one is a :class:`BadInputError` naming those the order takes.
+    Runtime complexity: O(n) plus the order's cost per reference.
+    """
+    kernel, names = _kernel(order)
+    keys = _as_keys(keys)
+    capacity = as_count(capacity, "capacity")
+    sizes = _as_sizes(sizes, keys.size)
+    unknown = sorted(set(params) - {name for name, _ in names})
+    if unknown:
+        raise BadInputError(f"replay order {order!r} takes no option {unknown[0]!r}; "
+                            f"it takes {[name for name, _ in names] or 'no options'}")
+    values = tuple(params.get(name, default) for name, default in names)
+    dense, n_unique = dense_ids(keys)
+    return kernel(keys, dense, n_unique, sizes, np.int64(capacity), *values)
+
+
+def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """``keys`` renumbered ``0..m-1`` in order of first reference, and ``m``.
+
+    Runtime complexity: O(n log n) (``np.unique``).
+    """
+    if keys.size == 0:
+        return np.zeros(0, np.int64), 0
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(uniq.size, dtype=np.int64)
+    return rank[inverse.reshape(-1)], int(uniq.size)
+
+
+def _kernel(order: Any) -> tuple[Any, tuple]:
+    try:
+        target = _KERNELS[order.lower()]
+    except (KeyError, AttributeError):
+        raise BadInputError(f"unknown replay order {order!r}; expected one of {sorted(_KERNELS)}") from None
+    module_name, function = target.split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, function), getattr(module, "PARAMS_" + function.removeprefix("replay_").upper(), ())
+
+
+def _as_keys(keys: Any) -> np.ndarray:
+    arr = np.asarray(keys)
+    if arr.ndim != 1:
+        raise ShapeError(f"keys must be 1-D, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise DTypeError(f"keys must be integers (int64 or uint64), got dtype {arr.dtype}")
+    if arr.dtype == np.uint64:
+        return np.ascontiguousarray(arr).view(np.int64)
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _as_sizes(sizes: Any, n: int) -> np.ndarray:
+    if sizes is None:
+        return np.ones(n, np.int64)
+    arr = np.asarray(sizes)
+    if arr.shape != (n,):
+        raise ShapeError(f"sizes must be 1-D with one size per key ({n}), got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise DTypeError(f"sizes must be integers, got dtype {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        raise BadInputError(f"sizes must be >= 0, got {int(arr.min())}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
