@@ -1,0 +1,120 @@
+"""kvmm eviction orders as LMCache 0.5.6 cache policies in a real LocalCPUBackend (lmcache venv only).
+
+Run by .ci/run in .ci/venvs/lmcache; the main run does not collect tests/integrations.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from tests.integrations.lmcache_replay import chunk_key, cpu_backend, new_chunk, replay, run_request  # first: quiets LMCache's logs
+from lmcache.v1.storage_backend import cache_policy as lmc_policies
+
+import kvmm.integrations.lmcache as kl
+from kvmm.errors import BadInputError
+from kvmm.policies import ARCPolicy, LRUPolicy
+from kvmm.traces import load_mooncake
+
+N_REQUESTS = 1500
+CAPACITY = 600  # chunks: the largest request fits, the working set does not
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_mooncake("conversation")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    return kl.register_cache_policies()
+
+
+def test_lmcache_version_is_the_pinned_one():
+    assert importlib.metadata.version("lmcache") == "0.5.6"
+
+
+def test_register_adds_the_names_lmcache_resolves(registered):
+    assert registered == ["KVMM_FIFO", "KVMM_LFU", "KVMM_LRU"]
+    for name, cls in [("kvmm_lru", kl.KvmmLRU), ("Kvmm_Fifo", kl.KvmmFIFO), ("KVMM_LFU", kl.KvmmLFU)]:
+        assert type(lmc_policies.get_cache_policy(name)) is cls  # LMCache's own factory, any case
+    assert kl.register_cache_policies() == registered  # idempotent
+
+
+def check_tracks_resident(backend):
+    def check():
+        policy = backend.cache_policy.policy
+        assert set(policy.keys()) == set(backend.hot_cache)
+        policy.check()
+    return check
+
+
+@pytest.mark.parametrize("ours, theirs", [("kvmm_lru", "lru"), ("kvmm_fifo", "fifo")])
+def test_replay_makes_exactly_lmcaches_evictions(trace, ours, theirs):
+    mine, lmcache = cpu_backend(ours, CAPACITY), cpu_backend(theirs, CAPACITY)
+    a = replay(mine, trace, N_REQUESTS, check=check_tracks_resident(mine))
+    b = replay(lmcache, trace, N_REQUESTS)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y, f"request {i}: {ours} (hits {x[0]}, evicted {x[2][:5]}...) differs from LMCache {theirs}"
+    # The comparison means something: hits and evictions both happen, pinned hits were skipped.
+    assert sum(r[0] for r in b) > 500 and sum(len(r[2]) for r in b) > 500
+    assert set(mine.hot_cache) == set(lmcache.hot_cache)
+
+
+def test_lfu_replay_against_lmcache_lfu(trace):
+    """kvmm's LFU and LMCache's LFU (frequency buckets, FIFO among equal counts) on the same trace."""
+    mine, lmcache = cpu_backend("kvmm_lfu", CAPACITY), cpu_backend("lfu", CAPACITY)
+    a = replay(mine, trace, N_REQUESTS, check=check_tracks_resident(mine))
+    b = replay(lmcache, trace, N_REQUESTS)
+    assert a == b
+    assert sum(len(r[2]) for r in b) > 500
+
+
+def test_pinned_and_referenced_chunks_are_skipped():
+    backend = cpu_backend("kvmm_lru", 3)
+    keys = [chunk_key(h) for h in range(4)]
+    held = None
+    for i, key in enumerate(keys[:3]):
+        obj = new_chunk(backend, fill=i)
+        backend.submit_put_task(key, obj)
+        obj.ref_count_down()
+    assert backend.contains(keys[0], pin=True)      # the oldest is pinned by a lookup
+    held = backend.get_blocking(keys[1])            # the next is referenced by a retrieve
+    assert run_request(backend, [keys[3]])[2] == [2]  # so the LRU victim is the third
+    assert backend.cache_policy.get_evict_candidates(backend.hot_cache, 5) == [keys[3]]
+    held.ref_count_down()
+    backend.unpin(keys[0])
+    # the lookup's touch_cache made keys[0] more recent than keys[1]
+    assert backend.cache_policy.get_evict_candidates(backend.hot_cache, 5) == [keys[1], keys[0], keys[3]]
+
+
+def test_forced_remove_and_hits_reach_the_policy():
+    backend = cpu_backend("kvmm_lru", 4)
+    keys = [chunk_key(h) for h in range(3)]
+    for key in keys:
+        obj = new_chunk(backend)
+        backend.submit_put_task(key, obj)
+        obj.ref_count_down()
+    policy = backend.cache_policy.policy
+    assert backend.contains(keys[0], pin=True)
+    backend.touch_cache()
+    backend.unpin(keys[0])
+    assert policy.keys() == [keys[1], keys[2], keys[0]]
+    assert backend.remove(keys[2])                  # forced: update_on_force_evict
+    assert policy.keys() == [keys[1], keys[0]]
+    backend.clear()                                 # batched_remove of every evictable chunk
+    assert policy.keys() == [] and not backend.hot_cache
+
+
+def test_make_cache_policy_from_any_eviction_policy():
+    cls = kl.make_cache_policy(lambda: ARCPolicy(capacity=8), name="KvmmARC8")
+    assert isinstance(cls().policy, ARCPolicy) and cls().policy is not cls().policy
+    assert kl.make_cache_policy(LRUPolicy()).__name__ == "KvmmLRUPolicy"
+    assert kl.register_cache_policies({"my_arc": cls}) == ["KVMM_FIFO", "KVMM_LFU", "KVMM_LRU", "MY_ARC"]
+    assert type(lmc_policies.get_cache_policy("my_arc")) is cls
+    with pytest.raises(BadInputError, match="EvictionPolicy"):
+        kl.make_cache_policy(object())
+    with pytest.raises(BadInputError, match="LMCache's own"):
+        kl.register_cache_policies({"lru": LRUPolicy})
+    assert lmc_policies.POLICY_MAPPING["LRU"] is lmc_policies.LRUCachePolicy
