@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recompute", action="store_true",
                         help="recompute a hit instead of waiting for its staging when that is faster (default off)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel runs (process pool) when several policies run")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="replay the SimConfig in this JSON file as it is (kvmm.sim.config_json; what kvmm plan "
+                             "writes as config.json); the other run-shaping flags must stay at their defaults")
     parser.add_argument("--json", action="store_true", help="print results as JSON lines")
     parser.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
 
@@ -194,6 +197,8 @@ def build_configs(args: argparse.Namespace) -> list:
     from kvmm.traces.formats import load_trace
     from kvmm.tiers.spec import PRESETS, preset
 
+    if args.config is not None:
+        return [config_file(args)]
     if args.requests < 1 or args.jobs < 1 or args.instances < 1:
         raise BadInputError("--requests, --jobs and --instances must be >= 1")
     load = None
@@ -239,6 +244,23 @@ def build_configs(args: argparse.Namespace) -> list:
             for p in staging]
 
 
+#: flags that only change how results are shown (allowed beside --config)
+_DISPLAY_FLAGS = ("config", "json", "no_progress", "jobs")
+
+
+def config_file(args: argparse.Namespace):
+    """The SimConfig of ``--config FILE``; a one-line error if another run-shaping flag was given."""
+    from kvmm.sim.config_json import load_config
+
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
+             if k not in _DISPLAY_FLAGS and getattr(args, k, v) != v]
+    if given:
+        raise BadInputError(f"--config replays the file as it is; drop {', '.join(given)} (or edit the file)")
+    return load_config(args.config)
+
+
 def run(args: argparse.Namespace) -> int:
     from kvmm._progress import Progress
     from kvmm.report import format_table
@@ -253,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         results = []
         for c in configs:
-            with Progress(args.requests, f"simulate {c.policy}", enabled=not args.no_progress) as bar:
+            with Progress(c.max_requests or args.requests, f"simulate {c.policy}", enabled=not args.no_progress) as bar:
                 results.append(simulate(c, progress=bar.update))
     if args.json:
         for r in results:

@@ -1,0 +1,292 @@
+"""A :class:`~kvmm.sim.SimConfig` as JSON and back: ``config_to_json(cfg) -> dict``,
+``config_from_json(dict) -> SimConfig``, exact (``config_from_json(config_to_json(c)) == c``).
+
+What ``kvmm simulate --config FILE`` replays and ``kvmm plan`` writes (``config.json``).  Every
+field of the config is written; on reading, a missing field keeps its default (a hand-written
+file names only what it changes) and an unknown one is a one-line :class:`BadInputError`.
+
+* a tier spec, model, fabric or link equal to a preset is written as the preset's name (plus
+  the capacity for a tier); any other is written field by field;
+* a workload is ``{"trace": name-or-path}``, ``{"path": path}`` (an ``os.PathLike``),
+  ``{"generated": {Workload fields}}`` or ``{"inline": {the trace's arrays}}`` (a loaded
+  :class:`~kvmm.traces.KVTrace`);
+* policies, routers and scorers must be given by registered name: an object has no JSON form
+  (the error names the field).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvmm.errors import BadInputError
+
+__all__ = ["config_to_json", "config_from_json", "save_config", "load_config", "FORMAT", "VERSION"]
+
+FORMAT = "kvmm.sim.SimConfig"
+VERSION = 1
+_TRACE_ARRAYS = ("timestamp_ms", "input_length", "output_length", "block_offsets", "block_ids")
+
+
+def config_to_json(cfg) -> dict:
+    """The config as a JSON-ready dict (``json.dumps`` writes it).  Runtime complexity: O(size of
+    the config; an inline trace's arrays)."""
+    from kvmm.sim.config import SimConfig
+
+    if not isinstance(cfg, SimConfig):
+        raise BadInputError(f"config_to_json takes a SimConfig, got {type(cfg).__name__}")
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    for f in fields(SimConfig):
+        value = getattr(cfg, f.name)
+        encode = _ENCODERS.get(f.name)
+        out[f.name] = encode(value, f.name) if encode else _scalar(value, f.name)
+    return out
+
+
+def config_from_json(data: dict):
+    """The :class:`SimConfig` a :func:`config_to_json` dict (or a hand-written subset) describes.
+    Runtime complexity: O(size of the dict)."""
+    from kvmm.sim.config import SimConfig
+
+    if not isinstance(data, dict):
+        raise BadInputError(f"a SimConfig JSON must be an object, got {type(data).__name__}")
+    data = dict(data)
+    if data.pop("format", FORMAT) != FORMAT or data.pop("version", VERSION) != VERSION:
+        raise BadInputError(f"not a SimConfig JSON of this kvmm; expected format {FORMAT!r} version {VERSION}")
+    names = [f.name for f in fields(SimConfig)]
+    _check_keys(data, names, "config")
+    kwargs = {k: (_DECODERS[k](v, k) if k in _DECODERS else v) for k, v in data.items()}
+    return SimConfig(**kwargs)
+
+
+def save_config(cfg, path) -> Path:
+    """Write ``cfg`` to ``path`` as indented JSON; returns the path."""
+    path = Path(path)
+    path.write_text(json.dumps(config_to_json(cfg), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_config(path):
+    """The SimConfig in the JSON file ``path``; a one-line error naming the file otherwise."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInputError(f"--config {str(path)!r}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"--config {str(path)!r}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return config_from_json(data)
+    except (BadInputError, TypeError) as exc:
+        raise BadInputError(f"--config {str(path)!r}: {exc}") from None
+
+
+# ---------------------------------------------------------------------- encoders
+def _scalar(value: Any, what: str) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise BadInputError(f"{what} is a {type(value).__name__}; JSON holds numbers, text, booleans and null only")
+
+
+def _name_only(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadInputError(f"{what} is a {type(value).__name__} object; a SimConfig JSON holds registered names only")
+    return value
+
+
+def _spec(spec, what: str) -> dict:
+    from kvmm.tiers.spec import PRESETS
+
+    if spec.name in PRESETS and PRESETS[spec.name].with_capacity(spec.capacity_bytes) == spec:
+        return {"preset": spec.name, "capacity_bytes": spec.capacity_bytes}
+    return {f.name: _scalar(getattr(spec, f.name), f"{what}.{f.name}") for f in fields(spec)}
+
+
+def _named(value, presets: dict, what: str) -> Any:
+    """A preset's name when ``value`` equals it, else the dataclass field by field."""
+    if value.name in presets and presets[value.name] == value:
+        return value.name
+    return {f.name: _scalar(getattr(value, f.name), f"{what}.{f.name}") for f in fields(value)}
+
+
+def _level(level, what: str) -> dict:
+    return {"spec": _spec(level.spec, f"{what}.spec"), "eviction": _name_only(level.eviction, f"{what}.eviction"),
+            "admission": _name_only(level.admission, f"{what}.admission"), "fill": level.fill,
+            "inclusive": level.inclusive}
+
+
+def _levels(levels, what: str) -> list:
+    return [_level(lv, f"{what}[{i}]") for i, lv in enumerate(levels)]
+
+
+def _workload(value, what: str) -> dict:
+    from kvmm.sim.workload import Workload
+    from kvmm.traces.trace import KVTrace
+
+    if isinstance(value, str):
+        return {"trace": value}
+    if isinstance(value, Workload):
+        return {"generated": {f.name: getattr(value, f.name) for f in fields(value)}}
+    if isinstance(value, KVTrace):
+        inline = {k: getattr(value, k).tolist() for k in _TRACE_ARRAYS}
+        inline.update(name=value.name, bad_lines=value.bad_lines, block_tokens=value.block_tokens,
+                      source_format=value.source_format,
+                      columns={k: {"dtype": str(v.dtype), "values": v.tolist()} for k, v in value.columns.items()})
+        return {"inline": inline}
+    return {"path": os.fspath(value)}
+
+
+def _model(value, what: str) -> Any:
+    from kvmm.sim.models import MODELS, model
+
+    return value if isinstance(value, str) else _named(model(value), MODELS, what)
+
+
+def _pd(value, what: str) -> Any:
+    if value is None:
+        return None
+    from kvmm.tiers.spec import LINK_PRESETS
+
+    return {"prefill_instances": value.prefill_instances, "decode_instances": value.decode_instances,
+            "link": _named(value.link, LINK_PRESETS, f"{what}.link"), "layerwise_overlap": value.layerwise_overlap}
+
+
+def _cluster(value, what: str) -> Any:
+    if value is None:
+        return None
+    from kvmm.cluster.fabric import FABRIC_PRESETS
+
+    return {"instances": value.instances, "router": _name_only(value.router, f"{what}.router"),
+            "router_params": {k: _scalar(v, f"{what}.router_params[{k!r}]") for k, v in value.router_params},
+            "shared_tiers": _levels(value.shared_tiers, f"{what}.shared_tiers"),
+            "fabric": None if value.fabric is None else _named(value.fabric, FABRIC_PRESETS, f"{what}.fabric"),
+            "index": value.index, "index_max_entries": value.index_max_entries}
+
+
+def _prices(value, what: str) -> Any:
+    if value is None:
+        return None
+    return {"gpu_usd_per_hour": value.gpu_usd_per_hour, "tier_usd_per_gib_hour": dict(value.tier_usd_per_gib_hour),
+            "tier_usd_per_hour": dict(value.tier_usd_per_hour)}
+
+
+_ENCODERS = {"workload": _workload, "model": _model, "tiers": _levels, "fast_tier": _spec, "pd": _pd,
+             "scorer": _name_only, "cluster": _cluster, "prices": _prices}
+
+
+# ---------------------------------------------------------------------- decoders
+def _check_keys(data: Any, allowed, what: str) -> None:
+    if not isinstance(data, dict):
+        raise BadInputError(f"{what} must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise BadInputError(f"{what}: unknown key {unknown[0]!r}; expected some of {sorted(allowed)}")
+
+
+def _spec_from(data: Any, what: str):
+    from kvmm.tiers.spec import TierSpec, preset
+
+    if isinstance(data, dict) and "preset" in data:
+        _check_keys(data, ("preset", "capacity_bytes"), what)
+        return preset(data["preset"], data.get("capacity_bytes"))
+    _check_keys(data, [f.name for f in fields(TierSpec)], what)
+    return TierSpec(**data)
+
+
+def _named_from(data: Any, presets: dict, cls, what: str):
+    if isinstance(data, str):
+        if data not in presets:
+            raise BadInputError(f"{what}: unknown preset {data!r}; expected one of {sorted(presets)} or an object")
+        return presets[data]
+    _check_keys(data, [f.name for f in fields(cls)], what)
+    return cls(**data)
+
+
+def _level_from(data: Any, what: str):
+    from kvmm.sim.config import TierLevel
+
+    _check_keys(data, ("spec", "eviction", "admission", "fill", "inclusive"), what)
+    data = dict(data)
+    spec = _spec_from(data.pop("spec", {"preset": "nvme"}), f"{what}.spec")
+    return TierLevel(spec, **data)
+
+
+def _levels_from(data: Any, what: str) -> tuple:
+    if not isinstance(data, list):
+        raise BadInputError(f"{what} must be a JSON list of tier levels, got {type(data).__name__}")
+    return tuple(_level_from(d, f"{what}[{i}]") for i, d in enumerate(data))
+
+
+def _workload_from(data: Any, what: str):
+    from kvmm.sim.workload import Workload
+    from kvmm.traces.trace import KVTrace
+
+    _check_keys(data, ("trace", "path", "generated", "inline"), what)
+    if len(data) != 1:
+        raise BadInputError(f"{what}: expected exactly one of trace, path, generated, inline")
+    (kind, value), = data.items()
+    if kind == "trace":
+        return value
+    if kind == "path":
+        return Path(value)
+    if kind == "generated":
+        _check_keys(value, [f.name for f in fields(Workload)], f"{what}.generated")
+        return Workload(**value)
+    value = dict(value)
+    columns = {k: np.asarray(c["values"], dtype=c["dtype"]) for k, c in value.pop("columns", {}).items()}
+    arrays = {k: np.asarray(value.pop(k), dtype=np.int64) for k in _TRACE_ARRAYS}
+    _check_keys(value, ("name", "bad_lines", "block_tokens", "source_format"), f"{what}.inline")
+    return KVTrace(columns=columns, **arrays, **value)
+
+
+def _model_from(data: Any, what: str):
+    from kvmm.sim.models import MODELS, ModelSpec
+
+    return data if isinstance(data, str) else _named_from(data, MODELS, ModelSpec, what)
+
+
+def _pd_from(data: Any, what: str):
+    if data is None:
+        return None
+    from kvmm.sim.config import PDConfig
+    from kvmm.tiers.spec import LINK_PRESETS, TierSpec
+
+    _check_keys(data, [f.name for f in fields(PDConfig)], what)
+    data = dict(data)
+    if "link" in data:
+        data["link"] = _named_from(data["link"], LINK_PRESETS, TierSpec, f"{what}.link")
+    return PDConfig(**data)
+
+
+def _cluster_from(data: Any, what: str):
+    if data is None:
+        return None
+    from kvmm.cluster.config import ClusterConfig
+    from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
+
+    _check_keys(data, [f.name for f in fields(ClusterConfig)], what)
+    data = dict(data)
+    if "shared_tiers" in data:
+        data["shared_tiers"] = _levels_from(data["shared_tiers"], f"{what}.shared_tiers")
+    if data.get("fabric") is not None:
+        data["fabric"] = _named_from(data["fabric"], FABRIC_PRESETS, FabricSpec, f"{what}.fabric")
+    return ClusterConfig(**data)
+
+
+def _prices_from(data: Any, what: str):
+    if data is None:
+        return None
+    from kvmm.cluster.cost import Prices
+
+    _check_keys(data, [f.name for f in fields(Prices)], what)
+    return Prices(**data)
+
+
+_DECODERS = {"workload": _workload_from, "model": _model_from, "tiers": _levels_from, "fast_tier": _spec_from,
+             "pd": _pd_from, "cluster": _cluster_from, "prices": _prices_from}
