@@ -4,13 +4,16 @@ reference stream, in numba, without a Python call per reference.
 This is the fast path behind the miss-ratio tables of ``kvmm reproduce`` and the benchmarks
 against libCacheSim: the same request-by-request hits and misses as driving the order's policy
 class through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but
-as one kernel over arrays.
+as one kernel over arrays.  The orders here so far are LRU and FIFO; the others of issue 23
+(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, CLOCK, Belady, and ARC/LFU) are to be added, each
+as one more line of ``_KERNELS``.
 
 The convention is libCacheSim's ``get``: a reference to a resident key is a hit (the order
 updates its state); any other reference is a miss, and the key is inserted, making room first
 as the order says; a key larger than the whole capacity is a miss and is not inserted.  With
 ``sizes=None`` every key has size 1, so ``capacity`` counts entries; with sizes it is in the
-sizes' units (bytes), and a key keeps the size of its latest reference.
+sizes' units (bytes), and a resident key keeps the size it was inserted with (libCacheSim's
+``get`` does not resize on a hit).
 
 Each order's kernel lives in its own module and is loaded on first use (``_KERNELS``), so
 importing this module compiles nothing.  A kernel is called as::
@@ -43,16 +46,6 @@ __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
 _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
-    "lfu": "kvmm.policies._replay_classic:replay_lfu",
-    "arc": "kvmm.policies._replay_arc:replay_arc",
-    "s3fifo": "kvmm.policies._replay_s3fifo:replay_s3fifo",
-    "sieve": "kvmm.policies._replay_sieve:replay_sieve",
-    "clock": "kvmm.policies._replay_clock:replay_clock",
-    "wtinylfu": "kvmm.policies._replay_wtinylfu:replay_wtinylfu",
-    "slru": "kvmm.policies._replay_slru:replay_slru",
-    "lirs": "kvmm.policies._replay_lirs:replay_lirs",
-    "2q": "kvmm.policies._replay_twoq:replay_twoq",
-    "belady": "kvmm.policies._replay_belady:replay_belady",
 }
 
 #: every order ``replay`` knows

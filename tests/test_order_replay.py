@@ -1,0 +1,114 @@
+"""kvmm.policies.replay: the numba LRU/FIFO replays equal, request by request, a plain-Python
+reference, kvmm's policies through ManagedTier and libCacheSim's own LRU/FIFO; bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvmm.errors import BadInputError, DTypeError, ShapeError
+from kvmm.policies import FIFOPolicy, LRUPolicy, replay
+from kvmm.tiers import ManagedTier, SimulatedTier
+from kvmm.traces import load_mooncake
+from tests.naive.replay import replay_naive
+
+ORDERS = {"lru": (LRUPolicy, "LRU"), "fifo": (FIFOPolicy, "FIFO")}
+
+
+def managed_tier_hits(order, keys, capacity, sizes):
+    tier = ManagedTier(SimulatedTier(capacity), ORDERS[order][0]())
+    hits = []
+    for key, size in zip(keys, sizes):
+        if tier.contains(key):
+            tier.get(key)
+            hits.append(True)
+        else:
+            hits.append(False)
+            if size <= capacity:
+                tier.put_size(key, size)
+    return hits
+
+
+def libcachesim_hits(order, keys, capacity, sizes):
+    lcs = pytest.importorskip("libcachesim")
+    cache = getattr(lcs, ORDERS[order][1])(cache_size=capacity)
+    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
+            for i, (k, s) in enumerate(zip(keys, sizes))]
+
+
+@pytest.fixture(scope="module")
+def block_streams():
+    out = {}
+    for name in ("conversation", "synthetic"):
+        trace = load_mooncake(name)
+        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
+    return out
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
+@pytest.mark.parametrize("capacity", [64, 512, 4096])
+def test_replay_equals_libcachesim_and_managed_tier_on_mooncake_blocks(block_streams, order, trace, capacity):
+    keys = block_streams[trace]
+    ours = replay(order, keys, capacity).tolist()
+    ones = [1] * keys.size
+    assert ours == libcachesim_hits(order, keys.tolist(), capacity, ones)
+    assert ours == managed_tier_hits(order, keys.tolist(), capacity, ones)
+    assert 0 < sum(ours) < keys.size  # both hits and misses happen
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
+def test_byte_sized_replay_equals_libcachesim_and_managed_tier(order, capacity):
+    rng = np.random.default_rng(capacity)
+    keys = rng.zipf(1.2, 6000) % 900
+    size_of = rng.integers(1, 300, 900)
+    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    sizes = size_of[keys]
+    ours = replay(order, keys, capacity, sizes).tolist()
+    assert ours == libcachesim_hits(order, keys.tolist(), capacity, sizes.tolist())
+    assert ours == managed_tier_hits(order, keys.tolist(), capacity, sizes.tolist())
+    assert not any(h for h, k in zip(ours, keys) if k < 5 and size_of[k] > capacity)
+
+
+@settings(max_examples=150, deadline=None)
+@given(order=st.sampled_from(sorted(ORDERS)), capacity=st.integers(0, 12),
+       refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
+def test_replay_equals_the_naive_reference_and_libcachesim(order, capacity, refs):
+    keys = [k for k, _ in refs]
+    # a key keeps its first size, as in libCacheSim (sizes per key, not per reference)
+    sizes = [dict(refs[::-1])[k] for k in keys] if refs else []
+    ours = replay(order, np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
+    assert ours == replay_naive(order, keys, capacity, sizes)
+    if capacity > 0:
+        assert ours == libcachesim_hits(order, keys, capacity, sizes)
+
+
+def test_pinned_small_example():
+    keys = [0, 1, 0, 2, 1, 0]  # a b a c b a, capacity 2
+    # LRU: c evicts b (a was reused), b evicts a, so the last a misses too
+    assert replay("lru", keys, 2).tolist() == [False, False, True, False, False, False]
+    # FIFO: c evicts a (the oldest insert), b hits, a evicts b
+    assert replay("fifo", keys, 2).tolist() == [False, False, True, False, True, False]
+
+
+def test_uint64_keys_are_reinterpreted_and_empty_input():
+    big = np.array([2**63 + 5, 7, 2**63 + 5], np.uint64)
+    assert replay("lru", big, 4).tolist() == [False, False, True]
+    assert replay("fifo", np.zeros(0, np.int64), 4).tolist() == []
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: replay("mru", [1], 2), BadInputError, "unknown replay order 'mru'"),
+    (lambda: replay("lru", [[1]], 2), ShapeError, "keys must be 1-D"),
+    (lambda: replay("lru", [1.5], 2), DTypeError, "keys must be integers"),
+    (lambda: replay("lru", [1, 2], 2, sizes=[1]), ShapeError, "one size per key"),
+    (lambda: replay("lru", [1], 2, sizes=[-1]), BadInputError, "sizes must be >= 0"),
+    (lambda: replay("lru", [1], -2), BadInputError, "capacity"),
+    (lambda: replay("lru", [1], 2, window=3), BadInputError, "takes no option 'window'"),
+])
+def test_bad_input_names_the_problem(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
