@@ -52,7 +52,6 @@ Importing this module imports LMCache; ``import kvmm`` never does.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -76,8 +75,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without LMCache
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
+from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy, make_eviction_policy
-from kvmm.protocols import EvictionPolicy
 from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
 
 __all__ = [
@@ -135,12 +134,12 @@ class KvmmStoragePlugin(StoragePluginInterface):
     # -- lookups and pins ---------------------------------------------------------------------
     def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
         k = _tier_key(key)
+        if not pin:
+            return self.tier.contains(k)
         with self._lock:
-            if not self.tier.contains(k):
+            if not self._add_pin(k):
                 return False
-            if pin:
-                self._pins[k] = self._pins.get(k, 0) + 1
-                self.keys_in_request.append(k)
+            self.keys_in_request.append(k)  # touch_cache counts the lookup's pins as hits
             return True
 
     async def batched_async_contains(self, lookup_id: str, keys: list[CacheEngineKey], pin: bool = False) -> int:
@@ -384,18 +383,7 @@ def make_cache_policy(policy: Any, *, name: str | None = None) -> type[KvmmCache
     """A :class:`KvmmCachePolicy` subclass ordered by ``policy``: a class or zero-argument
     callable returning an :class:`~kvmm.protocols.EvictionPolicy`, or such an object (each
     LMCache backend gets a deep copy of it)."""
-    if isinstance(policy, type) or (callable(policy) and not isinstance(policy, EvictionPolicy)):
-        factory = policy
-    elif isinstance(policy, EvictionPolicy):
-        template = copy.deepcopy(policy)
-        factory = lambda: copy.deepcopy(template)  # noqa: E731 - one fresh copy per backend
-    else:
-        raise BadInputError(f"make_cache_policy needs an EvictionPolicy (on_insert, on_access, on_remove, victims), "
-                            f"its class or a factory; got {type(policy).__name__}")
-    probe = factory()
-    if not isinstance(probe, EvictionPolicy) or not hasattr(probe, "__contains__"):
-        raise BadInputError(f"make_cache_policy: the factory returned {type(probe).__name__}; expected an "
-                            "EvictionPolicy (on_insert, on_access, on_remove, victims) that supports `key in policy`")
+    factory, probe = policy_factory(policy, need_contains=True)
     return type(name or f"Kvmm{type(probe).__name__}", (KvmmCachePolicy,), {
         "new_policy": staticmethod(factory), "__module__": __name__,
         "__doc__": f"LMCache cache policy ordered by kvmm's {type(probe).__name__}."})

@@ -56,7 +56,6 @@ Importing this module imports vLLM; ``import kvmm`` never does.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 from collections.abc import Collection, Iterable, Sequence
@@ -77,9 +76,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, KvmmError
+from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
-from kvmm.protocols import AdmissionPolicy, EvictionPolicy
+from kvmm.protocols import AdmissionPolicy
 
 __all__ = [
     "KvmmCachePolicy",
@@ -276,18 +276,7 @@ def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: b
     like the chunks it reused.  To load it from vLLM, bind the class to a module-level name of
     an importable module and give that module as ``cache_policy_module_path``.
     """
-    if isinstance(policy, type) or (callable(policy) and not isinstance(policy, EvictionPolicy)):
-        factory = policy
-    elif isinstance(policy, EvictionPolicy):
-        template = copy.deepcopy(policy)
-        factory = lambda: copy.deepcopy(template)  # noqa: E731 - one fresh copy per manager
-    else:
-        raise BadInputError(f"make_cache_policy needs an EvictionPolicy (on_insert, on_access, on_remove, victims), "
-                            f"its class or a factory; got {type(policy).__name__}")
-    probe = factory()
-    if not isinstance(probe, EvictionPolicy):
-        raise BadInputError(f"make_cache_policy: the factory returned {type(probe).__name__}, which lacks the "
-                            "EvictionPolicy methods on_insert, on_access, on_remove, victims")
+    factory, probe = policy_factory(policy)
     cls_name = name or f"Kvmm{type(probe).__name__}"
     return type(cls_name, (KvmmCachePolicy,), {
         "new_policy": staticmethod(factory), "refresh_stores": bool(refresh_stores), "__module__": __name__,
