@@ -204,8 +204,7 @@ def _named_from(data: Any, presets: dict, cls, what: str):
         if data not in presets:
             raise BadInputError(f"{what}: unknown preset {data!r}; expected one of {sorted(presets)} or an object")
         return presets[data]
-    _check_keys(data, [f.name for f in fields(cls)], what)
-    return cls(**data)
+    return _fields_from(data, cls, what)
 
 
 def _level_from(data: Any, what: str):
@@ -252,40 +251,37 @@ def _model_from(data: Any, what: str):
 
 
 def _pd_from(data: Any, what: str):
-    if data is None:
-        return None
     from kvmm.sim.config import PDConfig
     from kvmm.tiers.spec import LINK_PRESETS, TierSpec
 
-    _check_keys(data, [f.name for f in fields(PDConfig)], what)
-    data = dict(data)
-    if "link" in data:
-        data["link"] = _named_from(data["link"], LINK_PRESETS, TierSpec, f"{what}.link")
-    return PDConfig(**data)
+    return _fields_from(data, PDConfig, what, link=lambda d, w: _named_from(d, LINK_PRESETS, TierSpec, w))
 
 
 def _cluster_from(data: Any, what: str):
-    if data is None:
-        return None
     from kvmm.cluster.config import ClusterConfig
     from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 
-    _check_keys(data, [f.name for f in fields(ClusterConfig)], what)
-    data = dict(data)
-    if "shared_tiers" in data:
-        data["shared_tiers"] = _levels_from(data["shared_tiers"], f"{what}.shared_tiers")
-    if data.get("fabric") is not None:
-        data["fabric"] = _named_from(data["fabric"], FABRIC_PRESETS, FabricSpec, f"{what}.fabric")
-    return ClusterConfig(**data)
+    return _fields_from(data, ClusterConfig, what, shared_tiers=_levels_from,
+                        fabric=lambda d, w: _named_from(d, FABRIC_PRESETS, FabricSpec, w))
 
 
 def _prices_from(data: Any, what: str):
-    if data is None:
-        return None
     from kvmm.cluster.cost import Prices
 
-    _check_keys(data, [f.name for f in fields(Prices)], what)
-    return Prices(**data)
+    return _fields_from(data, Prices, what)
+
+
+def _fields_from(data: Any, cls, what: str, **nested):
+    """``cls(**data)`` for an optional dataclass field (null -> None), after checking the keys
+    and decoding the ``nested`` fields present (name -> decoder(value, what))."""
+    if data is None:
+        return None
+    _check_keys(data, [f.name for f in fields(cls)], what)
+    data = dict(data)
+    for name, decode in nested.items():
+        if data.get(name) is not None:
+            data[name] = decode(data[name], f"{what}.{name}")
+    return cls(**data)
 
 
 _DECODERS = {"workload": _workload_from, "model": _model_from, "tiers": _levels_from, "fast_tier": _spec_from,
