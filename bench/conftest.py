@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
 NO_BASELINE = "no baseline timed in this run:"
@@ -46,6 +47,20 @@ def info(benchmark, role: str, label: str, items, unit: str) -> None:
 def warm(fn, *args, **kwargs):
     """Call ``fn`` once (compiles numba kernels) and return its result."""
     return fn(*args, **kwargs)
+
+
+def libcachesim_trace(keys: np.ndarray, path) -> str:
+    """``keys`` (int64) written as a libCacheSim oracleGeneral file of unit-size objects (what a
+    libCacheSim baseline reads); returns the path as text."""
+    from kvmm.traces.oracle import ORACLE_GENERAL_DTYPE
+
+    records = np.zeros(keys.size, dtype=ORACLE_GENERAL_DTYPE)
+    records["time"] = np.arange(keys.size, dtype=np.uint32)
+    records["obj_id"] = keys.view(np.uint64)
+    records["size"] = 1
+    records["next_access_vtime"] = -1
+    records.tofile(path)
+    return str(path)
 
 
 @pytest.fixture

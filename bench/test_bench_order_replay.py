@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.conftest import info, size, warm
+from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
 ORDERS = {"lru": "LRU", "fifo": "FIFO"}
@@ -44,16 +44,10 @@ def test_kvmm_replay(benchmark, keys, order):
 def test_libcachesim_baseline(benchmark, keys, order, tmp_path):
     lcs = pytest.importorskip("libcachesim")
     benchmark.group = f"order replay {order}"
-    records = np.zeros(keys.size, dtype=[("ts", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
-    records["ts"] = np.arange(keys.size, dtype=np.uint32)
-    records["id"] = keys.view(np.uint64)
-    records["size"] = 1
-    records["next"] = -1
-    path = tmp_path / "trace.oracleGeneral.bin"
-    records.tofile(path)
+    path = libcachesim_trace(keys, tmp_path / "trace.oracleGeneral.bin")
 
     def run():
-        reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
         return getattr(lcs, ORDERS[order])(cache_size=CAPACITY).process_trace(reader)[0]
 
     miss = benchmark.pedantic(run, rounds=3, iterations=1)

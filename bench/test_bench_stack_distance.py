@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.conftest import size, warm
+from bench.conftest import libcachesim_trace, size, warm
 from bench.stack_kernels_v0 import V0Tracker
 from kvmm.policies import ShardsTracker, StackDistanceTracker
 from kvmm.traces import agent_trace
@@ -273,16 +273,10 @@ def test_libcachesim_lru_baseline(benchmark, name, tmp_path):
     lcs = pytest.importorskip("libcachesim")
     keys = workload(name)
     benchmark.group = f"stack distance {name}"
-    records = np.zeros(keys.size, dtype=np.dtype([("ts", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")]))
-    records["ts"] = np.arange(keys.size, dtype=np.uint32)
-    records["id"] = keys.view(np.uint64)
-    records["size"] = 1
-    records["next"] = -1
-    path = tmp_path / "trace.oracleGeneral.bin"
-    records.tofile(path)
+    path = libcachesim_trace(keys, tmp_path / "trace.oracleGeneral.bin")
 
     def run():
-        reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
         return lcs.LRU(cache_size=ONE_CAPACITY).process_trace(reader)[0]
 
     miss = benchmark.pedantic(run, rounds=1, iterations=1)
