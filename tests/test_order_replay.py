@@ -78,8 +78,9 @@ def test_byte_sized_replay_equals_libcachesim_and_managed_tier(order, capacity):
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
 def test_replay_equals_the_naive_reference_and_libcachesim(order, capacity, refs):
     keys = [k for k, _ in refs]
-    # a key keeps its first size, as in libCacheSim (sizes per key, not per reference)
-    sizes = [dict(refs[::-1])[k] for k in keys] if refs else []
+    # one size per key (its first reference's): a key keeps the size it was inserted with
+    first_size = dict(refs[::-1])
+    sizes = [first_size[k] for k in keys]
     ours = replay(order, np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == replay_naive(order, keys, capacity, sizes)
     if capacity > 0:

@@ -44,9 +44,7 @@ from sortedcontainers import SortedDict
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
-from kvmm.policies._policy_checks import (check_size as _check_size, first_unprotected as _first_unprotected,
-                                          ignore_access as _ignore_access, require_absent as _require_absent,
-                                          require_present as _require_present)
+from kvmm.policies._policy_checks import check_size, first_unprotected, ignore_access, require_absent, require_present
 
 __all__ = ["LRUPolicy", "FIFOPolicy", "LFUPolicy", "ARCPolicy", "EVICTION_POLICIES", "make_eviction_policy"]
 
@@ -63,23 +61,23 @@ class LRUPolicy:
 
     def on_insert(self, key: Hashable, size: int = 1) -> None:
         as_count(size, "size")
-        _require_absent(self._order, key, self)
+        require_absent(self._order, key, self)
         self._order[key] = None
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
-        _check_size(size)
-        _require_present(self._order, key, self)
+        check_size(size)
+        require_present(self._order, key, self)
         self._order.move_to_end(key)
 
     def on_remove(self, key: Hashable) -> None:
-        _require_present(self._order, key, self)
+        require_present(self._order, key, self)
         del self._order[key]
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         as_count(incoming_size, "incoming_size")
         as_hashable(incoming, "incoming")
-        return _first_unprotected(iter(self._order), n, protected)
+        return first_unprotected(iter(self._order), n, protected)
 
     def fast_hooks(self) -> tuple[Callable, Callable, Callable, Callable] | None:
         """``(access(key), insert(key, size), insert_many(keys), evict_first())`` without the
@@ -93,7 +91,7 @@ class LRUPolicy:
         if type(self) is LRUPolicy:
             return self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
         if type(self) is FIFOPolicy:
-            return _ignore_access, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
+            return ignore_access, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
         return None
 
     def _evict_first(self) -> Hashable:
@@ -127,8 +125,8 @@ class FIFOPolicy(LRUPolicy):
     """First in, first out: accesses do not change the order.  Runtime complexity: O(1) per event."""
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
-        _check_size(size)
-        _require_present(self._order, key, self)
+        check_size(size)
+        require_present(self._order, key, self)
 
 
 @dataclass
@@ -146,14 +144,14 @@ class LFUPolicy:
 
     def on_insert(self, key: Hashable, size: int = 1) -> None:
         as_count(size, "size")
-        _require_absent(self._rank, key, self)
+        require_absent(self._rank, key, self)
         rank = (1, next(self._tick))
         self._rank[key] = rank
         self._order[rank] = key
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
-        _check_size(size)
-        _require_present(self._rank, key, self)
+        check_size(size)
+        require_present(self._rank, key, self)
         hits, _ = self._rank[key]
         del self._order[self._rank[key]]
         rank = (hits + 1, next(self._tick))
@@ -161,17 +159,17 @@ class LFUPolicy:
         self._order[rank] = key
 
     def on_remove(self, key: Hashable) -> None:
-        _require_present(self._rank, key, self)
+        require_present(self._rank, key, self)
         del self._order[self._rank.pop(key)]
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         as_count(incoming_size, "incoming_size")
         as_hashable(incoming, "incoming")
-        return _first_unprotected(iter(self._order.values()), n, protected)
+        return first_unprotected(iter(self._order.values()), n, protected)
 
     def frequency(self, key: Hashable) -> int:
-        _require_present(self._rank, key, self)
+        require_present(self._rank, key, self)
         return self._rank[key][0]
 
     def keys(self) -> list[Hashable]:
