@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
+from kvmm.policies._replay import dense_ids
 from kvmm.tiers import ManagedTier, SimulatedTier
 from kvmm.traces import load_mooncake
 from tests.naive.replay import replay_naive
@@ -113,3 +114,22 @@ def test_uint64_keys_are_reinterpreted_and_empty_input():
 def test_bad_input_names_the_problem(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(0, 40), max_size=300))
+def test_dense_ids_number_keys_in_order_of_first_reference(keys):
+    dense, m = dense_ids(np.array(keys, np.int64))
+    first_seen = {}
+    for k in keys:
+        first_seen.setdefault(k, len(first_seen))
+    assert dense.tolist() == [first_seen[k] for k in keys] and m == len(first_seen)
+
+
+def test_dense_ids_across_chunks_and_table_growth():
+    keys = np.random.default_rng(1).integers(0, 300_000, 700_000)  # > 2 chunks, many rehashes
+    dense, m = dense_ids(keys)
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.size, np.int64)
+    rank[np.argsort(first)] = np.arange(uniq.size)
+    assert m == uniq.size and np.array_equal(dense, rank[inverse])

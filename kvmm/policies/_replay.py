@@ -1,10 +1,9 @@
 """``replay(order, keys, capacity, sizes=None, **params) -> hits``: one eviction order over a whole
 reference stream, in numba, without a Python call per reference.
 
-This is the fast path behind the miss-ratio tables of ``kvmm reproduce`` and the benchmarks
-against libCacheSim: the same request-by-request hits and misses as driving the order's policy
-class through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but
-as one kernel over arrays.  The orders here so far are LRU and FIFO; the others of issue 23
+It gives the same request-by-request hits and misses as driving the order's policy class
+through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but as one
+kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU and FIFO; the others of issue 23
 (S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, CLOCK, Belady, and ARC/LFU) are to be added, each
 as one more line of ``_KERNELS``.
 
@@ -27,6 +26,8 @@ counts), ``capacity`` int64; ``params`` are the order's options in the order its
 tuple names them.
 
 Runtime complexity: O(n) expected for the renumbering, plus the order's own cost per reference.
+(Not yet used by ``kvmm reproduce`` or ``ManagedTier``: the miss-ratio tables of issue 23 are to
+be built on it.)
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
 }
+
+_CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)
+_MIN_TABLE = 1 << 10
 
 #: every order ``replay`` knows
 REPLAY_ORDERS: tuple[str, ...] = tuple(_KERNELS)
@@ -75,16 +79,30 @@ def replay(order: str, keys: Any, capacity: int, sizes: Any = None, **params: An
 
 
 def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """``keys`` renumbered ``0..m-1`` in order of first reference, and ``m``.
+    """``keys`` (int64) renumbered ``0..m-1`` in order of first reference, and ``m``.
 
-    Runtime complexity: O(n log n) (``np.unique``).
+    The stack-distance tracker's hash renumbering (``get_or_insert_ids``), run over chunks so the
+    table grows with the distinct keys, not with the references.
+    Runtime complexity: O(n) expected.
     """
-    if keys.size == 0:
-        return np.zeros(0, np.int64), 0
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    rank = np.empty(uniq.size, np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(uniq.size, dtype=np.int64)
-    return rank[inverse.reshape(-1)], int(uniq.size)
+    from kvmm.policies import _stack_kernels as K
+
+    words = keys.view(np.uint64)
+    out = np.empty(keys.size, np.int64)
+    slots = np.zeros(2 * _MIN_TABLE, np.uint64)
+    id_keys = np.zeros(_MIN_TABLE, np.uint64)
+    state = np.zeros(1, np.int64)
+    for start in range(0, keys.size, _CHUNK):
+        chunk = words[start:start + _CHUNK]
+        need = int(state[0]) + chunk.size
+        if 2 * need > slots.size // 2:  # keep the load <= 1/2 whatever the chunk adds
+            grown = np.zeros(2 * _next_pow2(2 * need), np.uint64)
+            K.rehash(slots, grown)
+            slots = grown
+        if need > id_keys.size:
+            id_keys = np.zeros(_next_pow2(need), np.uint64)  # written only, never read back here
+        K.get_or_insert_ids(chunk, slots, id_keys, state, out[start:start + chunk.size])
+    return out, int(state[0])
 
 
 def _kernel(order: Any) -> tuple[Any, tuple]:
@@ -119,3 +137,7 @@ def _as_sizes(sizes: Any, n: int) -> np.ndarray:
     if arr.size and arr.min() < 0:
         raise BadInputError(f"sizes must be >= 0, got {int(arr.min())}")
     return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 1).bit_length()
