@@ -65,7 +65,6 @@ def test_slo_met_by():
     (dict(tiers=[]), ["no tier candidates"]),
     (dict(tiers=["dram:4TiB-1TiB"]), ["empty capacity range"]),
     (dict(tiers=["dram:0-1TiB", "dram:0-2TiB"]), ["distinct"]),
-    (dict(tiers=["layer3.5:0-1TiB:shared", "dram:0-1TiB"]), ["after the private"]),
     (dict(slo=0.0), ["ttft_p95_s"]),
     (dict(slo="fast"), ["slo must be an SLO"]),
     (dict(instances=0), ["instances"]),

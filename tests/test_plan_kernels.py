@@ -50,3 +50,21 @@ def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load):
         assert grid["ttft"][j] == pytest.approx(row["ttft"], rel=1e-9)
         assert grid["usd_h"][j] == pytest.approx(row["usd_h"], rel=1e-12)
     assert len({round(float(t), 9) for t in grid["ttft"]}) > 1  # the capacities do move the estimate
+
+
+def test_shared_tier_given_first_is_read_after_the_private_ones():
+    base = SimConfig(workload="conversation", max_requests=60, load=0.5, gpu_kv_bytes=4 * GiB)
+    first = ["layer3.5:0-40GiB:shared:points=3", "dram:0-12GiB:points=3"]
+    last = first[::-1]
+    grids = []
+    for tiers in (first, last):
+        _, cands, prices, b = _checked("conversation", SLO(1.0), tiers, None, 1, None, 1, 0, base, None)
+        grids.append(analytic_grid(b, cands, prices, 1))
+    a, z = grids
+    rows_a = {tuple(int(a["caps"][i][a["index"][j, i]]) for i in (1, 0)): (tuple(a["hit"][j][::-1]), a["ttft"][j])
+              for j in range(a["points"])}
+    rows_z = {tuple(int(z["caps"][i][z["index"][j, i]]) for i in (0, 1)): (tuple(z["hit"][j]), z["ttft"][j])
+              for j in range(z["points"])}
+    assert rows_a == rows_z
+    # dram (private, read first) serves what both hold
+    assert any(h[0] > 0 and h[1] == 0 for h, _ in rows_z.values())

@@ -76,6 +76,15 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     from kvmm.sim.models import model as resolve_model
     from kvmm.sim.simulator import resolve_trace
 
+    # the simulator reads private levels before shared ones: evaluate in that order, report in the given one
+    order = sorted(range(len(cands)), key=lambda i: cands[i].shared)
+    if order != list(range(len(cands))):
+        grid = analytic_grid(base, tuple(cands[i] for i in order), prices, instances)
+        back = np.argsort(order)
+        grid["hit"], grid["index"] = grid["hit"][:, back], grid["index"][:, back]
+        grid["caps"] = [grid["caps"][i] for i in back]
+        grid["blocks"] = [grid["blocks"][i] for i in back]
+        return grid
     trace = resolve_trace(base.workload, base.max_requests)
     m = resolve_model(base.model)
     block_bytes = int(trace.block_tokens) * m.kv_bytes_per_token
@@ -264,10 +273,6 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     kinds = [c.kind for c in cands]
     if len(set(kinds)) != len(kinds):
         raise BadInputError(f"tier kinds must be distinct, got {kinds}")
-    shared = [c.shared for c in cands]
-    if any(shared) and shared.index(True) < len(shared) - sum(shared):
-        raise BadInputError(f"shared tiers must come after the private ones (the simulator reads private levels "
-                            f"first), got {[c.kind + (':shared' if c.shared else '') for c in cands]}")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise BadInputError(f"instances must be an integer >= 1, got {instances!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
