@@ -98,7 +98,10 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
         if t == 0 and gpu_blocks is not None:
             pts.append(np.array([gpu_blocks], dtype=np.int64))
         grids.append(np.unique(np.concatenate(pts)))
-    stream = block_stream(trace, m, base)
+    from kvmm.plan._configs import point_config
+
+    # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
+    stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
     model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth)
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
@@ -114,7 +117,7 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     base_usd_h = gpus * gpu_price(prices, m) + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices) * gpus
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
-        model_.rect[1], model_.gpu_bin, model_.total_refs, st["w95"], st["mean_w"], st["s95"], st["staged_mean"],
+        model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
         st["staged95"], st["mean_b"], st["tpot"], model_.lam, stream.span_s,
         stream.input_len.shape[0] / instances, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,

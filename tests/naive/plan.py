@@ -51,7 +51,7 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
             weight.append(min((j + 1) * bt, top) - min(j * bt, top))
     local, glob = distances(ids, req, instances)
     d = local if instances > 1 else glob
-    arrival = arrival_times(trace, model, base)
+    arrival = arrival_times(trace, model, base.with_(instances=instances))
     span = float(arrival[-1] - arrival[0])
     lam = n / span / instances
     gpu = base.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
@@ -90,21 +90,23 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
         s = np.array([(inp[r] - hit_tok[r]) / model.prefill_tokens_per_s + staged[r] / base.fast_tier.read_bandwidth
                       for r in range(n)])
         b = s + np.array(out) * dpt
-        rho = lam * b.mean()
-        if rho >= 1:
-            ttft = INF
-        else:
-            ew = lam * (b**2).mean() / (2 * (1 - rho))
-            w95 = ew / rho * math.log(rho / 0.05) if rho > 0.05 else 0.0
-            exposed = 0.0
-            total_run = sum(run_blocks)
-            if total_run > 0 and np.quantile(staged, 0.95) > 0:
-                mix = sum(rb * x for rb, x in zip(run_blocks, spb)) / total_run
-                worst = max(x for rb, x in zip(run_blocks, lat) if rb > 0)
-                rho_ch = lam * staged.mean() * mix
-                stage95 = INF if rho_ch >= 1 else (worst + np.quantile(staged, 0.95) * mix) / (1 - rho_ch)
-                exposed = max(0.0, stage95 - ew)
-            ttft = w95 + float(np.quantile(s, 0.95)) + exposed
+        # one FCFS server per instance over the trace's own arrivals: the wait before its work starts
+        free = [-INF] * instances
+        wait = []
+        for r in range(n):
+            start = max(float(arrival[r]), free[r % instances])
+            wait.append(start - float(arrival[r]))
+            free[r % instances] = start + b[r]
+        ew = float(np.mean(wait))
+        exposed = 0.0
+        total_run = sum(run_blocks)
+        if total_run > 0 and np.quantile(staged, 0.95) > 0:
+            mix = sum(rb * x for rb, x in zip(run_blocks, spb)) / total_run
+            worst = max(x for rb, x in zip(run_blocks, lat) if rb > 0)
+            rho_ch = lam * staged.mean() * mix
+            stage95 = INF if rho_ch >= 1 else (worst + np.quantile(staged, 0.95) * mix) / (1 - rho_ch)
+            exposed = max(0.0, stage95 - ew)
+        ttft = float(np.quantile(np.array(wait) + s, 0.95)) + exposed
         pairs = [(base.fast_tier, instances)] + [(preset(c.kind).with_capacity(cap), 1 if c.shared else instances)
                                                  for c, cap in zip(cands, caps) if cap > 0]
         usd_h = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
