@@ -119,3 +119,24 @@ def test_hand_built_plan_and_errors():
         p.config()  # a hand-built point carries no candidates
     with pytest.raises(BadInputError):
         Plan(2.0, p, None, None, [], [], 0, [])
+
+
+def test_import_kvmm_plan_compiles_nothing_and_names_load_lazily():
+    import importlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, kvmm, kvmm.plan\n"
+            "from kvmm.plan import SLO, TierCandidate\n"
+            "TierCandidate.parse('dram:0-4TiB'); SLO(1.0)\n"
+            "print(sorted(m for m in ('numba', 'kvmm.plan._kernels', 'kvmm.plan._planner') if m in sys.modules))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    pkg = importlib.import_module("kvmm.plan")
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is getattr(importlib.import_module(pkg._LAZY[name]), name)
+    import kvmm
+
+    assert kvmm.plan is pkg
