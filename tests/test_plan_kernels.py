@@ -68,3 +68,22 @@ def test_shared_tier_given_first_is_read_after_the_private_ones():
     assert rows_a == rows_z
     # dram (private, read first) serves what both hold
     assert any(h[0] > 0 and h[1] == 0 for h, _ in rows_z.values())
+
+
+def test_shards_sampling_approximates_the_exact_hit_shares(monkeypatch):
+    from kvmm.plan import _analytic
+
+    base = SimConfig(workload="conversation", max_requests=4000, gpu_prefix_cache=False)
+    tiers = ["dram:0-1TiB:points=3", "nvme:0-4TiB:points=3"]
+    _, cands, prices, base = _checked("conversation", SLO(1.0), tiers, None, 1, None, 1, 0, base, None)
+    exact = analytic_grid(base, cands, prices, 1)
+    assert exact["stream"].rate == 1.0
+    monkeypatch.setattr(_analytic, "SHARDS_MIN_REFS", 1000)
+    monkeypatch.setattr(_analytic, "SHARDS_RATE", 0.2)
+    sampled = analytic_grid(base, cands, prices, 1)
+    assert sampled["stream"].rate == 0.2
+    assert sampled["stream"].ids.shape[0] < 0.3 * exact["stream"].ids.shape[0]
+    assert np.abs(sampled["hit"] - exact["hit"]).max() < 0.03
+    assert sampled["grid_model"].total_refs == pytest.approx(exact["grid_model"].total_refs, rel=0.1)
+    finite = np.isfinite(exact["ttft"])
+    assert np.allclose(sampled["ttft"][finite], exact["ttft"][finite], rtol=0.25)

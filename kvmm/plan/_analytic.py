@@ -35,7 +35,8 @@ Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
 (hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for
-``1 / R`` references.
+``1 / R`` references; SHARDS-adj puts the difference between the trace's references and the
+weighted sample at distance 0 (Waldspurger et al., FAST '15).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Stream:
     span_s: float  # arrival span of the trace as the simulator scales it
     arrival: np.ndarray  # float64 arrival second of each request (the simulator's rescaling)
     rate: float  # SHARDS sampling rate (1: exact)
+    total_refs: int  # references of the whole trace (sampled or not)
     block_tokens: int
 
 
@@ -84,6 +86,7 @@ def block_stream(trace, model, cfg) -> Stream:
     top = inp[req] - 1
     token_w = (np.minimum((pos + 1) * bt, top) - np.minimum(pos * bt, top)).astype(np.float64)
     rate = 1.0
+    total_refs = int(ids.shape[0])
     if ids.shape[0] > SHARDS_MIN_REFS:
         rate = SHARDS_RATE
         keep = _hash64(ids) < np.uint64(int(rate * 2.0**64))
@@ -91,7 +94,7 @@ def block_stream(trace, model, cfg) -> Stream:
     arrival = arrival_times(trace, model, cfg)
     span = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
     return Stream(ids, req, token_w, inp, np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1),
-                  span, np.ascontiguousarray(arrival, dtype=np.float64), rate, bt)
+                  span, np.ascontiguousarray(arrival, dtype=np.float64), rate, total_refs, bt)
 
 
 def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +149,9 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
         h1 = np.bincount(b, weights=w, minlength=u + 1)[: u + 1]
         h2 = np.zeros((u + 1, u + 1))
         np.add.at(h2, (b, c), w)
+        if stream.rate < 1.0:  # SHARDS-adj: the references the sample misses count at distance 0
+            h1[1] += stream.total_refs - w.sum()
+            h2[1, 1] += stream.total_refs - w.sum()
         rect = np.zeros((u + 2, u + 2))
         rect[1:, 1:] = h2.cumsum(0).cumsum(1)
         # run tokens per request at each capacity bin: HT[r, a] = sum of token_w with c <= a
@@ -170,7 +176,7 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
                             1.0 / model.decode_tokens_per_s, float(model.decode_batch_cost), float(model.max_batch))
     names = ("ttft95", "mean_w", "staged_mean", "staged95", "rho", "mean_b", "tpot")
     return GridModel([p[0] for p in per_type], [p[1] for p in per_type], [p[2] for p in per_type],
-                     dict(zip(names, stats)), float(stream.ids.shape[0] / stream.rate), gpu_bin, lam)
+                     dict(zip(names, stats)), float(stream.total_refs), gpu_bin, lam)
 
 
 def _run_bins(b: np.ndarray, req: np.ndarray) -> np.ndarray:
