@@ -29,8 +29,11 @@ out: steps batch several prefills and a decode step, and the prefill budget per 
 a hit takes the source's latency plus the staged bytes at ``stage_efficiency x`` the served
 levels' bandwidth mix (capped by the fast tier's write bandwidth; shared levels through the
 fabric link), stretched by ``1 / (1 - rho_channel)`` for the channel's own queue; the p95 of
-that beyond the mean wait ``E[W]`` (staging overlaps the wait) is added.  TPOT ~
-``decode_step(b) / (1 - rho_prefill)`` with ``b`` the mean decode batch (Little's law).
+that beyond the mean wait ``E[W]`` (staging overlaps the wait) is added.  TPOT: a step is
+the prefills admitted plus one decode token of the batch, so a request's ``out - 1`` decode
+tokens take ``(out - 1) decode_step(b)`` plus the prefill work its instance starts meanwhile
+(from the same Lindley timeline); ``b`` is the mean batch by Little's law; p95 over requests
+with two or more output tokens, as the simulator reports it.
 Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
