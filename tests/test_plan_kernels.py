@@ -88,3 +88,21 @@ def test_shards_sampling_approximates_the_exact_hit_shares(monkeypatch):
     assert sampled["grid_model"].total_refs == pytest.approx(exact["grid_model"].total_refs, rel=0.1)
     finite = np.isfinite(exact["ttft"])
     assert np.allclose(sampled["ttft"][finite], exact["ttft"][finite], rtol=0.25)
+
+
+def test_private_levels_see_their_instance_and_shared_levels_every_request():
+    # two instances, no GPU prefix cache: a private level alone serves #{d_instance < C}, a shared
+    # level alone #{d_global < C} (requests dealt round-robin, as the simulator deals them)
+    base = SimConfig(workload="conversation", max_requests=80, load=0.5, gpu_prefix_cache=False)
+    trace = resolve_trace("conversation", 80)
+    block = 512 * resolve_model("llama3-8b").kv_bytes_per_token
+    offsets = trace.block_offsets.tolist()
+    req = [r for r in range(80) for _ in range(offsets[r], offsets[r + 1])]
+    local, glob = naive.distances(trace.block_ids.tolist(), req, 2)
+    for tier, dist in (("dram:0-3GiB:points=4", local), ("layer3.5:0-3GiB:shared:points=4", glob)):
+        _, cands, prices, b = _checked("conversation", SLO(1.0), [tier], None, 2, None, 1, 0, base, None)
+        grid = analytic_grid(b, cands, prices, 2)
+        for j in range(grid["points"]):
+            cap = int(grid["caps"][0][grid["index"][j, 0]]) // block
+            assert grid["hit"][j, 0] == pytest.approx(sum(d < cap for d in dist) / len(dist), abs=1e-12)
+        assert grid["hit"][:, 0].max() > 0

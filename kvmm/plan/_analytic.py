@@ -10,7 +10,9 @@ hierarchy: a level does not hold the next ``C_i`` blocks after the level above, 
 is *served* by the first level whose capacity exceeds its distance, ``#{max(C_<i) <= d < C_i}``
 (the GPU prefix cache, when on, is level 0 with the pool's blocks; approximated as an LRU).  With
 ``instances > 1`` private levels see their instance's requests (round-robin, ``r mod N``: their
-own tracker per instance) and shared levels the whole stream.  Capacities are binned on the
+own tracker per instance) and shared levels the whole stream; a shared level's share is then what
+it holds when offered (its ``tier_block_hits``), capped so the shares sum to at most 1 (a
+block both hold is read from the private level, so the share it serves is smaller).  Capacities are binned on the
 union of the grid's capacity points, so every count is a sum over a 1-D or 2-D histogram.
 
 **Prefix runs.**  The engine reads hits only along the prompt's leading run of held blocks:
