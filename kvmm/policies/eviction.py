@@ -583,6 +583,10 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
     "arc": ARCPolicy,
 }
 
+from kvmm.policies.clock import ClockPolicy  # noqa: E402 - registered here; clock.py does not import this module
+
+EVICTION_POLICIES["clock"] = ClockPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
     """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.
