@@ -137,6 +137,40 @@ def test_policy_plan_applies_second_chances_and_deletes_change_nothing_else():
     assert policy.victims(1, incoming="zz", incoming_size=10**9) == ["c"]  # the incoming entry is ignored
 
 
+@pytest.mark.parametrize("options", [{}, {"n_bit_counter": 2}, {"init_freq": 2, "n_bit_counter": 1}])
+def test_victim_order_is_libcachesims_eviction_sequence(options):
+    # after a prefix of a trace (with explicit deletes), the policy's victims are the keys
+    # libCacheSim's successive evictions remove, in order
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        trace = rng.zipf(1.3, 150) % 25
+        cache = lcs.Clock(cache_size=10, hashpower=8, **options)
+        policy = ClockPolicy(**options)
+        for i, key in enumerate(trace.tolist()[: int(rng.integers(20, 150))]):
+            cache.get(lcs.Request(obj_size=1, obj_id=key, clock_time=i))
+            if key in policy:
+                policy.on_access(key)
+                continue
+            if len(policy) == 10:
+                policy.on_remove(policy.victims(1)[0])
+            policy.on_insert(key)
+            if i % 7 == 3:
+                gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
+                assert cache.remove(gone)
+                policy.on_remove(gone)
+        expected = policy.victims(len(policy))
+        theirs = []
+        present = set(policy.keys())
+        request = lcs.Request(obj_size=1, obj_id=10**6, clock_time=10**6)
+        while present:
+            cache.evict(request)
+            left = {k for k in present if cache.find(lcs.Request(obj_size=1, obj_id=k, clock_time=0), False)}
+            [gone] = present - left
+            theirs.append(gone)
+            present = left
+        assert expected == theirs
+
+
 def test_counters_saturate_at_max_freq_but_init_freq_may_exceed_it():
     policy = ClockPolicy(init_freq=5, n_bit_counter=2)
     assert policy.max_freq == 3

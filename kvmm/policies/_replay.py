@@ -48,6 +48,7 @@ _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
     "clock": "kvmm.policies._replay_clock:replay_clock",
+    "belady": "kvmm.policies._replay_belady:replay_belady",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

@@ -587,6 +587,10 @@ from kvmm.policies.clock import ClockPolicy  # noqa: E402 - registered here; clo
 
 EVICTION_POLICIES["clock"] = ClockPolicy
 
+from kvmm.policies.belady import BeladyPolicy  # noqa: E402 - offline: the simulator refuses it by name
+
+EVICTION_POLICIES["belady"] = BeladyPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
     """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.

@@ -1,0 +1,123 @@
+"""numba replay of Belady's MIN (see :func:`kvmm.policies.replay` and :class:`kvmm.policies.BeladyPolicy`).
+
+First one backward pass gives each reference's next use (:func:`next_uses`); then the stream is
+replayed with libCacheSim's heap (libpqueue: a 1-based binary max-heap on the next use, strict
+``<``), step for step, so ties between keys never used again break as in libCacheSim: a hit
+raises the key's priority to its next use (``change_priority``: sift up), a miss pops the top
+until the key fits, then inserts it (sift up).  Keys and priorities sit side by side in two heap
+arrays, so a sift reads no per-key table.  Worked example, capacity 2, references ``a b c a b``::
+
+    next uses: a@0 -> 3, b@1 -> 4, c@2 -> never, a@3 -> never, b@4 -> never
+    a, b: misses, inserted.  c: miss; the top is b (next use 4 > 3): evict b, insert c (never).
+    a: hit (next use now never).  b: miss; the top is c (never, it was first at the top): evict c.
+
+Runtime complexity: O(n) for the next uses, O(log r) per reference (r residents).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PARAMS_BELADY: tuple = ()
+
+NEVER = np.int64(2**63 - 1)
+
+
+def replay_belady(keys, dense, n_unique, sizes, capacity):
+    """Hits of Belady over ``dense`` (see :mod:`kvmm.policies._replay`)."""
+    return _replay_belady(dense, next_uses(dense, n_unique), n_unique, sizes, capacity)
+
+
+@njit(cache=True, nogil=True)
+def next_uses(dense, n_unique):
+    """For each reference, the index of the next reference to the same key, else ``2**63 - 1``
+    (one backward pass).  Runtime complexity: O(n)."""
+    out = np.empty(dense.size, np.int64)
+    last = np.full(n_unique, NEVER, np.int64)
+    for i in range(dense.size - 1, -1, -1):
+        d = dense[i]
+        out[i] = last[d]
+        last[d] = i
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _replay_belady(dense, nxt, n_unique, sizes, capacity):
+    hits = np.zeros(dense.size, np.bool_)
+    heap_key = np.empty(n_unique + 1, np.int64)  # slot 0 unused, as libpqueue's
+    heap_pri = np.empty(n_unique + 1, np.int64)
+    pos = np.zeros(n_unique, np.int64)  # dense id -> heap slot
+    size_of = np.zeros(n_unique, np.int64)
+    resident = np.zeros(n_unique, np.bool_)
+    end = 1  # libpqueue's q->size: one past the last used slot
+    used = 0
+    for i in range(dense.size):
+        d = dense[i]
+        if resident[d]:
+            hits[i] = True
+            slot = pos[d]
+            old = heap_pri[slot]
+            heap_pri[slot] = nxt[i]
+            if old < nxt[i]:
+                _bubble_up(heap_key, heap_pri, pos, slot)
+            else:
+                _percolate_down(heap_key, heap_pri, pos, slot, end)
+            continue
+        size = sizes[i]
+        if size > capacity:  # larger than the whole cache: a miss, never inserted
+            continue
+        while used + size > capacity:
+            victim = heap_key[1]
+            end -= 1
+            heap_key[1] = heap_key[end]
+            heap_pri[1] = heap_pri[end]
+            _percolate_down(heap_key, heap_pri, pos, 1, end)
+            resident[victim] = False
+            used -= size_of[victim]
+        resident[d] = True
+        size_of[d] = size
+        used += size
+        heap_key[end] = d
+        heap_pri[end] = nxt[i]
+        end += 1
+        _bubble_up(heap_key, heap_pri, pos, end - 1)
+    return hits
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bubble_up(heap_key, heap_pri, pos, slot):
+    key = heap_key[slot]
+    pri = heap_pri[slot]
+    while slot > 1:
+        parent = slot >> 1
+        if not heap_pri[parent] < pri:
+            break
+        heap_key[slot] = heap_key[parent]
+        heap_pri[slot] = heap_pri[parent]
+        pos[heap_key[slot]] = slot
+        slot = parent
+    heap_key[slot] = key
+    heap_pri[slot] = pri
+    pos[key] = slot
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _percolate_down(heap_key, heap_pri, pos, slot, end):
+    key = heap_key[slot]
+    pri = heap_pri[slot]
+    while True:
+        child = slot << 1
+        if child >= end:
+            break
+        if child + 1 < end and heap_pri[child] < heap_pri[child + 1]:
+            child += 1
+        if not pri < heap_pri[child]:
+            break
+        heap_key[slot] = heap_key[child]
+        heap_pri[slot] = heap_pri[child]
+        pos[heap_key[slot]] = slot
+        slot = child
+    heap_key[slot] = key
+    heap_pri[slot] = pri
+    pos[key] = slot
