@@ -26,7 +26,11 @@ NEVER = np.int64(2**63 - 1)
 
 def replay_belady(keys, dense, n_unique, sizes, capacity):
     """Hits of Belady over ``dense`` (see :mod:`kvmm.policies._replay`)."""
-    return _replay_belady(dense, next_uses(dense, n_unique), n_unique, sizes, capacity)
+    # int32 heap keys and slots while the ids fit: half the memory the sifts walk through
+    index = np.int32 if n_unique < 2**31 - 1 else np.int64
+    heap_key = np.empty(n_unique + 1, index)  # slot 0 unused, as libpqueue's
+    pos = np.zeros(n_unique, index)  # dense id -> heap slot
+    return _replay_belady(dense, next_uses(dense, n_unique), sizes, capacity, heap_key, pos)
 
 
 @njit(cache=True, nogil=True)
@@ -43,11 +47,10 @@ def next_uses(dense, n_unique):
 
 
 @njit(cache=True, nogil=True)
-def _replay_belady(dense, nxt, n_unique, sizes, capacity):
+def _replay_belady(dense, nxt, sizes, capacity, heap_key, pos):
+    n_unique = pos.size
     hits = np.zeros(dense.size, np.bool_)
-    heap_key = np.empty(n_unique + 1, np.int64)  # slot 0 unused, as libpqueue's
     heap_pri = np.empty(n_unique + 1, np.int64)
-    pos = np.zeros(n_unique, np.int64)  # dense id -> heap slot
     size_of = np.zeros(n_unique, np.int64)
     resident = np.zeros(n_unique, np.bool_)
     end = 1  # libpqueue's q->size: one past the last used slot
@@ -56,39 +59,32 @@ def _replay_belady(dense, nxt, n_unique, sizes, capacity):
         d = dense[i]
         if resident[d]:
             hits[i] = True
-            slot = pos[d]
-            old = heap_pri[slot]
-            heap_pri[slot] = nxt[i]
-            if old < nxt[i]:
-                _bubble_up(heap_key, heap_pri, pos, slot)
-            else:
-                _percolate_down(heap_key, heap_pri, pos, slot, end)
+            # change_priority: the old priority is this reference's index, smaller than any
+            # next use, so the key always sifts up (libpqueue's bubble_up)
+            _sift_up(heap_key, heap_pri, pos, pos[d], d, nxt[i])
             continue
         size = sizes[i]
         if size > capacity:  # larger than the whole cache: a miss, never inserted
             continue
         while used + size > capacity:
+            # pop: the last leaf moves to the root and sifts down (libpqueue's percolate_down)
             victim = heap_key[1]
             end -= 1
-            heap_key[1] = heap_key[end]
-            heap_pri[1] = heap_pri[end]
-            _percolate_down(heap_key, heap_pri, pos, 1, end)
+            _sift_down(heap_key, heap_pri, pos, end, heap_key[end], heap_pri[end])
             resident[victim] = False
             used -= size_of[victim]
         resident[d] = True
         size_of[d] = size
         used += size
-        heap_key[end] = d
-        heap_pri[end] = nxt[i]
         end += 1
-        _bubble_up(heap_key, heap_pri, pos, end - 1)
+        _sift_up(heap_key, heap_pri, pos, end - 1, d, nxt[i])
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _bubble_up(heap_key, heap_pri, pos, slot):
-    key = heap_key[slot]
-    pri = heap_pri[slot]
+def _sift_up(heap_key, heap_pri, pos, slot, key, pri):
+    """Place ``key`` of priority ``pri`` at ``slot`` or above: parents of strictly lower priority
+    move down (libpqueue's bubble_up)."""
     while slot > 1:
         parent = slot >> 1
         if not heap_pri[parent] < pri:
@@ -103,19 +99,22 @@ def _bubble_up(heap_key, heap_pri, pos, slot):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _percolate_down(heap_key, heap_pri, pos, slot, end):
-    key = heap_key[slot]
-    pri = heap_pri[slot]
+def _sift_down(heap_key, heap_pri, pos, end, key, pri):
+    """Place ``key`` of priority ``pri`` at the root or below: the larger child (the right one
+    only when strictly larger) moves up while it ranks strictly above (libpqueue's percolate_down)."""
+    slot = 1
     while True:
         child = slot << 1
         if child >= end:
             break
-        if child + 1 < end and heap_pri[child] < heap_pri[child + 1]:
+        best = heap_pri[child]
+        if child + 1 < end and best < heap_pri[child + 1]:
             child += 1
-        if not pri < heap_pri[child]:
+            best = heap_pri[child]
+        if not pri < best:
             break
         heap_key[slot] = heap_key[child]
-        heap_pri[slot] = heap_pri[child]
+        heap_pri[slot] = best
         pos[heap_key[slot]] = slot
         slot = child
     heap_key[slot] = key
