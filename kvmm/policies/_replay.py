@@ -3,8 +3,8 @@ reference stream, in numba, without a Python call per reference.
 
 It gives the same request-by-request hits and misses as driving the order's policy class
 through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but as one
-kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU and FIFO; the others of issue 23
-(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, CLOCK, Belady, and ARC/LFU) are to be added, each
+kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU, FIFO, CLOCK and Belady; the others of issue 23
+(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, and ARC/LFU) are to be added, each
 as one more line of ``_KERNELS``.
 
 The convention is libCacheSim's ``get``: a reference to a resident key is a hit (the order

@@ -127,7 +127,7 @@ class ClockPolicy:
                 sent_back.append((key, freq - 1))
             else:
                 out.append(key)
-        self._plan = (protected, out, 0)
+        self._plan = (frozenset(protected), out, 0)  # frozen: the caller may change its set later
         return out
 
     def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
