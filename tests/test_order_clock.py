@@ -111,8 +111,8 @@ def test_pinned_small_examples():
     keys = [0, 1, 0, 2, 1, 0]  # a b a c b a, capacity 2
     # c: a's bit is set, a goes back (bit cleared), b is evicted; b: evicts a (bit 0 now); a evicts c
     assert replay("clock", keys, 2).tolist() == [False, False, True, False, False, False]
-    # init_freq=1: every key starts with a second chance; c: a (2 -> 1 after the hit? no: capped at 1)
-    # a, b both get passed once, then a is the tail with 0 and is evicted; b hits; a evicts c
+    # init_freq=1: every key starts with its bit set (the hit on a cannot raise it past 1).  c: the
+    # hand clears a's and b's bits, then evicts a; b hits (bit set again); a: clears b, c, evicts b
     assert replay("clock", keys, 2, init_freq=1).tolist() == [False, False, True, False, True, False]
     # 2-bit counters: a hit twice survives two passes of the hand
     keys = [0, 0, 0, 1, 2, 3, 0]

@@ -8,13 +8,14 @@ and the hand looks at the new tail; the first key found with ``freq == 0`` is ev
 
 With ``n_bit_counter=1`` (the default) this is Corbató's CLOCK / second chance: one reference
 bit.  With ``n_bit_counter > 1`` the bit is a saturating frequency counter and a key survives up
-to ``max_freq`` passes of the hand (libCacheSim's ``Clock-N``, sometimes called GCLOCK; the
-GCLOCK paper adds a per-reference weight, which libCacheSim does not).  Where libCacheSim differs
-from the textbook rule, kvmm follows libCacheSim:
+to ``max_freq`` passes of the hand (libCacheSim names it ``Clock-N``, a generalised CLOCK).
+Where libCacheSim differs from the textbook rule, kvmm follows libCacheSim:
 
-* ``init_freq`` (libCacheSim's ``init-freq``, default 0) is *not* capped at ``max_freq``: an
-  insert with ``init_freq > max_freq`` gets that many second chances, while hits never raise a
-  counter above ``max_freq``;
+* a new key starts with ``init_freq = 0`` by default: no second chance until it is hit again.
+  In paging CLOCK the access that loads a page sets its reference bit (``init_freq=1``);
+* ``init_freq`` (libCacheSim's ``init-freq``) is *not* capped at ``max_freq``: an insert with
+  ``init_freq > max_freq`` gets that many second chances, while hits never raise a counter
+  above ``max_freq``;
 * the hand does not stop at a fixed ring position: a key given a second chance is *moved* to
   the head (libCacheSim's list), which orders keys exactly as a ring with a hand does.
 
