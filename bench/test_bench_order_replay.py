@@ -1,7 +1,8 @@
 """kvmm.policies.replay vs libCacheSim's C simulation of the same order at one capacity.
 
 3e6 references (smoke: 3e4) of a Zipf(0.95) stream over 10^6 keys; capacity 10 % of the keys.
-Both sides answer the same question (the miss ratio of one order at one capacity); kvmm's time
+Belady's libCacheSim file also carries each reference's next use (kvmm computes it inside the timed
+replay).  Both sides answer the same question (the miss ratio of one order at one capacity); kvmm's time
 includes renumbering the keys; libCacheSim's includes reading its binary trace file.
 Each order's group holds kvmm and the libCacheSim baseline; bench/conftest.py prints the ratio.
 """
@@ -14,7 +15,7 @@ import pytest
 from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
-ORDERS = {"lru": "LRU", "fifo": "FIFO"}
+ORDERS = {"lru": "LRU", "fifo": "FIFO", "clock": "Clock", "belady": "Belady"}
 N = size(3_000_000, 30_000)
 UNIVERSE = size(1_000_000, 10_000)
 CAPACITY = UNIVERSE // 10
@@ -45,6 +46,8 @@ def test_libcachesim_baseline(benchmark, keys, order, tmp_path):
     lcs = pytest.importorskip("libcachesim")
     benchmark.group = f"order replay {order}"
     path = libcachesim_trace(keys, tmp_path / "trace.oracleGeneral.bin")
+    if order == "belady":  # libCacheSim's Belady reads each reference's next use from the file
+        with_next_uses(keys, path)
 
     def run():
         reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
@@ -53,3 +56,13 @@ def test_libcachesim_baseline(benchmark, keys, order, tmp_path):
     miss = benchmark.pedantic(run, rounds=3, iterations=1)
     info(benchmark, "baseline", f"libCacheSim {ORDERS[order]}", keys.size, "references")
     assert miss == pytest.approx(1 - replay(order, keys, CAPACITY).mean(), abs=1e-12)  # the same answer
+
+
+def with_next_uses(keys: np.ndarray, path: str) -> None:
+    """Fill the trace file's ``next_access_vtime`` (1-based index of the next reference, -1:
+    none), which libCacheSim's reader turns into each Request's next use."""
+    from kvmm.traces.oracle import ORACLE_GENERAL_DTYPE, next_access_vtime
+
+    records = np.fromfile(path, dtype=ORACLE_GENERAL_DTYPE)
+    records["next_access_vtime"] = next_access_vtime(keys)
+    records.tofile(path)

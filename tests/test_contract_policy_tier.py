@@ -2,6 +2,8 @@
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies.clock import ClockPolicy
+from kvmm.policies.belady import BeladyPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -33,6 +35,21 @@ class TestARCCapacity3(KvmmPolicyContract):
 
 class TestARCGhostLimit(KvmmPolicyContract):
     make_policy = staticmethod(lambda: ARCPolicy(ghost_limit=150))
+
+
+class TestClock(KvmmPolicyContract):
+    make_policy = staticmethod(ClockPolicy)
+
+
+class TestClock3Bit(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: ClockPolicy(init_freq=1, n_bit_counter=3))
+
+
+class TestBeladyNoFuture(KvmmPolicyContract):
+    # The contract's own events follow no trace, so Belady runs it with no future known (every
+    # next use "never"): it checks the heap's victims, protection, deletes, bad calls and tier
+    # pairing; following a trace is tested in tests/test_order_belady.py.
+    make_policy = staticmethod(BeladyPolicy)
 
 
 def test_every_registered_policy_has_a_contract_class():

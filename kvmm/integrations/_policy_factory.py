@@ -25,6 +25,9 @@ def policy_factory(policy: Any, *, need_contains: bool = False) -> tuple[Callabl
         raise BadInputError(f"make_cache_policy needs an EvictionPolicy (on_insert, on_access, on_remove, victims), "
                             f"its class or a factory; got {type(policy).__name__}")
     probe = factory()
+    if getattr(probe, "offline", False) is True:
+        raise BadInputError(f"make_cache_policy: {type(probe).__name__} needs its future reference stream, which an "
+                            f"engine's cache cannot know; use it offline (kvmm.policies.replay('belady', ...))")
     if not isinstance(probe, EvictionPolicy) or (need_contains and not hasattr(probe, "__contains__")):
         also = " (and `key in policy`, which this adapter asks)" if need_contains else ""
         raise BadInputError(f"make_cache_policy: the factory returned {type(probe).__name__}, which lacks the "

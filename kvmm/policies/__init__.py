@@ -15,6 +15,8 @@ _LAZY = {
     "FIFOPolicy": "kvmm.policies.eviction",
     "LFUPolicy": "kvmm.policies.eviction",
     "ARCPolicy": "kvmm.policies.eviction",
+    "ClockPolicy": "kvmm.policies.clock",
+    "BeladyPolicy": "kvmm.policies.belady",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

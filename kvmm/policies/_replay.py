@@ -3,8 +3,8 @@ reference stream, in numba, without a Python call per reference.
 
 It gives the same request-by-request hits and misses as driving the order's policy class
 through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but as one
-kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU and FIFO; the others of issue 23
-(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, CLOCK, Belady, and ARC/LFU) are to be added, each
+kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU, FIFO, CLOCK and Belady; the others of issue 23
+(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, and ARC/LFU) are to be added, each
 as one more line of ``_KERNELS``.
 
 The convention is libCacheSim's ``get``: a reference to a resident key is a hit (the order
@@ -47,6 +47,8 @@ __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
 _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
+    "clock": "kvmm.policies._replay_clock:replay_clock",
+    "belady": "kvmm.policies._replay_belady:replay_belady",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

@@ -583,11 +583,21 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
     "arc": ARCPolicy,
 }
 
+from kvmm.policies.clock import ClockPolicy  # noqa: E402 - registered here; clock.py does not import this module
+
+EVICTION_POLICIES["clock"] = ClockPolicy
+
+from kvmm.policies.belady import BeladyPolicy  # noqa: E402 - offline: the simulator refuses it by name
+
+EVICTION_POLICIES["belady"] = BeladyPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
-    """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.
+    """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``, ``clock``, ``belady``, ...);
+    ``kwargs`` go to its constructor.
 
-    Only ARC takes options (``capacity``, ``ghost_limit``); an option the policy does not take
+    ARC takes ``capacity`` and ``ghost_limit``, CLOCK ``init_freq`` and ``n_bit_counter``,
+    Belady ``trace`` (its future references); an option the policy does not take
     is a :class:`BadInputError` naming the ones it does.
     """
     try:

@@ -120,7 +120,9 @@ def parse_tier(text: str):
     for check, value, what in ((check_eviction, eviction, "eviction"), (check_admission, admission, "admission")):
         try:
             check(value)
-        except BadInputError:
+        except BadInputError as err:
+            if "unknown" not in str(err):  # a known name refused for a reason (belady): say why
+                raise BadInputError(f"--tier {text!r}: {err}") from None
             raise BadInputError(f"--tier {text!r}: unknown {what} policy {value!r}") from None
     return TierLevel(parts[0], eviction=eviction, admission=admission, capacity_bytes=size)
 

@@ -46,7 +46,8 @@ class TierLevel:
     """One lower tier of the hierarchy: a :class:`TierSpec` (or preset name) plus its policies.
 
     ``eviction``: a name in :data:`kvmm.policies.EVICTION_POLICIES` (``"lru"``, ``"fifo"``,
-    ``"lfu"``, ``"arc"``) or any EvictionPolicy object.  ``admission``: a name in
+    ``"lfu"``, ``"arc"``) or any EvictionPolicy object; not ``"belady"`` (nor a BeladyPolicy), which
+    needs the tier's future reference stream (a BadInputError says so).  ``admission``: a name in
     :data:`ADMISSION_NAMES` or any AdmissionPolicy object.  ``capacity_bytes`` resizes the spec.
 
     ``fill``: how the level is written.  ``"write-through"`` (the default): every prefilled
@@ -250,6 +251,11 @@ def check_eviction(policy: Any) -> None:
     """A registered eviction name (any case) or an object with the EvictionPolicy methods."""
     from kvmm.policies.eviction import EVICTION_POLICIES
 
+    if (isinstance(policy, str) and policy.lower() == "belady") or getattr(policy, "offline", False) is True:
+        raise BadInputError("eviction policy 'belady' needs the tier's own future reference stream, which a tier "
+                            "inside the simulator cannot know (it depends on the tiers above it and on admission); "
+                            "replay a trace with kvmm.policies.replay('belady', keys, capacity) or "
+                            "BeladyPolicy.from_trace(keys) instead")
     check_name_or_protocol(policy.lower() if isinstance(policy, str) else policy, "eviction policy", EVICTION_POLICIES,
                            ("on_insert", "on_access", "on_remove", "victims"), "EvictionPolicy")
 

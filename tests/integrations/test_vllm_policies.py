@@ -16,6 +16,7 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
 from kvmm.policies import ARCPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies import BeladyPolicy, ClockPolicy
 from kvmm.traces import conversation_trace, load_mooncake
 from tests.integrations.vllm_replay import (
     new_context, offload_key, replay_managed_tier, replay_vllm, request_keys, run_request)
@@ -192,6 +193,17 @@ def test_make_cache_policy_from_any_eviction_policy():
         kv.make_cache_policy(object())
     with pytest.raises(BadInputError, match="lacks the EvictionPolicy"):
         kv.make_cache_policy(lambda: 3)
+
+
+def test_clock_runs_inside_vllm_and_belady_is_refused(trace):
+    cls = kv.make_cache_policy(lambda: ClockPolicy(n_bit_counter=2), name="KvmmClock2")
+    ours = manager("KvmmARC")
+    ours._policy = cls(cache_capacity=CAPACITY)  # vLLM loads policies by name; swap in CLOCK
+    result = replay_vllm(ours, trace, N_REQUESTS, check=lambda: (ours._policy.check(), ours._policy.policy.check()))
+    assert isinstance(ours._policy.policy, ClockPolicy)
+    assert sum(r[0] for r in result) > 0 and sum(len(r[2]) for r in result) > 0  # hits and evictions happened
+    with pytest.raises(BadInputError, match="future reference stream"):
+        kv.make_cache_policy(BeladyPolicy)  # an engine cannot know its future references
 
 
 def test_double_insert_is_refused_without_change():
