@@ -75,13 +75,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without SGLang
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
+from kvmm.integrations.sglang_eviction import STRATEGY_NAMES, make_eviction_strategy, register_eviction_strategies
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import make_eviction_policy
 from kvmm.protocols import AdmissionPolicy
 from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
 
-__all__ = ["KvmmHiCacheStorage", "make_eviction_strategy", "register_eviction_strategies",
-           "EVICTION_STRATEGY_NAMES", "MODULE_PATH", "CLASS_NAME"]
+__all__ = ["KvmmHiCacheStorage", "make_eviction_strategy", "register_eviction_strategies", "STRATEGY_NAMES",
+           "MODULE_PATH", "CLASS_NAME"]
 
 #: ``module_path`` and ``class_name`` for SGLang's ``dynamic`` storage backend.
 MODULE_PATH = __name__
@@ -297,27 +298,6 @@ class KvmmHiCacheStorage(HiCacheStorage):
         for k in keys:
             self._tier_key(k)
         return pool, [int(indices[i * page_size]) for i in range(len(keys))]
-
-
-def make_eviction_strategy(policy: Any, *, name: str | None = None) -> type:
-    """A SGLang ``EvictionStrategy`` class ordered by kvmm's LRU, FIFO or LFU (see
-    :mod:`kvmm.integrations.sglang_eviction`); ARC and other policies are refused."""
-    from kvmm.integrations.sglang_eviction import make_eviction_strategy as make
-
-    return make(policy, name=name)
-
-
-def register_eviction_strategies() -> list[str]:
-    """Add ``kvmm_lru``, ``kvmm_fifo``, ``kvmm_lfu`` to SGLang's radix-cache eviction policies
-    (its closed ``_EVICTION_POLICY_FACTORIES`` and the server's ``--radix-eviction-policy``
-    choices); returns the names.  Idempotent."""
-    from kvmm.integrations.sglang_eviction import register_eviction_strategies as register
-
-    return register()
-
-
-#: ``--radix-eviction-policy`` name -> kvmm policy name, added by :func:`register_eviction_strategies`.
-EVICTION_STRATEGY_NAMES = {"kvmm_lru": "lru", "kvmm_fifo": "fifo", "kvmm_lfu": "lfu"}
 
 
 # -- page encoding -----------------------------------------------------------------------------
