@@ -12,7 +12,10 @@ pages.  Groups:
 kvmm runs over ``MmapTier`` (on disk, like HiCacheFile; LRU-managed) and over ``ArenaTier`` (in
 RAM); the baseline is HiCacheFile in a folder of the same disk.  SGLang has no in-memory store
 with bytes (its ``shm`` backend stores nothing, ``sim`` keeps keys only), so the file backend is
-SGLang's own default for this comparison.
+SGLang's own default for this comparison.  What each side pays on ``batch_get``: HiCacheFile
+reads each file straight into the host page, unchecked; kvmm takes the tier's copy (ArenaTier
+hands out a private copy, MmapTier reads the record and checks its CRC, which is how a torn page
+is never served) and then copies it into the host page.
 
 Skips (with the reason) when SGLang is not installed: run it in the sglang venv that ``.ci/run``
 builds (``.ci/venvs/sglang/bin/python -m pytest bench/test_bench_sglang_adapter.py``).

@@ -157,7 +157,7 @@ class KvmmHiCacheStorage(HiCacheStorage):
         dtype, shape, payload = _decode_page(k, raw)
         if target_location is None:
             out = torch.empty(shape, dtype=dtype)
-            out.reshape(-1).view(torch.uint8).copy_(torch.from_numpy(payload))
+            np.copyto(out.reshape(-1).view(torch.uint8).numpy(), payload)
             return out
         if target_location.dtype != dtype:
             raise DTypeError(f"page {key!r} holds {dtype}; target_location is {target_location.dtype}: "
@@ -166,11 +166,11 @@ class KvmmHiCacheStorage(HiCacheStorage):
             raise ShapeError(f"page {key!r} holds {dtype} of shape {tuple(shape)} ({payload.size} bytes); "
                              f"target_location is {target_location.dtype} of shape {tuple(target_location.shape)} "
                              f"({target_location.nbytes} bytes): expected the host pool's page")
-        flat = target_location.reshape(-1) if target_location.is_contiguous() else None
-        if flat is None:
-            target_location.copy_(torch.from_numpy(payload).view(dtype).reshape(target_location.shape))
+        if target_location.is_contiguous() and target_location.device.type == "cpu":
+            # numpy's copy: torch's copy_ of a small CPU tensor wakes its thread pool (ms on a busy host)
+            np.copyto(target_location.reshape(-1).view(torch.uint8).numpy(), payload)
         else:
-            flat.view(torch.uint8).copy_(torch.from_numpy(payload))
+            target_location.copy_(torch.from_numpy(payload.copy()).view(dtype).reshape(target_location.shape))
         return target_location
 
     def batch_get(self, keys: list[str], target_locations: Any = None, target_sizes: Any = None) -> list:
