@@ -222,14 +222,19 @@ class KvmmHiCacheStorage(HiCacheStorage):
             if self.admission is not None and len(keys):
                 request = AdmissionRequest(keys=_key_words(tier_keys), cached=stored)
                 admitted = admission_mask(self.admission.admit(request), len(keys), self.admission) & ~stored
+            written: set[str] = set()
             for i, (k, value) in enumerate(zip(tier_keys, encoded)):
                 if stored[i]:
                     self._touch(k)
+                elif k in written:  # the same page twice in one batch: stored by its first copy
+                    pass
                 elif not admitted[i]:
                     self.admission_skipped += 1
                     break
                 elif not self._put(k, value):
                     break
+                else:
+                    written.add(k)
                 results[i] = True
         return results
 

@@ -13,6 +13,7 @@ increasing stamps keep both sides of a comparison free of ties.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import types
@@ -49,16 +50,23 @@ def run_request(tree: RadixCache, blocks: list[int], capacity: int) -> tuple[int
     return hits, tree.evicted[before:]
 
 
-def replay(tree: RadixCache, trace, n_requests: int, capacity: int, *, check=None) -> list[tuple]:
+@contextlib.contextmanager
+def counter_clock():
+    """``time.monotonic`` inside ``radix_cache`` returns 1.0, 2.0, ... while the block runs."""
     ticks = itertools.count(1)
     clock = types.SimpleNamespace(monotonic=lambda: float(next(ticks)), perf_counter=time.perf_counter)
     saved, radix_cache.time = radix_cache.time, clock
     try:
+        yield
+    finally:
+        radix_cache.time = saved
+
+
+def replay(tree: RadixCache, trace, n_requests: int, capacity: int, *, check=None) -> list[tuple]:
+    with counter_clock():
         out = []
         for i in range(n_requests):
             out.append(run_request(tree, request_blocks(trace, i), capacity))
             if check is not None:
                 check(tree)
         return out
-    finally:
-        radix_cache.time = saved

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integrations.sglang_replay import new_tree, replay  # first: loads SGLang
+from tests.integrations.sglang_replay import counter_clock, new_tree, replay  # first: loads SGLang
+from array import array  # noqa: E402
+
+import torch  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import EvictParams, InsertParams, MatchPrefixParams, RadixKey  # noqa: E402
 from sglang.srt.arg_groups import choices  # noqa: E402
 from sglang.srt.mem_cache import utils as mem_cache_utils  # noqa: E402
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy  # noqa: E402
@@ -66,6 +70,21 @@ def test_lfu_replay_differs_from_sglang_lfu_only_where_a_touch_is_not_counted(tr
     assert [i for i, (x, y) in enumerate(zip(a, b)) if x != y] == [1242, 1244]
     assert [x[0] for x in a] == [y[0] for y in b]  # the same hits on every request
     assert sum(len(r[1]) for r in b) > 10_000
+
+
+@pytest.mark.parametrize("policy, first_evicted", [("lfu", [4, 5]), ("kvmm_lfu", [3]), ("lru", [4, 5]), ("kvmm_lru", [4, 5])])
+def test_an_uncounted_touch_is_where_the_lfus_part(policy, first_evicted):
+    """SGLang's match stamps the last-access time of the node it splits without counting a hit:
+    [3], split off [1, 2, 3] by a match of [1, 2, 9], is SGLang LFU's most recent of two leaves
+    hit once each, while kvmm's LFU (no recency apart from a use) still has it older than [4, 5]."""
+    tree = new_tree(policy)
+    with counter_clock():
+        for blocks in ([1, 2, 3], [4, 5]):
+            tree.insert(InsertParams(key=RadixKey(array("q", blocks)), value=torch.tensor(blocks)))
+        tree.evict(EvictParams(num_tokens=0))  # the strategy looks at the tree: both leaves hit once
+        assert tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 9])))).device_prefix_len == 2
+        tree.evict(EvictParams(num_tokens=1))
+    assert tree.evicted == first_evicted
 
 
 def test_the_replay_tells_the_orders_apart(trace):

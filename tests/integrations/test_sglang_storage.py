@@ -244,3 +244,12 @@ def test_python_construction_over_any_tier():
     assert backend.batch_exists(["a", "b", "c"]) == 2
     with pytest.raises(DTypeError, match="HiCacheStorageConfig"):
         ks.KvmmHiCacheStorage({"tier": "arena"})
+
+
+def test_a_page_twice_in_one_batch_keeps_its_first_copy():
+    # SGLang never rewrites a stored page; within one batch the first copy is the stored one
+    # (found by the stateful test: the second copy used to overwrite the first).
+    backend = ks.KvmmHiCacheStorage(storage_config(None), tier=ArenaTier(1 << 16))
+    first, second = torch.ones(4, dtype=torch.float16), torch.zeros(4, dtype=torch.float16)
+    assert backend.batch_set(["p", "p"], [first, second])
+    assert torch.equal(backend.get("p"), first) and len(backend.tier.keys()) == 1
