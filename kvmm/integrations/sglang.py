@@ -94,7 +94,8 @@ _MAGIC = b"KVMMSGL1"
 _TIERS = ("mmap", "redis", "arena")
 # The factory's keys and SGLang's own HiCache keys, which share the extra config with ours.
 _ENGINE_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
-                "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys")
+                "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys",
+                "tp_lcm_size")
 _SETTINGS = ("tier", "path", "url", "prefix", "capacity_bytes", "eviction", "admission", "admission_args",
              "sync", "on_full")
 

@@ -9,6 +9,7 @@ import shlex
 
 from tests.integrations.sglang_env import Controller, HostPool, storage_config  # first: loads SGLang
 from sglang.srt.mem_cache import utils as mem_cache_utils  # noqa: E402
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
@@ -27,7 +28,10 @@ def test_readme_server_flags_load_the_backend_through_sglang(tmp_path, monkeypat
     assert args.enable_hierarchical_cache and args.hicache_storage_backend == "dynamic"
     assert args.hicache_mem_layout == "page_first"
     monkeypatch.chdir(tmp_path)  # the config's relative tier folder lands here
-    config = storage_config(json.loads(args.hicache_storage_backend_extra_config), model_name=args.model_path)
+    # SGLang's own reading of the flag: it takes its prefetch keys out, the rest reaches the factory
+    extra, *_ = HybridCacheController.parse_storage_backend_extra_config(args.hicache_storage_backend_extra_config)
+    assert extra == json.loads(args.hicache_storage_backend_extra_config)
+    config = storage_config(extra, model_name=args.model_path)
     pool = HostPool(args.hicache_mem_layout, seed=11)
     backend = StorageBackendFactory.create_backend(args.hicache_storage_backend, config, pool)
     backend.register_mem_pool_host(pool)
