@@ -1,13 +1,15 @@
-"""The one rule by which every engine adapter (vLLM, LMCache) turns what a user passes as a
-policy into a factory of fresh kvmm eviction policies.  Engine-independent: imports no engine."""
+"""The rules by which every engine adapter (vLLM, LMCache, SGLang) turns what a user passes as a
+policy into kvmm policies: a factory of fresh eviction policies, and an admission policy from its
+configured name and arguments.  Engine-independent: imports no engine."""
 
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any, Callable
 
 from kvmm.errors import BadInputError
-from kvmm.protocols import EvictionPolicy
+from kvmm.protocols import AdmissionPolicy, EvictionPolicy
 
 
 def policy_factory(policy: Any, *, need_contains: bool = False) -> tuple[Callable[[], Any], Any]:
@@ -33,3 +35,27 @@ def policy_factory(policy: Any, *, need_contains: bool = False) -> tuple[Callabl
         raise BadInputError(f"make_cache_policy: the factory returned {type(probe).__name__}, which lacks the "
                             f"EvictionPolicy methods on_insert, on_access, on_remove, victims{also}")
     return factory, probe
+
+
+def load_admission(spec: Any, kwargs: Any, *, setting: str = "kvmm_admission",
+                   args_setting: str = "kvmm_admission_args") -> Any:
+    """Instantiate ``spec`` (a class name in :mod:`kvmm.policies.admission` or ``"module:Class"``)
+    with ``kwargs``; a :class:`BadInputError` naming the engine's settings (``setting`` /
+    ``args_setting``) when it cannot be found, built or is no admission policy."""
+    if not isinstance(spec, str) or not spec:
+        raise BadInputError(f"{setting} must be a class name or 'module:Class', got {spec!r}")
+    if not isinstance(kwargs, dict):
+        raise BadInputError(f"{args_setting} must be a JSON object of keyword arguments, got {kwargs!r}")
+    module_name, _, class_name = spec.rpartition(":") if ":" in spec else ("kvmm.policies.admission", ":", spec)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise BadInputError(f"{setting} {spec!r}: cannot load {class_name!r} from {module_name!r} ({exc}); "
+                            "expected a class of kvmm.policies.admission or 'package.module:Class'") from None
+    try:
+        policy = cls(**kwargs)
+    except TypeError as exc:  # an unknown or missing keyword argument
+        raise BadInputError(f"{setting} {spec!r} with {args_setting} {kwargs!r}: {exc}") from None
+    if not isinstance(policy, AdmissionPolicy):
+        raise BadInputError(f"{setting} {spec!r} built a {type(policy).__name__}, which has no admit(request)")
+    return policy

@@ -56,7 +56,6 @@ Importing this module imports SGLang's HiCache storage module; ``import kvmm`` n
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import threading
@@ -75,6 +74,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without SGLang
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
+from kvmm.integrations._policy_factory import load_admission
 from kvmm.integrations.sglang_eviction import STRATEGY_NAMES, make_eviction_strategy, register_eviction_strategies
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import make_eviction_policy
@@ -409,16 +409,6 @@ def _build_tier(settings: dict) -> Any:
 
 def _load_admission(spec: Any, kwargs: Any) -> Any:
     """A kvmm admission policy from ``admission`` (a class of kvmm.policies.admission or
-    ``"module:Class"``) and ``admission_args``."""
-    if not isinstance(spec, str) or not spec:
-        raise BadInputError(f"kvmm HiCache storage setting admission must be a class name or 'module:Class', got {spec!r}")
-    if not isinstance(kwargs, dict):
-        raise BadInputError(f"kvmm HiCache storage setting admission_args must be a JSON object, got {kwargs!r}")
-    module_name, _, class_name = spec.rpartition(":") if ":" in spec else ("kvmm.policies.admission", ":", spec)
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-        policy = cls(**kwargs)
-    except (ImportError, AttributeError, TypeError) as exc:
-        raise BadInputError(f"kvmm HiCache storage setting admission={spec!r} with admission_args={kwargs!r}: {exc}; "
-                            "expected a class of kvmm.policies.admission or 'package.module:Class'") from None
-    return policy
+    ``"module:Class"``) and ``admission_args``: the adapters' shared rule."""
+    return load_admission(spec, kwargs, setting="kvmm HiCache storage setting admission",
+                          args_setting="kvmm HiCache storage setting admission_args")

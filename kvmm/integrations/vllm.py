@@ -57,7 +57,6 @@ Importing this module imports vLLM; ``import kvmm`` never does.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Callable, ClassVar
 
@@ -76,7 +75,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.integrations._policy_factory import policy_factory
+from kvmm.integrations._policy_factory import load_admission as _load_admission, policy_factory
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.protocols import AdmissionPolicy
@@ -349,23 +348,7 @@ class KvmmOffloadingSpec(CPUOffloadingSpec):
 def load_admission(spec: str, kwargs: dict) -> Any:
     """Instantiate ``spec`` (a name in :mod:`kvmm.policies.admission` or ``"module:Class"``)
     with ``kwargs``; a clear :class:`~kvmm.errors.BadInputError` when it cannot be found."""
-    if not isinstance(spec, str) or not spec:
-        raise BadInputError(f"kvmm_admission must be a class name or 'module:Class', got {spec!r}")
-    if not isinstance(kwargs, dict):
-        raise BadInputError(f"kvmm_admission_args must be a JSON object of keyword arguments, got {kwargs!r}")
-    module_name, _, class_name = spec.rpartition(":") if ":" in spec else ("kvmm.policies.admission", ":", spec)
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise BadInputError(f"kvmm_admission {spec!r}: cannot load {class_name!r} from {module_name!r} ({exc}); "
-                            "expected a class of kvmm.policies.admission or 'package.module:Class'") from None
-    try:
-        policy = cls(**kwargs)
-    except TypeError as exc:  # an unknown or missing keyword argument
-        raise BadInputError(f"kvmm_admission {spec!r} with kvmm_admission_args {kwargs!r}: {exc}") from None
-    if not isinstance(policy, AdmissionPolicy):
-        raise BadInputError(f"kvmm_admission {spec!r} built a {type(policy).__name__}, which has no admit(request)")
-    return policy
+    return _load_admission(spec, kwargs, setting="kvmm_admission", args_setting="kvmm_admission_args")
 
 
 def offload_key_words(keys: Sequence[bytes]) -> np.ndarray:
