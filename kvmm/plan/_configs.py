@@ -1,0 +1,38 @@
+"""The SimConfig of one plan point: the base config with the candidate tiers at given capacities."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+__all__ = ["point_config", "default_base"]
+
+
+def default_base(trace: Any) -> Any:
+    """The base config when the caller gives none: the simulator's defaults on ``trace``."""
+    from kvmm.sim.config import SimConfig
+
+    return SimConfig(workload=trace)
+
+
+def point_config(base: Any, candidates: Sequence[Any], capacities: Sequence[int], instances: int) -> Any:
+    """``base`` with ``tiers`` = the private candidates and, when a candidate is shared (or the base
+    is a cluster), a ``ClusterConfig`` of ``instances`` holding the shared ones.  A tier at 0 bytes
+    is left out (absent).  Runtime complexity: O(tiers)."""
+    from kvmm.sim.config import SimConfig, TierLevel
+
+    if base is None:
+        base = SimConfig()
+    private, shared = [], []
+    for cand, cap in zip(candidates, capacities):
+        if cap <= 0:
+            continue
+        level = TierLevel(cand.kind, eviction=cand.eviction, admission=cand.admission, capacity_bytes=int(cap))
+        (shared if cand.shared else private).append(level)
+    if shared or base.cluster is not None:
+        from kvmm.cluster.config import ClusterConfig
+
+        cluster = base.cluster if base.cluster is not None else ClusterConfig(instances=instances)
+        cluster = replace(cluster, instances=instances, shared_tiers=tuple(shared))
+        return replace(base, tiers=tuple(private), cluster=cluster, instances=1)
+    return replace(base, tiers=tuple(private), instances=instances)

@@ -1,0 +1,357 @@
+"""The planner's data: :class:`SLO`, :class:`TierCandidate`, :class:`PlanPoint`, :class:`Plan`,
+and :func:`plan`, which fills them.
+
+Plain dataclasses, validated on construction (a bad value is a one-line
+:class:`~kvmm.errors.BadInputError`), picklable.  ``PlanPoint.config()`` is the
+:class:`~kvmm.sim.SimConfig` that simulates the point, so a chosen plan can be replayed as it is
+(``kvmm.sim.config_json.save_config(plan.config, path)``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kvmm.errors import BadInputError
+
+__all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan"]
+
+GIB = 2**30
+#: the most capacity points one candidate may ask for (the grid is the product over candidates)
+MAX_POINTS = 4096
+_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+
+
+@dataclass(frozen=True)
+class SLO:
+    """The latency objective: TTFT p95 (and optionally TPOT p95), in seconds, each finite > 0."""
+
+    ttft_p95_s: float
+    tpot_p95_s: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ttft_p95_s", _positive(self.ttft_p95_s, "SLO ttft_p95_s"))
+        if self.tpot_p95_s is not None:
+            object.__setattr__(self, "tpot_p95_s", _positive(self.tpot_p95_s, "SLO tpot_p95_s"))
+
+    def met_by(self, ttft_p95_s: float, tpot_p95_s: float | None = None) -> bool:
+        """Do these latencies meet the objective?  A TPOT bound with no TPOT figure is not met."""
+        if not ttft_p95_s <= self.ttft_p95_s:  # NaN never meets it
+            return False
+        if self.tpot_p95_s is None:
+            return True
+        return tpot_p95_s is not None and tpot_p95_s <= self.tpot_p95_s
+
+
+@dataclass(frozen=True)
+class TierCandidate:
+    """One tier kind the planner may provision, with the capacity range it may take.
+
+    ``kind``: a tier preset name (:data:`kvmm.tiers.spec.PRESETS`: ``"dram"``, ``"layer3.5"``,
+    ``"nvme"``, ``"dfs"``, ...), which gives the bandwidth, latency and default price.
+    ``min_bytes``..``max_bytes``: the capacity range (per instance for a private tier, in all
+    for a ``shared`` one), sampled at ``points`` evenly spaced capacities, both ends included
+    (one point when ``min_bytes == max_bytes``: a fixed tier).  A capacity of 0 means the
+    tier is absent.  ``eviction`` / ``admission``: the policies the verifying simulation gives
+    the tier (the analytic stage assumes LRU with write-all).
+    """
+
+    kind: str
+    min_bytes: int
+    max_bytes: int
+    points: int = 32
+    shared: bool = False
+    eviction: str = "lru"
+    admission: str = "write-all"
+
+    def __post_init__(self) -> None:
+        from kvmm.tiers.spec import PRESETS
+
+        if not isinstance(self.kind, str) or self.kind not in PRESETS:
+            raise BadInputError(f"tier kind {self.kind!r} is not a tier preset; expected one of {sorted(PRESETS)}")
+        for name in ("min_bytes", "max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BadInputError(f"tier {self.kind}: {name} must be an integer number of bytes >= 0, got {value!r}")
+        if self.max_bytes == 0 or self.min_bytes > self.max_bytes:
+            raise BadInputError(f"tier {self.kind}: empty capacity range {self.min_bytes}-{self.max_bytes} bytes; "
+                                "expected 0 <= min <= max and max > 0")
+        if isinstance(self.points, bool) or not isinstance(self.points, int) or not 1 <= self.points <= MAX_POINTS:
+            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got {self.points!r}")
+        if self.min_bytes != self.max_bytes and self.points < 2:
+            raise BadInputError(f"tier {self.kind}: a range {self.min_bytes}-{self.max_bytes} needs points >= 2 "
+                                "(both ends are sampled); give min == max for a fixed tier")
+        if not isinstance(self.shared, bool):
+            raise BadInputError(f"tier {self.kind}: shared must be a bool, got {self.shared!r}")
+        from kvmm.sim.config import check_admission, check_eviction
+
+        for check, value, what in ((check_eviction, self.eviction, "eviction"), (check_admission, self.admission, "admission")):
+            if not isinstance(value, str):
+                raise BadInputError(f"tier {self.kind}: {what} must be a policy name, got {type(value).__name__}")
+            try:
+                check(value)
+            except BadInputError as error:
+                raise BadInputError(f"tier {self.kind}: {error}") from None
+
+    @classmethod
+    def parse(cls, text: str) -> "TierCandidate":
+        """The CLI spelling ``KIND:MIN-MAX[:shared][:points=N][:eviction=NAME][:admission=NAME]``.
+
+        Sizes take a unit (``B``, ``KiB``..``PiB``, ``KB``..``PB``); a bare number before the
+        dash takes the unit after it (``0-4TiB`` is 0 to 4 TiB); ``4TiB`` alone is a fixed
+        capacity.  Examples: ``dram:0-4TiB``, ``layer3.5:0-64TiB:shared``,
+        ``nvme:0-16TiB:points=16``.  Errors are one-line :class:`BadInputError` naming the part.
+
+        Runtime complexity: O(len(text)).
+        """
+        if not isinstance(text, str):
+            raise BadInputError(f"a tier candidate must be text such as 'dram:0-4TiB', got {type(text).__name__}")
+        parts = [p.strip() for p in text.split(":")]
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            raise BadInputError(f"--tier {text!r}: expected KIND:MIN-MAX[:shared][:points=N] (e.g. dram:0-4TiB)")
+        lo, hi = _parse_range(parts[1], text)
+        options: dict[str, Any] = {}
+        for part in parts[2:]:
+            key, eq, value = (s.strip() for s in part.partition("="))
+            if part == "shared":
+                key, value = "shared", True
+            elif not eq or key not in ("points", "eviction", "admission"):
+                raise BadInputError(f"--tier {text!r}: unknown option {part!r}; expected shared, points=N, "
+                                    "eviction=NAME or admission=NAME")
+            elif key == "points":
+                if not value.isdigit():
+                    raise BadInputError(f"--tier {text!r}: points={value!r} is not a whole number")
+                value = int(value)
+            if key in options:
+                raise BadInputError(f"--tier {text!r}: option {key!r} given twice")
+            options[key] = value
+        if lo == hi:
+            options.setdefault("points", 1)
+        try:
+            return cls(parts[0], lo, hi, **options)
+        except BadInputError as error:
+            raise BadInputError(f"--tier {text!r}: {error}") from None
+
+    def capacities(self) -> tuple[int, ...]:
+        """The sampled capacities in bytes, ascending: ``points`` evenly spaced from ``min_bytes``
+        to ``max_bytes`` (rounded down to whole bytes).  Runtime complexity: O(points)."""
+        if self.min_bytes == self.max_bytes:
+            return (self.max_bytes,)
+        span = self.max_bytes - self.min_bytes
+        n = self.points - 1
+        return tuple(self.min_bytes + span * i // n for i in range(self.points))
+
+    @property
+    def label(self) -> str:
+        """The tier's name in reports and cost breakdowns (the preset name)."""
+        return self.kind
+
+
+@dataclass
+class PlanPoint:
+    """One capacity combination: its analytic estimate, its price and, once verified, its simulation.
+
+    ``capacities``: bytes per candidate tier, in the order the candidates were given (per
+    instance for a private tier, in all for a shared one).  ``hit_ratio``: the share of the
+    trace's blocks served by each tier (the rest are recomputed).  ``tier_gib`` /
+    ``tier_usd_per_hour``: provisioned GiB and hourly price by tier name (private tiers counted
+    once per instance; ``"gpu"`` carries the GPUs' hourly price).  ``usd_per_m_tokens``: the
+    cost account's USD per million (input + output) tokens at the estimated duration.
+
+    ``candidates``, ``base`` and ``instances`` say how to build the point's
+    :class:`~kvmm.sim.SimConfig` (:meth:`config`); the planner fills them.
+    """
+
+    capacities: tuple
+    hit_ratio: tuple
+    est_ttft_p95_s: float
+    est_tpot_p95_s: float | None
+    usd_per_hour: float
+    usd_per_m_tokens: float
+    tier_gib: dict
+    tier_usd_per_hour: dict
+    meets_slo_est: bool
+    sim: Any = None
+    sim_ttft_p95_s: float | None = None
+    sim_tpot_p95_s: float | None = None
+    sim_usd_per_m_tokens: float | None = None
+    meets_slo_sim: bool | None = None
+    candidates: tuple = ()
+    base: Any = None
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        self.capacities = tuple(self.capacities)
+        self.hit_ratio = tuple(float(h) for h in self.hit_ratio)
+        for c in self.capacities:
+            if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+                raise BadInputError(f"PlanPoint capacities must be integers >= 0 (bytes), got {self.capacities!r}")
+        if len(self.hit_ratio) != len(self.capacities):
+            raise BadInputError(f"PlanPoint has {len(self.capacities)} capacities but {len(self.hit_ratio)} hit ratios; "
+                                "expected one of each per candidate tier")
+        if any(not 0.0 <= h <= 1.0 for h in self.hit_ratio) or sum(self.hit_ratio) > 1.0 + 1e-9:
+            raise BadInputError(f"PlanPoint hit ratios must be shares in [0, 1] summing to at most 1, got {self.hit_ratio!r}")
+        self.est_ttft_p95_s = _non_negative(self.est_ttft_p95_s, "PlanPoint est_ttft_p95_s")
+        self.usd_per_hour = _non_negative(self.usd_per_hour, "PlanPoint usd_per_hour")
+        self.usd_per_m_tokens = float(self.usd_per_m_tokens)  # NaN when the trace has no tokens
+        for name in ("est_tpot_p95_s", "sim_ttft_p95_s", "sim_tpot_p95_s", "sim_usd_per_m_tokens"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, float(value))
+        if not isinstance(self.meets_slo_est, bool) or not (self.meets_slo_sim is None or isinstance(self.meets_slo_sim, bool)):
+            raise BadInputError("PlanPoint meets_slo_est must be a bool and meets_slo_sim a bool or None")
+        self.tier_gib = {str(k): float(v) for k, v in dict(self.tier_gib).items()}
+        self.tier_usd_per_hour = {str(k): float(v) for k, v in dict(self.tier_usd_per_hour).items()}
+        self.candidates = tuple(self.candidates)
+        if self.candidates and len(self.candidates) != len(self.capacities):
+            raise BadInputError(f"PlanPoint has {len(self.capacities)} capacities but {len(self.candidates)} candidates")
+        if isinstance(self.instances, bool) or not isinstance(self.instances, int) or self.instances < 1:
+            raise BadInputError(f"PlanPoint instances must be an integer >= 1, got {self.instances!r}")
+
+    @property
+    def verified(self) -> bool:
+        return self.sim_ttft_p95_s is not None
+
+    @property
+    def error(self) -> float | None:
+        """Relative error of the estimate, ``(est - sim) / sim`` TTFT p95 (None until verified)."""
+        if self.sim_ttft_p95_s is None:
+            return None
+        if self.sim_ttft_p95_s == 0.0:
+            return 0.0 if self.est_ttft_p95_s == 0.0 else math.inf
+        return (self.est_ttft_p95_s - self.sim_ttft_p95_s) / self.sim_ttft_p95_s
+
+    def describe(self) -> str:
+        """``dram 512 GiB + layer3.5 0 GiB``: the capacities by tier name."""
+        names = [c.kind for c in self.candidates] or [f"tier{i}" for i in range(len(self.capacities))]
+        return " + ".join(f"{n} {_gib_text(c)}" for n, c in zip(names, self.capacities))
+
+    def config(self) -> Any:
+        """The :class:`~kvmm.sim.SimConfig` that simulates this point: ``base`` (the planner's
+        base config) with the candidate tiers at these capacities (a tier at 0 bytes left out;
+        private tiers in ``SimConfig.tiers``, shared ones in a
+        :class:`~kvmm.cluster.ClusterConfig` of ``instances``).  Runtime complexity: O(tiers)."""
+        if not self.candidates:
+            raise BadInputError("this PlanPoint carries no tier candidates, so it cannot build a SimConfig; "
+                                "expected a point made by kvmm.plan.plan()")
+        from kvmm.plan._configs import point_config
+
+        return point_config(self.base, self.candidates, self.capacities, self.instances)
+
+
+@dataclass
+class Plan:
+    """The planner's answer.
+
+    ``chosen``: the cheapest verified point whose *simulated* latencies meet ``slo`` (None when
+    none does; then ``closest`` is the verified point nearest to the SLO); ``config`` is
+    ``chosen.config()``.  ``frontier``: the cost-vs-estimated-TTFT Pareto frontier, cheapest
+    first; ``verified``: the simulated points, cheapest first; ``points_evaluated``: the
+    capacity combinations the analytic stage priced; ``reasons``: sentences saying why;
+    ``timings_s``: seconds per stage (``"analytic"``, ``"verify"``).
+    """
+
+    slo: SLO
+    chosen: PlanPoint | None
+    closest: PlanPoint | None
+    config: Any
+    frontier: list
+    verified: list
+    points_evaluated: int
+    reasons: list
+    timings_s: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slo, SLO):
+            raise BadInputError(f"Plan slo must be an SLO, got {type(self.slo).__name__}")
+        for name in ("chosen", "closest"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, PlanPoint):
+                raise BadInputError(f"Plan {name} must be a PlanPoint or None, got {type(value).__name__}")
+        self.frontier = list(self.frontier)
+        self.verified = list(self.verified)
+        self.reasons = [str(r) for r in self.reasons]
+        for name in ("frontier", "verified"):
+            if not all(isinstance(p, PlanPoint) for p in getattr(self, name)):
+                raise BadInputError(f"Plan {name} must hold PlanPoints")
+        if isinstance(self.points_evaluated, bool) or not isinstance(self.points_evaluated, int) or self.points_evaluated < 0:
+            raise BadInputError(f"Plan points_evaluated must be an integer >= 0, got {self.points_evaluated!r}")
+        self.timings_s = {str(k): float(v) for k, v in dict(self.timings_s).items()}
+
+    def errors(self) -> list[dict]:
+        """Per verified point: ``capacities``, ``est_ttft_p95_s``, ``sim_ttft_p95_s`` and
+        ``rel_error`` = (est - sim) / sim; the same for TPOT where both are known.
+        Runtime complexity: O(verified points)."""
+        rows = []
+        for p in self.verified:
+            row = {"capacities": p.capacities, "est_ttft_p95_s": p.est_ttft_p95_s, "sim_ttft_p95_s": p.sim_ttft_p95_s,
+                   "rel_error": p.error}
+            if p.est_tpot_p95_s is not None and p.sim_tpot_p95_s is not None:
+                row["est_tpot_p95_s"], row["sim_tpot_p95_s"] = p.est_tpot_p95_s, p.sim_tpot_p95_s
+                row["tpot_rel_error"] = ((p.est_tpot_p95_s - p.sim_tpot_p95_s) / p.sim_tpot_p95_s
+                                         if p.sim_tpot_p95_s else None)
+            rows.append(row)
+        return rows
+
+
+def plan(trace: Any, *, slo: SLO, tiers: Any, prices: Any = None, instances: int = 1, budget: float | None = None,
+         verify: int = 8, neighbours: int = 2, executor: Any = None, base: Any = None,
+         progress: Callable[[str, int, int], None] | None = None) -> Plan:
+    """Size the tiers for ``trace`` so that TTFT p95 meets ``slo`` at the lowest cost.
+
+    See :mod:`kvmm.plan._planner` for the method (docs/plan.md).  Runtime complexity: one
+    O(n log n) stack-distance pass over the trace's n block references (SHARDS-sampled when n
+    is large), O(G x T) for the G-point capacity grid over T tiers, plus ``verify +
+    neighbours``-ish simulations.
+    """
+    from kvmm.plan._planner import run_plan
+
+    return run_plan(trace, slo=slo, tiers=tiers, prices=prices, instances=instances, budget=budget, verify=verify,
+                    neighbours=neighbours, executor=executor, base=base, progress=progress)
+
+
+# ---------------------------------------------------------------------- helpers
+def _positive(value: Any, name: str) -> float:
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise BadInputError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _non_negative(value: Any, name: str) -> float:
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise BadInputError(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _parse_size(text: str, default_unit: str | None, whole: str) -> tuple[int, str]:
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([A-Za-z]*)", text.strip())
+    unit = (m.group(2) if m else "").lower() or (default_unit or "")
+    if m and not m.group(2) and float(m.group(1)) == 0:
+        unit = "b"  # a bare 0 needs no unit
+    if not m or unit not in _UNITS:
+        raise BadInputError(f"--tier {whole!r}: bad size {text!r}; expected a number and a unit "
+                            "(B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)")
+    return int(float(m.group(1)) * _UNITS[unit]), unit
+
+
+def _parse_range(text: str, whole: str) -> tuple[int, int]:
+    """``0-4TiB`` / ``512GiB-4TiB`` / ``4TiB`` -> (min, max) bytes."""
+    lo_text, dash, hi_text = text.partition("-")
+    if not dash:
+        size, _ = _parse_size(text, None, whole)
+        return size, size
+    if not lo_text.strip() or not hi_text.strip():
+        raise BadInputError(f"--tier {whole!r}: bad range {text!r}; expected MIN-MAX such as 0-4TiB")
+    hi, unit = _parse_size(hi_text, None, whole)
+    lo, _ = _parse_size(lo_text, unit, whole)
+    return lo, hi
+
+
+def _gib_text(nbytes: int) -> str:
+    gib = nbytes / GIB
+    if gib >= 1024:
+        return f"{gib / 1024:.3g} TiB"
+    return f"{gib:.4g} GiB"
