@@ -105,7 +105,7 @@ def build_request(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from kvmm.cli import _check_out_folder
-    from kvmm.plan import plan
+    from kvmm.plan import core
     from kvmm.plan.writers import plan_summary, write_plan
     from pathlib import Path
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     progress = StageProgress(enabled=not args.no_progress)
     executor = _executor(args.jobs)
     try:
-        result = plan(args.trace, executor=executor, progress=progress, **request)
+        result = core.plan(args.trace, executor=executor, progress=progress, **request)
     finally:
         progress.close()
         if hasattr(executor, "shutdown"):

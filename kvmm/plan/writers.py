@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 from kvmm.errors import BadInputError
 
+GIB = 2**30
+
 __all__ = ["write_plan", "plan_markdown", "draw_frontier", "plan_summary", "point_label", "FILES"]
 
 #: the files :func:`write_plan` writes, in order
@@ -93,8 +95,10 @@ def plan_summary(plan: Any) -> list[str]:
 
 
 def point_label(point: Any) -> str:
-    """``dram 512 GiB + layer3.5 8 TiB + nvme 0`` from a point's per-tier GiB."""
-    return " + ".join(f"{name} {_gib_text(gib)}" for name, gib in point.tier_gib.items()) or "no lower tier"
+    """``dram 512 GiB/instance + layer3.5 8 TiB shared + nvme 0``: a point's capacity per candidate tier
+    (per instance for a private tier, in all for a shared one)."""
+    return " + ".join(f"{name} {_gib_text(cap / GIB)}{suffix if cap else ''}"
+                      for (name, suffix), cap in zip(_tier_columns([point]), point.capacities)) or "no lower tier"
 
 
 def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True, command: str | None = None) -> str:
@@ -128,7 +132,7 @@ def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True
     parts.append("## Estimate vs simulation\n")
     errors = plan.errors()
     if errors:
-        parts.append(_errors_table(errors, _tier_names(plan)))
+        parts.append(_errors_table(errors, _tier_columns(_points(plan))))
     else:
         parts.append("No point was simulated.\n")
     return "\n".join(parts)
@@ -196,56 +200,74 @@ def _usd_per_m(point: Any) -> float:
     return point.sim_usd_per_m_tokens if point.sim_usd_per_m_tokens is not None else point.usd_per_m_tokens
 
 
-def _tier_names(plan: Any) -> list[str]:
-    for p in (plan.chosen, plan.closest, *plan.frontier, *plan.verified):
-        if p is not None:
-            return list(p.tier_gib)
+def _points(plan: Any) -> list:
+    return [p for p in (plan.chosen, plan.closest, *plan.frontier, *plan.verified) if p is not None]
+
+
+def _tier_columns(points: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(name, suffix)`` per candidate tier, in the points' capacity order: the candidates' kinds
+    (suffix ``/instance`` for a private tier, `` shared`` for a shared one) when the points carry
+    them, else the non-GPU names of ``tier_gib``."""
+    for p in points:
+        if getattr(p, "candidates", ()):
+            return [(c.kind, " shared" if c.shared else "/instance") for c in p.candidates]
+    for p in points:
+        names = [n for n in p.tier_gib if n != "gpu"]
+        if len(names) == len(p.capacities):
+            return [(n, "") for n in names]
+        return [(f"tier {i + 1}", "") for i in range(len(p.capacities))]
     return []
 
 
 def _breakdown(point: Any, title: str) -> str:
     from kvmm.report import format_table
 
-    rows = [(name, round(gib, 1), round(point.tier_usd_per_hour.get(name, 0.0), 4)) for name, gib in point.tier_gib.items()]
-    rows.append(("total (GPUs and tiers)", "", round(point.usd_per_hour, 4)))
+    names = list(point.tier_usd_per_hour) + [n for n in point.tier_gib if n not in point.tier_usd_per_hour]
+    rows = [(name, "" if name not in point.tier_gib else round(point.tier_gib[name], 1),
+             round(point.tier_usd_per_hour.get(name, 0.0), 4)) for name in names]
+    rows.append(("total", "", round(point.usd_per_hour, 4)))
     head = (f"### {title}\n\n{point_label(point)}: {_usd(point.usd_per_hour)} per hour, "
             f"{_usd(point.usd_per_m_tokens)} per million tokens estimated"
             + (f", {_usd(point.sim_usd_per_m_tokens)} simulated" if point.sim_usd_per_m_tokens is not None else "")
             + ".\n\n")
-    return head + format_table(["tier", "GiB", "USD per hour"], rows)
+    return head + format_table(["tier", "GiB provisioned", "USD per hour"], rows)
 
 
 def _frontier_table(plan: Any) -> str:
     from kvmm.report import format_table
 
-    names = _tier_names(plan)
+    columns = _tier_columns(_points(plan))
     chosen = plan.chosen
     rows = []
     for i, p in enumerate(plan.frontier):
         mark = "chosen" if chosen is not None and _same(p, chosen) else \
             ("closest" if plan.closest is not None and _same(p, plan.closest) else "")
-        rows.append((i + 1, *[_gib_text(p.tier_gib.get(n, 0.0)) for n in names],
+        rows.append((i + 1, *[_gib_text(c / GIB) for c in p.capacities],
                      " / ".join(f"{h:.3f}" for h in p.hit_ratio), round(p.est_ttft_p95_s, 3),
                      _opt(p.sim_ttft_p95_s), round(p.usd_per_hour, 3), round(p.usd_per_m_tokens, 4),
                      _yes(p.meets_slo_est), _yes(p.meets_slo_sim), mark))
     if not rows:
         return "The frontier is empty (no capacity combination within the budget).\n"
-    return format_table(["#", *names, "hit ratio per tier", "est p95 TTFT s", "sim p95 TTFT s", "USD / h",
+    return format_table(["#", *[n + suffix for n, suffix in columns], "hit ratio per tier", "est p95 TTFT s", "sim p95 TTFT s", "USD / h",
                          "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
 
 
-def _errors_table(errors: Sequence[dict], names: Sequence[str]) -> str:
+def _errors_table(errors: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
     from kvmm.report import format_table
 
     rows = []
     for e in errors:
-        caps = e.get("capacities", ())
-        gib = [_gib_text(c / 2**30) for c in caps] if len(caps) == len(names) else [str(caps)]
-        rel = e.get("relative_error")
-        rows.append((*gib, round(float(e["est_ttft_p95_s"]), 3), _opt(e.get("sim_ttft_p95_s")),
-                     "" if rel is None or not math.isfinite(rel) else f"{100 * rel:+.1f} %"))
-    heads = list(names) if rows and len(rows[0]) == len(names) + 3 else ["capacities (bytes)"]
-    return format_table([*heads, "est p95 TTFT s", "sim p95 TTFT s", "relative error (est - sim) / sim"], rows)
+        rel = e.get("rel_error")
+        rows.append((*[_gib_text(c / GIB) for c in e["capacities"]], round(float(e["est_ttft_p95_s"]), 3),
+                     _opt(e.get("sim_ttft_p95_s")), _percent(rel)))
+    return format_table([*[n + suffix for n, suffix in columns], "est p95 TTFT s", "sim p95 TTFT s",
+                         "error (est - sim) / sim"], rows)
+
+
+def _percent(value) -> str:
+    if value is None:
+        return ""
+    return f"{100 * value:+.1f} %" if math.isfinite(value) else str(value)
 
 
 def _same(a: Any, b: Any) -> bool:
