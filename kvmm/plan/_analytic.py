@@ -1,0 +1,185 @@
+"""Stage 1 of the planner: the analytic model over every capacity combination.
+
+**Hit ratios (exact for inclusive LRU).**  One :class:`~kvmm.policies.StackDistanceTracker` pass
+over the trace's block stream, in request order, gives each reference its LRU stack distance
+``d``.  In the composed simulator every lower level is written through with every prefilled
+block (write-all admission), so each level is an LRU cache of ``capacity // block_bytes``
+blocks over the *same* stream: level ``i`` holds a block iff ``d < C_i`` (an inclusive
+hierarchy: a level does not hold the next ``C_i`` blocks after the level above, it holds the
+``C_i`` most recent).  So the simulator's ``tier_block_hits[i]`` is ``#{d < C_i}`` and a block
+is *served* by the first level whose capacity exceeds its distance, ``#{max(C_<i) <= d < C_i}``
+(the GPU prefix cache, when on, is level 0 with the pool's blocks; approximated as an LRU).  With
+``instances > 1`` private levels see their instance's requests (round-robin, ``r mod N``: their
+own tracker per instance) and shared levels the whole stream.  Capacities are binned on the
+union of the grid's capacity points, so every count is a sum over a 1-D or 2-D histogram.
+
+**Prefix runs.**  The engine reads hits only along the prompt's leading run of held blocks:
+a run of length ``k`` is held by capacity ``C`` iff ``max(d_0..d_k) < C``; the per-request
+cumulative maximum of ``d`` turns the run into the same histogram question.
+
+**TTFT p95 (queueing approximation).**  Per request, with the run at the largest capacity:
+service ``S = prefill tokens / prefill_tokens_per_s + staged bytes / fast-tier read bandwidth``
+(the step model of kvmm.sim.engine), decode work ``D = output tokens x decode_step(max_batch) /
+max_batch`` (kvmm.sim.load).  One instance is an M/G/1 server of work ``B = S + D`` at the
+arrival rate of the run (``load`` rescales arrivals as the simulator does): utilisation ``rho =
+lambda E[B]``, Pollaczek-Khinchine ``E[W] = lambda E[B^2] / (2 (1 - rho))``, and the wait taken
+as 0 with probability ``1 - rho``, else exponential of mean ``E[W] / rho``, so ``W95 = E[W] / rho
+x ln(rho / 0.05)``.  Staging a hit takes the source's latency plus the staged bytes at
+``stage_efficiency x`` the served levels' bandwidth mix (capped by the fast tier's write
+bandwidth; shared levels through the fabric link), stretched by ``1 / (1 - rho_channel)``; the
+part longer than ``E[W]`` is exposed.  ``TTFT95 ~ W95 + S95 + exposed staging95`` (a sum of
+quantiles: conservative); ``rho >= 1`` is an unbounded queue (infinite TTFT).  TPOT ~
+``decode_step(b) / (1 - rho_prefill)`` with ``b`` the mean decode batch (Little's law).
+Arrivals are not Poisson and steps batch prefills, so stage 2 checks the estimate.
+
+**SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
+(hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for
+``1 / R`` references.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Stream", "block_stream", "GridModel", "build_model", "SHARDS_MIN_REFS", "SHARDS_RATE"]
+
+SHARDS_MIN_REFS = 20_000_000
+SHARDS_RATE = 0.05
+INF = np.iinfo(np.int64).max
+
+
+@dataclass
+class Stream:
+    """The trace's block references in request order, with what the model needs of each."""
+
+    ids: np.ndarray  # int64 block id per reference (sampled when rate < 1)
+    req: np.ndarray  # int64 request of each reference
+    token_w: np.ndarray  # float64 prompt tokens a hit on this reference saves (x 1/rate)
+    input_len: np.ndarray  # per request (>= 1)
+    output_len: np.ndarray
+    span_s: float  # arrival span of the trace as the simulator scales it
+    rate: float  # SHARDS sampling rate (1: exact)
+    block_tokens: int
+
+
+def block_stream(trace, model, cfg) -> Stream:
+    """The references of ``trace`` (a MooncakeTrace) with their token weights, SHARDS-sampled
+    when long.  ``cfg`` scales the arrivals (load / time_scale).  Runtime complexity: O(refs)."""
+    from kvmm.sim.load import arrival_times
+
+    n = trace.num_requests
+    offsets = np.asarray(trace.block_offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    ids = np.asarray(trace.block_ids, dtype=np.int64)
+    req = np.repeat(np.arange(n, dtype=np.int64), counts)
+    bt = int(trace.block_tokens)
+    inp = np.maximum(np.asarray(trace.input_length, dtype=np.int64), 1)
+    pos = np.arange(ids.shape[0], dtype=np.int64) - offsets[req]
+    # the k-th block of a hit run saves min((k+1) bt, inp - 1) - min(k bt, inp - 1) tokens:
+    # the engine always computes the last prompt token
+    top = inp[req] - 1
+    token_w = (np.minimum((pos + 1) * bt, top) - np.minimum(pos * bt, top)).astype(np.float64)
+    rate = 1.0
+    if ids.shape[0] > SHARDS_MIN_REFS:
+        rate = SHARDS_RATE
+        keep = _hash64(ids) < np.uint64(int(rate * 2.0**64))
+        ids, req, token_w = ids[keep], req[keep], token_w[keep] / rate
+    arrival = arrival_times(trace, model, cfg)
+    span = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
+    return Stream(ids, req, token_w, inp, np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1),
+                  span, rate, bt)
+
+
+def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(per-instance distances, global distances)`` of every reference (int64, ``INF`` cold),
+    scaled by ``1 / rate``.  Requests go to instance ``r mod instances``.  O(refs log refs)."""
+    from kvmm.policies.stack_distance import StackDistanceTracker
+
+    def run(ids: np.ndarray) -> np.ndarray:
+        d = StackDistanceTracker(initial_keys=max(1024, min(ids.shape[0], 1 << 22))).access(ids, return_distances=True)
+        d = d.astype(np.int64)
+        if stream.rate < 1.0:
+            d = np.where(d >= 0, (d / stream.rate).astype(np.int64), d)
+        return np.where(d < 0, INF, d)
+
+    global_d = run(stream.ids) if stream.ids.shape[0] else np.zeros(0, dtype=np.int64)
+    if instances == 1:
+        return global_d, global_d
+    local = np.empty_like(global_d)
+    owner = stream.req % instances
+    for i in range(instances):
+        sel = np.flatnonzero(owner == i)
+        if sel.size:
+            local[sel] = run(stream.ids[sel])
+    return local, global_d
+
+
+@dataclass
+class GridModel:
+    """Everything the grid kernel reads: per-type bins and histograms, per-(A, B) run statistics."""
+
+    grids: list  # per type: sorted capacity points in blocks
+    hist1: list  # per type: cumulative block counts CH[a] = #{bin <= a}
+    rect: list  # per type: 2-D prefix sums P[a+1, c+1] = #{bin <= a, run bin <= c}
+    pair: dict  # name -> (u0, u1) array of per-(max private bin, max shared bin) statistics
+    total_refs: float  # references the histograms stand for
+    gpu_bin: int  # bin of the GPU pool in type 0 (-1: no GPU prefix cache modelled)
+    lam: float  # arrivals per second per instance
+
+
+def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | None, *, model, fast_read_bw: float) -> GridModel:
+    """Bin the distances on ``grids`` (type 0: the GPU and private levels; type 1: shared levels)
+    and tabulate the per-request run statistics.  Runtime complexity: O(refs log refs + requests
+    x u0 x u1) for u0, u1 grid points per type."""
+    local_d, global_d = stack_distances(stream, instances)
+    per_type = []
+    for t, d in enumerate((local_d, global_d)):
+        grid = np.asarray(grids[t], dtype=np.int64)
+        b = np.searchsorted(grid, d, side="right").astype(np.int64)  # d < grid[a]  <=>  b <= a
+        c = _run_bins(b, stream.req)
+        u = grid.shape[0]
+        w = np.full(b.shape[0], 1.0 / stream.rate)
+        h1 = np.bincount(b, weights=w, minlength=u + 1)[: u + 1]
+        h2 = np.zeros((u + 1, u + 1))
+        np.add.at(h2, (b, c), w)
+        rect = np.zeros((u + 2, u + 2))
+        rect[1:, 1:] = h2.cumsum(0).cumsum(1)
+        # run tokens per request at each capacity bin: HT[r, a] = sum of token_w with c <= a
+        n = stream.input_len.shape[0]
+        ht = np.zeros((n, u + 1))
+        np.add.at(ht, (stream.req, c), stream.token_w)
+        ht = ht.cumsum(1)[:, :u]  # bins 0..u-1 (bin u: cold / beyond the grid, never a hit)
+        per_type.append((grid, np.cumsum(h1), rect, ht))
+    gpu_bin = -1
+    if gpu_blocks is not None:  # the GPU pool is one of type 0's grid points
+        gpu_bin = int(np.searchsorted(per_type[0][0], gpu_blocks))
+    from kvmm.plan._kernels import pair_statistics
+
+    ht0 = np.minimum(per_type[0][3], (stream.input_len - 1)[:, None].astype(np.float64))
+    ht1 = np.minimum(per_type[1][3], (stream.input_len - 1)[:, None].astype(np.float64))
+    lam = stream.input_len.shape[0] / stream.span_s / instances if stream.span_s > 0 else 0.0
+    decode_s_per_token = model.decode_step_seconds(model.max_batch) / model.max_batch  # kvmm.sim.load's
+    stats = pair_statistics(ht0, ht1, gpu_bin, stream.input_len.astype(np.float64),
+                            stream.output_len.astype(np.float64), float(model.prefill_tokens_per_s), float(fast_read_bw),
+                            float(model.kv_bytes_per_token), float(decode_s_per_token), float(lam),
+                            1.0 / model.decode_tokens_per_s, float(model.decode_batch_cost), float(model.max_batch))
+    names = ("w95", "mean_w", "s95", "staged_mean", "staged95", "rho", "mean_b", "tpot")
+    return GridModel([p[0] for p in per_type], [p[1] for p in per_type], [p[2] for p in per_type],
+                     dict(zip(names, stats)), float(stream.ids.shape[0] / stream.rate), gpu_bin, lam)
+
+
+def _run_bins(b: np.ndarray, req: np.ndarray) -> np.ndarray:
+    """The running maximum of ``b`` within each request (references are grouped by request)."""
+    from kvmm.plan._kernels import cummax_by_group
+
+    return cummax_by_group(b, req)
+
+
+def _hash64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 of int64 keys, as uint64 (the SHARDS sample filter)."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))

@@ -1,0 +1,301 @@
+"""``plan()``'s two stages: the analytic grid (kvmm.plan._analytic) and its verification.
+
+1. **Analytic**: every combination of the candidates' capacity points gets hit ratios, an
+   estimated TTFT p95 (and TPOT) and an hourly price (the cost account's prices: GPUs, each
+   instance's staging tier and private tiers, each shared tier once).  Points above ``budget``
+   (USD per hour) are dropped; the rest are pruned to the Pareto frontier of hourly cost vs
+   estimated TTFT p95 (no other point is both cheaper and faster).
+2. **Verified**: the ``verify`` cheapest frontier points the estimate says meet the SLO, plus
+   the ``neighbours`` frontier points just cheaper than the first of them (the estimate may be
+   pessimistic), are simulated as they are (``PlanPoint.config()``) through
+   :func:`kvmm.sim.sweep`.  The cheapest verified point whose *simulated* p95 meets the SLO is
+   chosen; when none does, the verified point nearest to it is ``closest``.  When no point is
+   estimated to meet the SLO, the ``verify`` fastest frontier points are simulated.
+
+Cost ranks points by USD per hour: the workload is fixed, so USD per million tokens follows the
+hourly price up to the run's duration (reported for each point, estimated and simulated).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from kvmm.errors import BadInputError
+from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate
+
+__all__ = ["run_plan", "analytic_grid"]
+
+
+def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, budget: Any, verify: int,
+             neighbours: int, executor: Any, base: Any, progress: Any) -> Plan:
+    slo, cands, prices, base = _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress)
+    say = progress if progress is not None else (lambda stage, done, total: None)
+    t0 = time.perf_counter()
+    say("analytic", 0, 1)
+    grid = analytic_grid(base, cands, prices, instances)
+    usd_h, ttft = grid["usd_h"], grid["ttft"]
+    keep = np.flatnonzero(usd_h <= budget) if budget is not None else np.arange(usd_h.shape[0])
+    if keep.size == 0:
+        raise BadInputError(f"no capacity combination costs at most the budget of {budget:g} USD/hour (the cheapest "
+                            f"costs {usd_h.min():.4g} USD/hour); expected a larger budget or smaller minimum capacities")
+    front = pareto(usd_h[keep], ttft[keep])
+    frontier = [_point(grid, int(keep[j]), slo, base, cands, prices, instances) for j in front]
+    say("analytic", 1, 1)
+    t1 = time.perf_counter()
+    picked = pick_for_verification(frontier, verify, neighbours)
+    results = _simulate([p.config() for p in picked], executor, say)
+    tokens = _tokens(grid["trace"])
+    for p, r in zip(picked, results):
+        p.sim = r
+        p.sim_ttft_p95_s = float(r.ttft_p95)
+        p.sim_tpot_p95_s = float(r.tpot_p95)
+        p.sim_usd_per_m_tokens = float(r.total_usd / tokens * 1e6) if tokens else math.nan
+        p.meets_slo_sim = slo.met_by(p.sim_ttft_p95_s, p.sim_tpot_p95_s)
+    t2 = time.perf_counter()
+    verified = sorted(picked, key=lambda p: (p.usd_per_hour, p.est_ttft_p95_s))
+    chosen = next((p for p in verified if p.meets_slo_sim), None)
+    closest = None if chosen is not None or not verified else min(verified, key=lambda p: _shortfall(p, slo))
+    reasons = _reasons(slo, chosen, closest, verified, frontier, int(keep.size), grid["points"])
+    return Plan(slo=slo, chosen=chosen, closest=closest, config=chosen.config() if chosen is not None else None,
+                frontier=frontier, verified=verified, points_evaluated=grid["points"], reasons=reasons,
+                timings_s={"analytic": t1 - t0, "verify": t2 - t1})
+
+
+# ---------------------------------------------------------------------- stage 1
+def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
+    """Stage 1 over every combination: a dict of arrays (``hit (G, T)``, ``ttft``, ``tpot``,
+    ``usd_h``, ``usd_m``, ``index (G, T)``) plus what built it (``model``, ``trace``, ``caps``).
+    Runtime complexity: one stack-distance pass over the trace + O(u0 u1 requests + G T)."""
+    from kvmm.plan._analytic import block_stream, build_model
+    from kvmm.plan._kernels import grid_kernel
+    from kvmm.sim.models import model as resolve_model
+    from kvmm.sim.simulator import resolve_trace
+
+    trace = resolve_trace(base.workload, base.max_requests)
+    m = resolve_model(base.model)
+    block_bytes = int(trace.block_tokens) * m.kv_bytes_per_token
+    caps = [np.asarray(c.capacities(), dtype=np.int64) for c in cands]
+    blocks = [c // block_bytes for c in caps]
+    types = [1 if (c.shared and instances > 1) else 0 for c in cands]
+    gpu_blocks = base.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
+    grids = []
+    for t in (0, 1):
+        pts = [np.zeros(1, dtype=np.int64)] + [b for b, ty in zip(blocks, types) if ty == t]
+        if t == 0 and gpu_blocks is not None:
+            pts.append(np.array([gpu_blocks], dtype=np.int64))
+        grids.append(np.unique(np.concatenate(pts)))
+    stream = block_stream(trace, m, base)
+    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth)
+    npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
+    width = int(npoints.max())
+    cap_bin = np.zeros((len(cands), width), dtype=np.int64)
+    usd = np.zeros((len(cands), width))
+    for i, (b, ty) in enumerate(zip(blocks, types)):
+        cap_bin[i, : b.shape[0]] = np.searchsorted(grids[ty], b)
+        usd[i, : b.shape[0]] = tier_usd_per_hour(cands[i], caps[i], prices, instances)
+    spb, lat = staging_costs(base, cands)
+    st = model_.pair
+    ch = [np.asarray(c, dtype=np.float64) for c in model_.hist1]
+    gpus = instances
+    base_usd_h = gpus * gpu_price(prices, m) + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices) * gpus
+    hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
+        npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
+        model_.rect[1], model_.gpu_bin, model_.total_refs, st["w95"], st["mean_w"], st["s95"], st["staged_mean"],
+        st["staged95"], st["mean_b"], st["tpot"], model_.lam, stream.span_s,
+        stream.input_len.shape[0] / instances, base_usd_h, float(_tokens(trace)))
+    return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
+            "caps": caps, "trace": trace, "model": m, "points": int(usd_h.shape[0]), "blocks": blocks,
+            "grid_model": model_, "stream": stream}
+
+
+def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instances: int) -> np.ndarray:
+    """Hourly price of the candidate at each capacity (x instances when private; 0 bytes: absent,
+    free) with the cost account's prices (:meth:`Prices.tier_prices`).  O(points)."""
+    from kvmm.tiers.spec import preset
+
+    per_gib, per_hour = prices.tier_prices(preset(cand.kind))
+    count = 1 if cand.shared else instances
+    caps = np.asarray(caps, dtype=np.float64)
+    return count * (caps / GIB * per_gib + np.where(caps > 0, per_hour, 0.0))
+
+
+def gpu_price(prices: Any, m: Any) -> float:
+    return prices.gpu_usd_per_hour if prices.gpu_usd_per_hour is not None else m.gpu_usd_per_hour
+
+
+def _spec_usd_h(spec: Any, capacity: int, prices: Any) -> float:
+    per_gib, per_hour = prices.tier_prices(spec)
+    return capacity / GIB * per_gib + per_hour
+
+
+def staging_costs(base: Any, cands: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per staged byte and latency of each candidate as the engine stages from it:
+    ``stage_efficiency x`` read bandwidth capped by the fast tier's write bandwidth; a shared
+    level through the cluster's fabric link (kvmm.cluster.sim)."""
+    from kvmm.cluster.config import ClusterConfig
+    from kvmm.tiers.spec import preset
+
+    fabric = base.cluster.fabric if base.cluster is not None else ClusterConfig().fabric
+    spb, lat = np.zeros(len(cands)), np.zeros(len(cands))
+    for i, c in enumerate(cands):
+        spec = preset(c.kind)
+        bw, latency = spec.read_bandwidth, spec.latency_s
+        if c.shared and fabric is not None:
+            bw, latency = min(bw, fabric.link_bandwidth), latency + fabric.latency_s
+        spb[i] = 1.0 / min(bw * base.stage_efficiency, base.fast_tier.write_bandwidth)
+        lat[i] = latency
+    return spb, lat
+
+
+def pareto(cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Indices of the cost-vs-latency Pareto frontier, cheapest first: each is strictly faster
+    than every cheaper-or-equal point (ties in cost keep the fastest).  O(G log G)."""
+    order = np.lexsort((latency, cost))
+    best = np.minimum.accumulate(latency[order])
+    keep = np.ones(order.shape[0], dtype=bool)
+    keep[1:] = latency[order][1:] < best[:-1]
+    return order[keep]
+
+
+def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, instances: int) -> PlanPoint:
+    """The PlanPoint of combination ``j``, priced with :func:`kvmm.cluster.cost.cost_account`."""
+    from kvmm.cluster.cost import cost_account
+    from kvmm.tiers.spec import preset
+
+    caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
+    m = grid["model"]
+    pairs = [(base.fast_tier, instances)]
+    pairs += [(preset(c.kind).with_capacity(cap), 1 if c.shared else instances) for c, cap in zip(cands, caps) if cap > 0]
+    account = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
+                           prices=prices, gpu_usd_per_hour=m.gpu_usd_per_hour)
+    gib = {c.kind: (1 if c.shared else instances) * cap / GIB for c, cap in zip(cands, caps)}
+    usd = {"gpu": account.gpu_usd, **{n: u for n, u in zip(account.tier_names, account.tier_usd)}}
+    for c in cands:
+        usd.setdefault(c.kind, 0.0)
+    ttft, tpot = float(grid["ttft"][j]), float(grid["tpot"][j])
+    return PlanPoint(capacities=caps, hit_ratio=tuple(float(h) for h in grid["hit"][j]), est_ttft_p95_s=ttft,
+                     est_tpot_p95_s=tpot, usd_per_hour=account.total_usd, usd_per_m_tokens=float(grid["usd_m"][j]),
+                     tier_gib=gib, tier_usd_per_hour=usd, meets_slo_est=slo.met_by(ttft, tpot), candidates=cands,
+                     base=base, instances=instances)
+
+
+# ---------------------------------------------------------------------- stage 2
+def pick_for_verification(frontier: list, verify: int, neighbours: int) -> list:
+    """The frontier points to simulate (see the module docstring), cheapest first."""
+    meeting = [i for i, p in enumerate(frontier) if p.meets_slo_est]
+    if meeting:
+        first = meeting[0]
+        chosen = meeting[:verify]
+        chosen = list(range(max(0, first - neighbours), first)) + chosen
+    else:  # nothing is estimated to meet it: the fastest points, to find the closest
+        chosen = list(range(max(0, len(frontier) - verify - neighbours), len(frontier)))
+    return [frontier[i] for i in sorted(set(chosen))]
+
+
+def _simulate(configs: list, executor: Any, say: Any) -> list:
+    from kvmm.sim import sweep
+
+    done = [0]
+    say("verify", 0, len(configs))
+
+    def tick(n: int) -> None:
+        done[0] += n
+        say("verify", done[0], len(configs))
+    return sweep(configs, executor, progress=tick)
+
+
+def _tokens(trace: Any) -> int:
+    return int(np.maximum(trace.input_length, 1).sum() + np.maximum(trace.output_length, 1).sum())
+
+
+def _shortfall(p: PlanPoint, slo: SLO) -> float:
+    """How far a point misses the SLO: the worst ratio of simulated latency to its bound."""
+    worst = p.sim_ttft_p95_s / slo.ttft_p95_s
+    if slo.tpot_p95_s is not None:
+        worst = max(worst, p.sim_tpot_p95_s / slo.tpot_p95_s)
+    return worst
+
+
+def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list, kept: int, total: int) -> list:
+    bound = f"TTFT p95 <= {slo.ttft_p95_s:g} s" + (f" and TPOT p95 <= {slo.tpot_p95_s:g} s" if slo.tpot_p95_s else "")
+    out = [f"{total} capacity combinations estimated ({kept} within the budget); {len(frontier)} on the cost-vs-TTFT "
+           f"frontier; {len(verified)} simulated."]
+    if chosen is not None:
+        out.append(f"Chosen: {chosen.describe()} at {chosen.usd_per_hour:.4g} USD/hour: the cheapest simulated "
+                   f"configuration that meets {bound} (simulated TTFT p95 {chosen.sim_ttft_p95_s:.3g} s, "
+                   f"estimated {chosen.est_ttft_p95_s:.3g} s).")
+        cheaper = [p for p in verified if p.usd_per_hour < chosen.usd_per_hour]
+        if cheaper:
+            out.append(f"{len(cheaper)} cheaper simulated configuration(s) miss it (best: simulated TTFT p95 "
+                       f"{min(p.sim_ttft_p95_s for p in cheaper):.3g} s).")
+    else:
+        out.append(f"No simulated configuration meets {bound}.")
+        if closest is not None:
+            out.append(f"Closest: {closest.describe()} at {closest.usd_per_hour:.4g} USD/hour, simulated TTFT p95 "
+                       f"{closest.sim_ttft_p95_s:.3g} s.")
+    if not any(p.meets_slo_est for p in frontier):
+        out.append("No combination is estimated to meet the SLO; the fastest frontier points were simulated.")
+    return out
+
+
+# ---------------------------------------------------------------------- input checks
+def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress):
+    from kvmm.cluster.cost import Prices, parse_prices
+    from kvmm.sim.config import SimConfig
+    from kvmm.tiers.spec import preset
+
+    if isinstance(slo, (int, float)) and not isinstance(slo, bool):
+        slo = SLO(float(slo))
+    if not isinstance(slo, SLO):
+        raise BadInputError(f"slo must be an SLO (e.g. SLO(ttft_p95_s=2.0)), got {type(slo).__name__}")
+    if isinstance(tiers, (str, TierCandidate)):
+        tiers = [tiers]
+    try:
+        cands = tuple(t if isinstance(t, TierCandidate) else TierCandidate.parse(t) for t in tiers)
+    except TypeError:
+        raise BadInputError(f"tiers must be a list of TierCandidate (or 'dram:0-4TiB' texts), got {type(tiers).__name__}") from None
+    if not cands:
+        raise BadInputError("no tier candidates; expected at least one, e.g. TierCandidate.parse('dram:0-4TiB')")
+    kinds = [c.kind for c in cands]
+    if len(set(kinds)) != len(kinds):
+        raise BadInputError(f"tier kinds must be distinct, got {kinds}")
+    shared = [c.shared for c in cands]
+    if any(shared) and shared.index(True) < len(shared) - sum(shared):
+        raise BadInputError(f"shared tiers must come after the private ones (the simulator reads private levels "
+                            f"first), got {[c.kind + (':shared' if c.shared else '') for c in cands]}")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise BadInputError(f"instances must be an integer >= 1, got {instances!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                               or not math.isfinite(budget) or budget <= 0):
+        raise BadInputError(f"budget must be a finite number of USD per hour > 0 or None, got {budget!r}")
+    for name, value, low in (("verify", verify, 1), ("neighbours", neighbours, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BadInputError(f"{name} must be an integer >= {low}, got {value!r}")
+    if progress is not None and not callable(progress):
+        raise BadInputError("progress must be a callable(stage, done, total) or None")
+    if prices is None:
+        prices = base.prices if isinstance(base, SimConfig) and base.prices is not None else Prices()
+    elif isinstance(prices, str):
+        prices = parse_prices(prices)
+    elif not isinstance(prices, Prices):
+        raise BadInputError(f"prices must be a kvmm.cluster.Prices, a price text or None, got {type(prices).__name__}")
+    for c in cands:
+        if prices.tier_prices(preset(c.kind)) == (0.0, 0.0):
+            raise BadInputError(f"no price for tier {c.kind!r} (its preset has none); expected one in prices, "
+                                f"e.g. --price {c.kind}=0.004/GiBh")
+    if base is None:
+        base = SimConfig(workload=trace)
+    elif not isinstance(base, SimConfig):
+        raise BadInputError(f"base must be a SimConfig or None, got {type(base).__name__}")
+    else:
+        base = replace(base, workload=trace)
+    if base.pd is not None:
+        raise BadInputError("the planner sizes colocated instances; expected base.pd=None")
+    if base.prices != prices and not (base.prices is None and prices == Prices()):
+        base = replace(base, prices=prices)  # the simulations price with the planner's prices
+    return slo, cands, prices, base
