@@ -48,7 +48,10 @@ def test_budget_and_prices():
     (["--ttft-p95", "2s", "--price", "dram=1/week"], "--price 'dram=1/week'"),
     (["--ttft-p95", "2s", "--budget", "cheap"], "--budget 'cheap'"),
     (["--ttft-p95", "2s", "--instances", "0"], "--instances 0"),
-    (["--ttft-p95", "2s", "--verify", "-1"], "--verify -1"),
+    (["--ttft-p95", "2s", "--verify", "0"], "--verify 0"),
+    (["--ttft-p95", "2s", "--requests", "0"], "--requests 0"),
+    (["--ttft-p95", "2s", "--load", "-1"], "--load -1"),
+    (["--ttft-p95", "2s", "--model", "gpt-9"], "gpt-9"),
     (["--ttft-p95", "2s", "--jobs", "0"], "--jobs 0"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(flags, message, capsys, monkeypatch, tmp_path):
@@ -111,7 +114,26 @@ def test_default_tiers_are_the_issues_example(monkeypatch, tmp_path):
     monkeypatch.setattr(core, "plan", stand_in(met_plan(), calls))
     assert main(["plan", "--ttft-p95", "2s", "--no-progress", "--jobs", "1", "--out", str(tmp_path)]) == 0
     assert [(t.kind, t.max_bytes, t.shared) for t in calls[0][1]["tiers"]] == [
-        ("dram", 4 * TiB, False), ("layer3.5", 64 * TiB, True), ("nvme", 16 * TiB, False)]
+        ("dram", 4 * TiB, False), ("nvme", 16 * TiB, False), ("layer3.5", 64 * TiB, True)]
+
+
+def test_shared_tiers_move_after_private_ones_with_a_note(capsys, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(core, "plan", stand_in(met_plan(), calls))
+    assert main(["plan", "--ttft-p95", "2s", "--tier", "dram:0-4TiB", "--tier", "layer3.5:0-64TiB:shared",
+                 "--tier", "nvme:0-16TiB", "--no-progress", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    assert [t.kind for t in calls[0][1]["tiers"]] == ["dram", "nvme", "layer3.5"]
+    assert capsys.readouterr().err == ("kvmm plan: note: private tiers are read before shared ones; tier order "
+                                       "dram > nvme > layer3.5:shared\n")
+
+
+def test_the_base_config_carries_requests_load_and_model(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(core, "plan", stand_in(met_plan(), calls))
+    assert main(["plan", "--ttft-p95", "2s", "--requests", "300", "--load", "0.5", "--model", "qwen2.5-32b",
+                 "--no-progress", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    base = calls[0][1]["base"]
+    assert (base.workload, base.max_requests, base.load, base.model) == ("conversation", 300, 0.5, "qwen2.5-32b")
 
 
 def test_plan_is_a_subcommand(capsys):

@@ -113,8 +113,8 @@ def test_the_figure_plots_estimates_simulations_and_the_slo():
 
 def test_point_label_and_markdown_without_figure():
     plan = met_plan()
-    assert point_label(plan.frontier[0]) == "dram 0 + layer3.5 0"
-    assert point_label(plan.frontier[1]) == "dram 2 TiB/instance + layer3.5 0"
+    assert point_label(plan.frontier[0]) == "no lower tier"
+    assert point_label(plan.frontier[1]) == "dram 2 TiB/instance"
     text = plan_markdown(plan, figure=False, config_written=False)
     assert "![frontier]" not in text and "kvmm simulate --config" not in text
     assert re.search(r"analytic 0\.25 s, verify 3\.00 s", text)

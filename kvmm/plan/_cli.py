@@ -8,7 +8,9 @@ Spelling (each flag's bad part is named in a one-line error, exit code 2)::
 
 ``--ttft-p95`` / ``--tpot-p95``: a duration (``2s``, ``500ms``, ``0.5``: seconds, ``us``,
 ``min``).  ``--tier KIND:MIN-MAX[:shared][:points=N]`` (repeatable, fastest first; see
-:meth:`kvmm.plan.TierCandidate.parse`).  ``--price``: as ``kvmm simulate --price``.
+:meth:`kvmm.plan.TierCandidate.parse`); private tiers are read before shared ones, so the
+shared ones move last (with a note on stderr).  ``--requests``, ``--load``, ``--model``: the
+base :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
 ``--verify N``: simulate the N cheapest candidates the estimate says meet the SLO (plus their
 neighbours); ``--jobs N`` runs them in N processes.  Progress goes to stderr; the decision to
@@ -22,18 +24,24 @@ import argparse
 import json
 import math
 import re
+import sys
 
 from kvmm.errors import BadInputError
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
-#: the tiers of the issue's example, used when no --tier is given
-DEFAULT_TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
+#: the tiers of the issue's example, used when no --tier is given (private ones first, as the simulator reads them)
+DEFAULT_TIERS = ("dram:0-4TiB", "nvme:0-16TiB", "layer3.5:0-64TiB:shared")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default="conversation",
                         help="bundled trace name (conversation, synthetic) or a trace file (default conversation)")
+    parser.add_argument("--requests", type=int, default=None, metavar="N",
+                        help="plan for the first N requests of the trace (default: all)")
+    parser.add_argument("--load", type=float, default=0.7,
+                        help="target utilisation the arrivals are rescaled to, as kvmm simulate --load (default 0.7)")
+    parser.add_argument("--model", default="llama3-8b", help="model spec name (default llama3-8b)")
     parser.add_argument("--ttft-p95", required=True, metavar="DURATION",
                         help="the SLO: p95 time to first token, e.g. 2s or 500ms")
     parser.add_argument("--tpot-p95", default=None, metavar="DURATION",
@@ -82,8 +90,12 @@ def build_request(args: argparse.Namespace) -> dict:
 
     if args.instances < 1:
         raise BadInputError(f"--instances {args.instances}: expected an integer >= 1")
-    if args.verify < 0:
-        raise BadInputError(f"--verify {args.verify}: expected an integer >= 0")
+    if args.verify < 1:
+        raise BadInputError(f"--verify {args.verify}: expected an integer >= 1")
+    if args.requests is not None and args.requests < 1:
+        raise BadInputError(f"--requests {args.requests}: expected an integer >= 1")
+    if not 0.0 < args.load < math.inf:
+        raise BadInputError(f"--load {args.load}: expected a number > 0")
     if args.jobs < 1:
         raise BadInputError(f"--jobs {args.jobs}: expected an integer >= 1")
     slo = SLO(parse_duration(args.ttft_p95, "--ttft-p95"),
@@ -99,8 +111,16 @@ def build_request(args: argparse.Namespace) -> dict:
     repeated = sorted({k for k in kinds if kinds.count(k) > 1})
     if repeated:
         raise BadInputError(f"--tier: {', '.join(repeated)} given twice; expected each tier kind once")
-    return dict(slo=slo, tiers=tiers, prices=parse_price_flag(args.price), instances=args.instances,
-                budget=parse_budget(args.budget), verify=args.verify)
+    from kvmm.sim.config import SimConfig
+
+    request = dict(slo=slo, tiers=[t for t in tiers if not t.shared] + [t for t in tiers if t.shared],
+                   prices=parse_price_flag(args.price), instances=args.instances, budget=parse_budget(args.budget),
+                   verify=args.verify,
+                   base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load, model=args.model))
+    if request["tiers"] != tiers:  # the simulator reads every private level before the shared ones
+        print("kvmm plan: note: private tiers are read before shared ones; tier order "
+              + " > ".join(t.kind + (":shared" if t.shared else "") for t in request["tiers"]), file=sys.stderr)
+    return request
 
 
 def run(args: argparse.Namespace) -> int:

@@ -95,10 +95,10 @@ def plan_summary(plan: Any) -> list[str]:
 
 
 def point_label(point: Any) -> str:
-    """``dram 512 GiB/instance + layer3.5 8 TiB shared + nvme 0``: a point's capacity per candidate tier
-    (per instance for a private tier, in all for a shared one)."""
-    return " + ".join(f"{name} {_gib_text(cap / GIB)}{suffix if cap else ''}"
-                      for (name, suffix), cap in zip(_tier_columns([point]), point.capacities)) or "no lower tier"
+    """``dram 512 GiB/instance + layer3.5 8 TiB shared``: a point's capacity per candidate tier (per
+    instance for a private tier, in all for a shared one); tiers at 0 bytes (absent) left out."""
+    return " + ".join(f"{name} {_gib_text(cap / GIB)}{suffix}" for (name, suffix), cap in
+                      zip(_tier_columns([point]), point.capacities) if cap) or "no lower tier"
 
 
 def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True, command: str | None = None) -> str:
