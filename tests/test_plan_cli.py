@@ -140,3 +140,26 @@ def test_plan_is_a_subcommand(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "plan" in capsys.readouterr().out
+
+
+def test_end_to_end_on_a_slice_of_the_conversation_trace(capsys, tmp_path):
+    """The real planner on the first 120 requests: the three files, and config.json is what
+    ``kvmm simulate --config`` replays (the same SimConfig as the plan's chosen or closest point)."""
+    from kvmm.sim.config_json import load_config
+
+    out = tmp_path / "plan"
+    assert main(["plan", "--requests", "120", "--ttft-p95", "30s", "--tier", "dram:0-1TiB:points=3",
+                 "--tier", "layer3.5:0-8TiB:shared:points=3", "--instances", "2", "--verify", "2", "--jobs", "1",
+                 "--no-progress", "--json", "--out", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "frontier.png", "plan.md"]
+    assert data["points_evaluated"] == 9 and 1 <= len(data["verified"]) <= len(data["frontier"])
+    point = data["chosen"] or data["closest"]
+    config = load_config(out / "config.json")
+    shared = config.cluster.shared_tiers if config.cluster is not None else ()
+    instances = config.cluster.instances if config.cluster is not None else config.instances
+    assert config.max_requests == 120 and instances == 2
+    assert [lv.capacity_bytes for lv in config.tiers] == [c for c in point["capacities"][:1] if c]
+    assert [lv.capacity_bytes for lv in shared] == [c for c in point["capacities"][1:] if c]
+    if data["chosen"] is not None:  # the chosen point met the SLO in its own simulation
+        assert data["chosen"]["sim_ttft_p95_s"] <= 30.0
