@@ -86,7 +86,7 @@ def _frontiers(report, n_requests: int, quick: bool) -> list:
         report.table(
             f"Frontier at p95 TTFT <= {plain_number(slo_s)} s ({requests}, {INSTANCES} instances, "
             f"{result.points_evaluated:,} capacity combinations of {' x '.join(str(t.points) for t in tiers)})",
-            ["#", "capacities", "hit ratio per tier", "est p95 TTFT s", "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
+            ["#", "capacities", f"hit ratio per tier ({' / '.join(t.kind for t in tiers)})", "est p95 TTFT s", "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
             rows,
             note="\n".join(plan_summary(result)) + "\n\n" + "\n".join(f"- {r}" for r in result.reasons)
                  + "\n\nhit ratio per tier: share of the trace's blocks served by each tier in the analytic "
@@ -177,7 +177,7 @@ def _best(rows: list) -> str:
     label, mean, std = min(rows, key=lambda r: r[1])
     ties = [r[0] for r in rows if r[0] != label and r[1] - r[2] <= mean + std]
     return (f"{label} ({plain_number(mean)} s p95 TTFT)"
-            + (f", tied within the spread with {' and '.join(ties)}" if ties else ""))
+            + (f", tied within the spread with: {'; '.join(ties)}" if ties else ""))
 
 
 def equal_cost_capacity(budget_usd_per_hour: float, usd_per_gib_hour: float, instances: int, shared: bool) -> int:
