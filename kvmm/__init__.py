@@ -12,8 +12,8 @@ from kvmm._lazy import lazy_exports
 from kvmm.errors import KvmmError
 
 __version__ = "0.1.0"
-__all__ = ["KvmmError", "__version__", "allocators", "policies", "compress", "tiers", "traces", "sim"]
+__all__ = ["KvmmError", "__version__", "allocators", "policies", "compress", "tiers", "traces", "sim", "plan"]
 
-_SUBPACKAGES = {"allocators", "policies", "compress", "tiers", "traces", "sim", "protocols", "errors", "report"}
+_SUBPACKAGES = {"allocators", "policies", "compress", "tiers", "traces", "sim", "plan", "protocols", "errors", "report"}
 
 __getattr__, __dir__ = lazy_exports(__name__, {}, globals(), frozenset(_SUBPACKAGES))

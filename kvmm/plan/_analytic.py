@@ -17,20 +17,21 @@ union of the grid's capacity points, so every count is a sum over a 1-D or 2-D h
 a run of length ``k`` is held by capacity ``C`` iff ``max(d_0..d_k) < C``; the per-request
 cumulative maximum of ``d`` turns the run into the same histogram question.
 
-**TTFT p95 (queueing approximation).**  Per request, with the run at the largest capacity:
+**TTFT p95 (queueing approximation).**  Per request, with the run at the largest capacities:
 service ``S = prefill tokens / prefill_tokens_per_s + staged bytes / fast-tier read bandwidth``
 (the step model of kvmm.sim.engine), decode work ``D = output tokens x decode_step(max_batch) /
-max_batch`` (kvmm.sim.load).  One instance is an M/G/1 server of work ``B = S + D`` at the
-arrival rate of the run (``load`` rescales arrivals as the simulator does): utilisation ``rho =
-lambda E[B]``, Pollaczek-Khinchine ``E[W] = lambda E[B^2] / (2 (1 - rho))``, and the wait taken
-as 0 with probability ``1 - rho``, else exponential of mean ``E[W] / rho``, so ``W95 = E[W] / rho
-x ln(rho / 0.05)``.  Staging a hit takes the source's latency plus the staged bytes at
-``stage_efficiency x`` the served levels' bandwidth mix (capped by the fast tier's write
-bandwidth; shared levels through the fabric link), stretched by ``1 / (1 - rho_channel)``; the
-part longer than ``E[W]`` is exposed.  ``TTFT95 ~ W95 + S95 + exposed staging95`` (a sum of
-quantiles: conservative); ``rho >= 1`` is an unbounded queue (infinite TTFT).  TPOT ~
+max_batch`` (kvmm.sim.load: decode at full-batch efficiency).  Each instance (request ``r`` on
+``r mod instances``) is one FCFS server of work ``B = S + D`` fed by the trace's own arrivals,
+rescaled to ``load`` as the simulator rescales them; Lindley's recursion ``W_next = max(0, W + B
+- gap)`` gives every request's wait, and ``TTFT = W + S``, whose p95 is taken over the requests
+(no Poisson assumption: bursts in the trace queue as they do in the simulator).  What it leaves
+out: steps batch several prefills and a decode step, and the prefill budget per step.  Staging
+a hit takes the source's latency plus the staged bytes at ``stage_efficiency x`` the served
+levels' bandwidth mix (capped by the fast tier's write bandwidth; shared levels through the
+fabric link), stretched by ``1 / (1 - rho_channel)`` for the channel's own queue; the p95 of
+that beyond the mean wait ``E[W]`` (staging overlaps the wait) is added.  TPOT ~
 ``decode_step(b) / (1 - rho_prefill)`` with ``b`` the mean decode batch (Little's law).
-Arrivals are not Poisson and steps batch prefills, so stage 2 checks the estimate.
+Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
 (hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for
@@ -60,6 +61,7 @@ class Stream:
     input_len: np.ndarray  # per request (>= 1)
     output_len: np.ndarray
     span_s: float  # arrival span of the trace as the simulator scales it
+    arrival: np.ndarray  # float64 arrival second of each request (the simulator's rescaling)
     rate: float  # SHARDS sampling rate (1: exact)
     block_tokens: int
 
@@ -89,7 +91,7 @@ def block_stream(trace, model, cfg) -> Stream:
     arrival = arrival_times(trace, model, cfg)
     span = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
     return Stream(ids, req, token_w, inp, np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1),
-                  span, rate, bt)
+                  span, np.ascontiguousarray(arrival, dtype=np.float64), rate, bt)
 
 
 def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,10 +164,11 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
     lam = stream.input_len.shape[0] / stream.span_s / instances if stream.span_s > 0 else 0.0
     decode_s_per_token = model.decode_step_seconds(model.max_batch) / model.max_batch  # kvmm.sim.load's
     stats = pair_statistics(ht0, ht1, gpu_bin, stream.input_len.astype(np.float64),
-                            stream.output_len.astype(np.float64), float(model.prefill_tokens_per_s), float(fast_read_bw),
+                            stream.output_len.astype(np.float64), stream.arrival, int(instances),
+                            float(model.prefill_tokens_per_s), float(fast_read_bw),
                             float(model.kv_bytes_per_token), float(decode_s_per_token), float(lam),
                             1.0 / model.decode_tokens_per_s, float(model.decode_batch_cost), float(model.max_batch))
-    names = ("w95", "mean_w", "s95", "staged_mean", "staged95", "rho", "mean_b", "tpot")
+    names = ("ttft95", "mean_w", "staged_mean", "staged95", "rho", "mean_b", "tpot")
     return GridModel([p[0] for p in per_type], [p[1] for p in per_type], [p[2] for p in per_type],
                      dict(zip(names, stats)), float(stream.ids.shape[0] / stream.rate), gpu_bin, lam)
 

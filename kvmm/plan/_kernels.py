@@ -46,79 +46,78 @@ def _quantile(x, q):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def pair_statistics(ht0, ht1, gpu_bin, inp, out, prefill_rate, fast_read_bw, kvb, decode_s_per_token, lam,
-                    decode_step_1, decode_batch_cost, max_batch):  # pragma: no cover - compiled
-    """Per (largest type-0 bin A, largest type-1 bin B): the queue statistics of one instance.
+def pair_statistics(ht0, ht1, gpu_bin, inp, out, arrival, instances, prefill_rate, fast_read_bw, kvb,
+                    decode_s_per_token, lam, decode_step_1, decode_batch_cost, max_batch):  # pragma: no cover - compiled
+    """Per (largest type-0 bin A, largest type-1 bin B): the queue statistics of the instances.
 
     ``ht0[r, A]`` / ``ht1[r, B]``: prompt tokens of request ``r`` in the leading run held at
-    those capacities; the run is the longer of the two (exact with one stream).  Returns arrays
-    ``(u0, u1)``: W95, E[W], S95, mean and p95 staged bytes, rho, E[B], TPOT.  Runtime
-    complexity: O(u0 x u1 x requests).
+    those capacities; the run is the longer of the two (exact with one stream).  Each instance
+    (request ``r`` on ``r mod instances``) is one FCFS server of work ``B = S + D`` over the
+    trace's own arrivals: Lindley's recursion ``W' = max(0, W + B - gap)``.  Returns arrays
+    ``(u0, u1)``: p95 of ``W + S`` (TTFT without staging waits), E[W], mean and p95 staged
+    bytes, utilisation, E[B], TPOT.  Runtime complexity: O(u0 x u1 x requests).
     """
     n, u0 = ht0.shape
     u1 = ht1.shape[1]
-    w95 = np.zeros((u0, u1))
+    ttft95 = np.zeros((u0, u1))
     mean_w = np.zeros((u0, u1))
-    s95 = np.zeros((u0, u1))
     staged_mean = np.zeros((u0, u1))
     staged95 = np.zeros((u0, u1))
     rho_out = np.zeros((u0, u1))
     mean_b = np.zeros((u0, u1))
     tpot = np.zeros((u0, u1))
-    s = np.empty(n)
+    t = np.empty(n)
     st = np.empty(n)
+    free_at = np.zeros(instances)  # when each instance's server has done the work queued so far
     out_mean = out.mean() if n else 0.0
     for a in range(u0):
         aa = max(a, gpu_bin)
         for c in range(u1):
+            if n == 0:
+                continue
+            free_at[:] = -np.inf
             sum_b = 0.0
-            sum_b2 = 0.0
             sum_s = 0.0
+            sum_w = 0.0
             for r in range(n):
                 hit = max(ht0[r, aa], ht1[r, c])
                 gpu = ht0[r, gpu_bin] if gpu_bin >= 0 else 0.0
                 staged = (hit - gpu) * kvb if hit > gpu else 0.0
                 sr = (inp[r] - hit) / prefill_rate + staged / fast_read_bw
                 br = sr + out[r] * decode_s_per_token
-                s[r] = sr
+                k = r % instances
+                start = max(arrival[r], free_at[k])
+                w = start - arrival[r]
+                free_at[k] = start + br
+                t[r] = w + sr
                 st[r] = staged
                 sum_s += sr
                 sum_b += br
-                sum_b2 += br * br
-            if n == 0:
-                continue
+                sum_w += w
             eb = sum_b / n
-            rho = lam * eb
-            rho_out[a, c] = rho
+            rho_out[a, c] = lam * eb
             mean_b[a, c] = eb
-            s95[a, c] = _quantile(s, Q)
+            mean_w[a, c] = sum_w / n
+            ttft95[a, c] = _quantile(t, Q)
             staged_mean[a, c] = st.mean()
             staged95[a, c] = _quantile(st, Q)
-            if rho >= 1.0:
-                w95[a, c] = np.inf
-                mean_w[a, c] = np.inf
-                tpot[a, c] = np.inf
-                continue
-            ew = lam * (sum_b2 / n) / (2.0 * (1.0 - rho))
-            mean_w[a, c] = ew
-            w95[a, c] = ew / rho * math.log(rho / (1.0 - Q)) if rho > 1.0 - Q else 0.0
             # TPOT: decode_step(b) slowed by the prefill share of the GPU, b by Little's law
             rho_p = lam * sum_s / n
             if rho_p >= 1.0:
                 tpot[a, c] = np.inf
                 continue
             b = 1.0
-            t = 0.0
+            step = 0.0
             for _ in range(50):
-                t = (decode_step_1 * (1.0 + decode_batch_cost * (b - 1.0))) / (1.0 - rho_p)
-                b = min(max(lam * out_mean * t, 1.0), max_batch)
-            tpot[a, c] = t
-    return w95, mean_w, s95, staged_mean, staged95, rho_out, mean_b, tpot
+                step = (decode_step_1 * (1.0 + decode_batch_cost * (b - 1.0))) / (1.0 - rho_p)
+                b = min(max(lam * out_mean * step, 1.0), max_batch)
+            tpot[a, c] = step
+    return ttft95, mean_w, staged_mean, staged95, rho_out, mean_b, tpot
 
 
 @njit(cache=True, nogil=True)
 def grid_kernel(npoints, cap_bin, tier_type, tier_usd_h, tier_spb, tier_lat, ch0, ch1, rect0, rect1, gpu_bin,
-                total_refs, w95, mean_w, s95, staged_mean, staged95, mean_b, tpot, lam, span_s, requests_per_instance,
+                total_refs, ttft95, mean_w, staged_mean, staged95, mean_b, tpot, lam, span_s, requests_per_instance,
                 base_usd_h, tokens):  # pragma: no cover - compiled
     """Every combination of the tiers' capacity points (mixed radix, the last tier fastest).
 
@@ -185,7 +184,7 @@ def grid_kernel(npoints, cap_bin, tier_type, tier_usd_h, tier_spb, tier_lat, ch0
                 run_blocks += run
                 run_seconds += run * tier_spb[i]
                 lat = max(lat, tier_lat[i])
-        w = w95[big0, big1]
+        w = ttft95[big0, big1]
         if not math.isfinite(w):
             ttft[j] = np.inf
             tpot_out[j] = np.inf
@@ -199,7 +198,7 @@ def grid_kernel(npoints, cap_bin, tier_type, tier_usd_h, tier_spb, tier_lat, ch0
                 else:
                     stage95 = (lat + staged95[big0, big1] * spb) / (1.0 - rho_channel)
                     exposed = max(0.0, stage95 - mean_w[big0, big1])
-            ttft[j] = w + s95[big0, big1] + exposed
+            ttft[j] = w + exposed
             tpot_out[j] = tpot[big0, big1]
         usd_h[j] = cost
         duration = max(span_s, requests_per_instance * mean_b[big0, big1])

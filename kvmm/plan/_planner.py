@@ -76,6 +76,15 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     from kvmm.sim.models import model as resolve_model
     from kvmm.sim.simulator import resolve_trace
 
+    # the simulator reads private levels before shared ones: evaluate in that order, report in the given one
+    order = sorted(range(len(cands)), key=lambda i: cands[i].shared)
+    if order != list(range(len(cands))):
+        grid = analytic_grid(base, tuple(cands[i] for i in order), prices, instances)
+        back = np.argsort(order)
+        grid["hit"], grid["index"] = grid["hit"][:, back], grid["index"][:, back]
+        grid["caps"] = [grid["caps"][i] for i in back]
+        grid["blocks"] = [grid["blocks"][i] for i in back]
+        return grid
     trace = resolve_trace(base.workload, base.max_requests)
     m = resolve_model(base.model)
     block_bytes = int(trace.block_tokens) * m.kv_bytes_per_token
@@ -89,7 +98,10 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
         if t == 0 and gpu_blocks is not None:
             pts.append(np.array([gpu_blocks], dtype=np.int64))
         grids.append(np.unique(np.concatenate(pts)))
-    stream = block_stream(trace, m, base)
+    from kvmm.plan._configs import point_config
+
+    # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
+    stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
     model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth)
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
@@ -105,7 +117,7 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     base_usd_h = gpus * gpu_price(prices, m) + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices) * gpus
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
-        model_.rect[1], model_.gpu_bin, model_.total_refs, st["w95"], st["mean_w"], st["s95"], st["staged_mean"],
+        model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
         st["staged95"], st["mean_b"], st["tpot"], model_.lam, stream.span_s,
         stream.input_len.shape[0] / instances, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
@@ -264,10 +276,6 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     kinds = [c.kind for c in cands]
     if len(set(kinds)) != len(kinds):
         raise BadInputError(f"tier kinds must be distinct, got {kinds}")
-    shared = [c.shared for c in cands]
-    if any(shared) and shared.index(True) < len(shared) - sum(shared):
-        raise BadInputError(f"shared tiers must come after the private ones (the simulator reads private levels "
-                            f"first), got {[c.kind + (':shared' if c.shared else '') for c in cands]}")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise BadInputError(f"instances must be an integer >= 1, got {instances!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))

@@ -1,0 +1,70 @@
+"""The planner's numba kernels against the plain-Python reference (tests/naive/plan.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kvmm.plan import SLO
+from kvmm.plan._kernels import cummax_by_group
+from kvmm.plan._planner import _checked, analytic_grid, pareto
+from kvmm.sim import GiB, SimConfig
+from kvmm.sim.models import model as resolve_model
+from kvmm.sim.simulator import resolve_trace
+from tests.naive import plan as naive
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_cummax_by_group(pairs):
+    groups = sorted(g for g, _ in pairs)
+    b = [x for _, x in pairs]
+    got = cummax_by_group(np.array(b, dtype=np.int64), np.array(groups, dtype=np.int64))
+    assert got.tolist() == naive.cummax_by_group(b, groups)
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=30))
+@settings(max_examples=80, deadline=None)
+def test_pareto(points):
+    cost = np.array([float(c) for c, _ in points])
+    lat = np.array([float(t) for _, t in points])
+    assert pareto(cost, lat).tolist() == naive.pareto(cost.tolist(), lat.tolist())
+
+
+@pytest.mark.parametrize("instances,gpu_prefix_cache,load", [(1, True, 0.6), (1, False, 0.3), (2, True, 0.5)])
+def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load):
+    base = SimConfig(workload="conversation", max_requests=60, load=load, gpu_kv_bytes=4 * GiB,
+                     gpu_prefix_cache=gpu_prefix_cache)
+    tiers = ["dram:0-12GiB:points=3", "nvme:2GiB-40GiB:points=3", "dfs:0-200GiB:points=2"]
+    _, cands, prices, base = _checked("conversation", SLO(1.0), tiers, None, instances, None, 1, 0, base, None)
+    grid = analytic_grid(base, cands, prices, instances)
+    ref = naive.stage1(resolve_trace(base.workload, base.max_requests), resolve_model(base.model), base, cands,
+                       instances, prices)
+    assert grid["points"] == len(ref["rows"]) == 18
+    assert grid["grid_model"].total_refs == ref["refs"]
+    for j, row in enumerate(ref["rows"]):
+        caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
+        assert caps == row["caps"]
+        assert grid["hit"][j].tolist() == pytest.approx(row["hit"], abs=1e-12)
+        assert grid["ttft"][j] == pytest.approx(row["ttft"], rel=1e-9)
+        assert grid["usd_h"][j] == pytest.approx(row["usd_h"], rel=1e-12)
+    assert len({round(float(t), 9) for t in grid["ttft"]}) > 1  # the capacities do move the estimate
+
+
+def test_shared_tier_given_first_is_read_after_the_private_ones():
+    base = SimConfig(workload="conversation", max_requests=60, load=0.5, gpu_kv_bytes=4 * GiB)
+    first = ["layer3.5:0-40GiB:shared:points=3", "dram:0-12GiB:points=3"]
+    last = first[::-1]
+    grids = []
+    for tiers in (first, last):
+        _, cands, prices, b = _checked("conversation", SLO(1.0), tiers, None, 1, None, 1, 0, base, None)
+        grids.append(analytic_grid(b, cands, prices, 1))
+    a, z = grids
+    rows_a = {tuple(int(a["caps"][i][a["index"][j, i]]) for i in (1, 0)): (tuple(a["hit"][j][::-1]), a["ttft"][j])
+              for j in range(a["points"])}
+    rows_z = {tuple(int(z["caps"][i][z["index"][j, i]]) for i in (0, 1)): (tuple(z["hit"][j]), z["ttft"][j])
+              for j in range(z["points"])}
+    assert rows_a == rows_z
+    # dram (private, read first) serves what both hold
+    assert any(h[0] > 0 and h[1] == 0 for h, _ in rows_z.values())
