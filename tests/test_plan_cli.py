@@ -114,17 +114,7 @@ def test_default_tiers_are_the_issues_example(monkeypatch, tmp_path):
     monkeypatch.setattr(core, "plan", stand_in(met_plan(), calls))
     assert main(["plan", "--ttft-p95", "2s", "--no-progress", "--jobs", "1", "--out", str(tmp_path)]) == 0
     assert [(t.kind, t.max_bytes, t.shared) for t in calls[0][1]["tiers"]] == [
-        ("dram", 4 * TiB, False), ("nvme", 16 * TiB, False), ("layer3.5", 64 * TiB, True)]
-
-
-def test_shared_tiers_move_after_private_ones_with_a_note(capsys, monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(core, "plan", stand_in(met_plan(), calls))
-    assert main(["plan", "--ttft-p95", "2s", "--tier", "dram:0-4TiB", "--tier", "layer3.5:0-64TiB:shared",
-                 "--tier", "nvme:0-16TiB", "--no-progress", "--jobs", "1", "--out", str(tmp_path)]) == 0
-    assert [t.kind for t in calls[0][1]["tiers"]] == ["dram", "nvme", "layer3.5"]
-    assert capsys.readouterr().err == ("kvmm plan: note: private tiers are read before shared ones; tier order "
-                                       "dram > nvme > layer3.5:shared\n")
+        ("dram", 4 * TiB, False), ("layer3.5", 64 * TiB, True), ("nvme", 16 * TiB, False)]
 
 
 def test_the_base_config_carries_requests_load_and_model(monkeypatch, tmp_path):

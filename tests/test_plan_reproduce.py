@@ -52,7 +52,7 @@ def test_the_frontier_at_two_slos(quick_report):
     md, _ = quick_report
     for slo in section._slos(True):
         headers, rows = _table(md, f"Frontier at p95 TTFT <= {slo:g} s")
-        assert headers[:6] == ["#", "capacities", "hit ratio per tier (dram / nvme / layer3.5)", "est p95 TTFT s",
+        assert headers[:6] == ["#", "capacities", "hit ratio per tier (dram / layer3.5 / nvme)", "est p95 TTFT s",
                                "sim p95 TTFT s", "USD / h"]
         assert rows and [r[0] for r in rows] == [str(i + 1) for i in range(len(rows))]
         costs = [float(r[5].replace(",", "")) for r in rows]

@@ -8,8 +8,8 @@ Spelling (each flag's bad part is named in a one-line error, exit code 2)::
 
 ``--ttft-p95`` / ``--tpot-p95``: a duration (``2s``, ``500ms``, ``0.5``: seconds, ``us``,
 ``min``).  ``--tier KIND:MIN-MAX[:shared][:points=N]`` (repeatable, fastest first; see
-:meth:`kvmm.plan.TierCandidate.parse`); private tiers are read before shared ones, so the
-shared ones move last (with a note on stderr).  ``--requests``, ``--load``, ``--model``: the
+:meth:`kvmm.plan.TierCandidate.parse`); the simulator reads private tiers before shared ones
+whatever the order given.  ``--requests``, ``--load``, ``--model``: the
 base :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
 ``--verify N``: simulate the N cheapest candidates the estimate says meet the SLO (plus their
@@ -24,14 +24,13 @@ import argparse
 import json
 import math
 import re
-import sys
 
 from kvmm.errors import BadInputError
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
-#: the tiers of the issue's example, used when no --tier is given (private ones first, as the simulator reads them)
-DEFAULT_TIERS = ("dram:0-4TiB", "nvme:0-16TiB", "layer3.5:0-64TiB:shared")
+#: the tiers of the issue's example, used when no --tier is given
+DEFAULT_TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,14 +112,9 @@ def build_request(args: argparse.Namespace) -> dict:
         raise BadInputError(f"--tier: {', '.join(repeated)} given twice; expected each tier kind once")
     from kvmm.sim.config import SimConfig
 
-    request = dict(slo=slo, tiers=[t for t in tiers if not t.shared] + [t for t in tiers if t.shared],
-                   prices=parse_price_flag(args.price), instances=args.instances, budget=parse_budget(args.budget),
-                   verify=args.verify,
-                   base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load, model=args.model))
-    if request["tiers"] != tiers:  # the simulator reads every private level before the shared ones
-        print("kvmm plan: note: private tiers are read before shared ones; tier order "
-              + " > ".join(t.kind + (":shared" if t.shared else "") for t in request["tiers"]), file=sys.stderr)
-    return request
+    return dict(slo=slo, tiers=tiers, prices=parse_price_flag(args.price), instances=args.instances,
+                budget=parse_budget(args.budget), verify=args.verify,
+                base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load, model=args.model))
 
 
 def run(args: argparse.Namespace) -> int:

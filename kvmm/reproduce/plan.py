@@ -28,8 +28,8 @@ TiB = 1024 * GiB
 MODEL = "llama3-8b"
 LOAD = 0.7
 INSTANCES = 8
-#: the candidate tiers of experiment 1 (the issue's example; the shared one last, as the simulator reads it)
-TIERS = ("dram:0-4TiB", "nvme:0-16TiB", "layer3.5:0-64TiB:shared")
+#: the candidate tiers of experiment 1 (the issue's example)
+TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 #: experiment 2: (label, tier kind, shared) of the three designs the seed article compares
 DESIGNS = (("per-node DRAM", "dram", False), ("per-node DRAM, prefix-aware router", "dram", False),
            ("shared Layer 3.5 pool", "layer3.5", True), ("DFS offload", "dfs", True))
