@@ -153,3 +153,14 @@ def test_end_to_end_on_a_slice_of_the_conversation_trace(capsys, tmp_path):
     assert [lv.capacity_bytes for lv in shared] == [c for c in point["capacities"][1:] if c]
     if data["chosen"] is not None:  # the chosen point met the SLO in its own simulation
         assert data["chosen"]["sim_ttft_p95_s"] <= 30.0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--trace", "/nonexistent/trace.jsonl"], "is neither a file nor a bundled trace name"),
+    (["--tier", "hbm:0-1TiB"], "no price for tier 'hbm'"),
+    (["--requests", "50", "--tier", "dram:0-1TiB:points=2", "--budget", "1"], "no capacity combination costs at most"),
+])
+def test_the_planners_own_bad_input_is_one_line_and_exit_code_2(flags, message, capsys, tmp_path):
+    assert main(["plan", "--ttft-p95", "2s", "--no-progress", "--jobs", "1", *flags, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvmm plan: error: ") and message in err and "\n" not in err
