@@ -58,7 +58,7 @@ def test_the_frontier_at_two_slos(quick_report):
         costs = [float(r[5].replace(",", "")) for r in rows]
         assert costs == sorted(costs)  # cheapest first
         est = [float(r[3]) for r in rows]
-        assert all(a > b for a, b in zip(est, est[1:]))  # a Pareto frontier: each dearer point is faster
+        assert all(a >= b for a, b in zip(est, est[1:]))  # a Pareto frontier: each dearer point is faster (3 decimals shown)
         assert sum(r[-1] in ("chosen", "closest") for r in rows) <= 1
         assert any(r[4] for r in rows)  # some points were simulated
     assert md.count("![plan-frontier]") == 1
@@ -67,14 +67,19 @@ def test_the_frontier_at_two_slos(quick_report):
 def test_the_equal_cost_question(quick_report):
     md, _ = quick_report
     headers, rows = _table(md, "The first article's question, at equal cost")
-    assert headers[:3] == ["KV tier budget", "design", "capacity it buys"]
-    budgets = section.BUDGETS_USD_PER_HOUR[1:3]
-    assert [r[0] for r in rows] == [f"${b:g}/h" for b in budgets for _ in section.DESIGNS]
-    assert [r[1] for r in rows] == [d[0] for d in section.DESIGNS] * len(budgets)
+    assert headers[:4] == ["KV tier budget", "routing", "design", "capacity it buys"]
+    expected = [("none", r, "no KV tier") for r in section.ROUTINGS] + [
+        (f"${b:g}/h", r, d[0]) for b in section.QUICK_BUDGETS for r in section.ROUTINGS for d in section.DESIGNS]
+    assert [tuple(r[:3]) for r in rows] == expected
     for r in rows:
-        for cell in r[3:]:
+        for cell in r[4:]:
             assert all(math.isfinite(v) for v in _numbers(cell)) and _numbers(cell), r
-    assert "Lowest p95 TTFT (mean over the slices): at $0.5/h, " in md
+        if r[2] == "no KV tier":
+            assert r[3] == "" and _numbers(r[4]) == [0.0, 0.0]  # no lower tier, no lower-tier hit
+    caps = {r[2]: r[3] for r in rows if r[0] != "none" and r[1] == "round-robin"}
+    assert caps["per-node DRAM"].endswith(" per node") and caps["DFS offload"].endswith(" shared")
+    for routing in section.ROUTINGS:
+        assert f"at $0.5/h with {routing} routing, " in md
 
 
 def test_equal_cost_capacity_spends_the_same_budget():
@@ -85,3 +90,10 @@ def test_equal_cost_capacity_spends_the_same_budget():
         assert spent == pytest.approx(2.0, rel=1e-9)
     # a private tier is bought for every instance: an 8th of the capacity each
     assert section.equal_cost_capacity(2.0, 0.004, 8, False) == section.equal_cost_capacity(2.0, 0.004, 1, True) // 8
+
+
+def test_the_answers_line_names_each_slos_choice(quick_report):
+    md, _ = quick_report
+    line = next(ln for ln in md.splitlines() if ln.startswith("The planner's answers: "))
+    for slo in section._slos(True):
+        assert f"at {slo:g} s, " in line

@@ -31,12 +31,15 @@ INSTANCES = 8
 #: the candidate tiers of experiment 1 (the issue's example)
 TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 #: experiment 2: (label, tier kind, shared) of the three designs the seed article compares
-DESIGNS = (("per-node DRAM", "dram", False), ("per-node DRAM, prefix-aware router", "dram", False),
-           ("shared Layer 3.5 pool", "layer3.5", True), ("DFS offload", "dfs", True))
-#: the router of the "prefix-aware" design (kvmm.cluster.routers; a load weight keeps it balanced)
+DESIGNS = (("per-node DRAM", "dram", False), ("shared Layer 3.5 pool", "layer3.5", True), ("DFS offload", "dfs", True))
+#: experiment 2: how requests reach instances (the planner assumes round-robin)
+ROUTINGS = ("round-robin", "prefix-aware")
+#: the router of the prefix-aware routing (kvmm.cluster.routers; a load weight keeps it balanced)
 PREFIX_ROUTER = ("precise-prefix", {"load_weight": 4.0})
 #: experiment 2: USD per hour spent on the KV tier (on top of the GPUs), one run per budget
-BUDGETS_USD_PER_HOUR = (0.05, 0.5, 2.0, 8.0)
+BUDGETS_USD_PER_HOUR = (0.05, 0.5, 8.0)
+#: the budgets of a quick run
+QUICK_BUDGETS = (0.5,)
 
 
 def reproduce(report) -> None:
@@ -97,6 +100,15 @@ def _frontiers(report, n_requests: int, quick: bool) -> list:
             report.text(f"Estimate vs simulation at {plain_number(slo_s)} s, over the {len(errors)} verified points: "
                         f"relative error of the p95 TTFT estimate {mean_pm(errors, '.1f', scale=100, unit=' %')} "
                         f"(largest {max(abs(e) for e in errors) * 100:.1f} %).")
+    used = {t.kind for p in plans for q in p.frontier for t, c in zip(tiers, q.capacities) if c}
+    unused = [t.kind for t in tiers if t.kind not in used]
+    answers = "; ".join(f"at {plain_number(p.slo.ttft_p95_s)} s, " + (point_label(p.chosen) if p.chosen is not None
+                        else "nothing (closest: " + point_label(p.closest) + ")" if p.closest is not None else "nothing")
+                        for p in plans)
+    report.text(f"The planner's answers: {answers}."
+                + (f"  {' and '.join(unused)} never reach the frontier: every combination with them is dominated "
+                   "by one that is cheaper and, by the estimate, at least as fast (the Layer 3.5 pool costs under 1 % "
+                   "of DRAM per GiB here)." if unused else ""))
     return plans
 
 
@@ -116,60 +128,76 @@ def _mark(plan, point) -> str:
 
 # --------------------------------------------------------------------------- experiment 2
 def _equal_cost(report, trace, quick: bool) -> None:
-    from kvmm.plan import TierCandidate
-    from kvmm.plan._configs import point_config
     from kvmm.reproduce.cluster import _window
     from kvmm.sim._sweep import sweep
     from kvmm.tiers.spec import PRESETS
 
     slice_len = 400 if quick else 4010
     n_slices = 2 if quick else 3
-    budgets = BUDGETS_USD_PER_HOUR[1:3] if quick else BUDGETS_USD_PER_HOUR
+    budgets = QUICK_BUDGETS if quick else BUDGETS_USD_PER_HOUR
     slices = [_window(trace, k * slice_len, slice_len) for k in range(n_slices)]
-    keys, configs = [], []
+    cases = [(None, routing, "no KV tier", None, False, 0) for routing in ROUTINGS]
     for b in budgets:
-        for label, kind, shared in DESIGNS:
-            capacity = equal_cost_capacity(b, PRESETS[kind].usd_per_gib_hour, INSTANCES, shared)
-            cand = TierCandidate(kind, capacity, capacity, points=1, shared=shared)
-            for w in slices:
-                base = SimConfig(workload=w, load=LOAD, model=MODEL)
-                if "router" in label:
-                    from kvmm.cluster import ClusterConfig
-
-                    base = base.with_(cluster=ClusterConfig(instances=INSTANCES, router=PREFIX_ROUTER[0],
-                                                            router_params=PREFIX_ROUTER[1]))
-                keys.append((b, label, capacity))
-                configs.append(point_config(base, (cand,), (capacity,), INSTANCES))
+        for routing in ROUTINGS:
+            for label, kind, shared in DESIGNS:
+                capacity = equal_cost_capacity(b, PRESETS[kind].usd_per_gib_hour, INSTANCES, shared)
+                cases.append((b, routing, label, kind, shared, capacity))
+    keys, configs = [], []
+    for case in cases:
+        for w in slices:
+            keys.append(case)
+            configs.append(_design_config(w, *case[1:]))
     with report.progress(len(configs), "plan: equal cost") as bar:
         results = sweep(configs, max_workers=2, progress=bar.update)
     grouped: dict = {}
     for key, r in zip(keys, results):
         grouped.setdefault(key, []).append(r)
-    rows, by_budget = [], {}
-    for (b, label, capacity), rs in grouped.items():
+    rows, by_case = [], {}
+    for (b, routing, label, _, _, capacity), rs in grouped.items():
         p95 = [r.ttft_p95 for r in rs]
-        by_budget.setdefault(b, []).append((label, *spread(p95)))
-        rows.append((f"${plain_number(b)}/h", label, _capacity_text(capacity, label),
+        if b is not None:
+            by_case.setdefault((b, routing), []).append((label, *spread(p95)))
+        rows.append(("none" if b is None else f"${plain_number(b)}/h", routing, label,
+                     "" if b is None else _capacity_text(capacity, label),
                      mean_pm([100 * r.slow_hit_token_share for r in rs], ".1f"),
                      mean_pm([100 * (r.gpu_hit_token_share + r.slow_hit_token_share) for r in rs], ".1f"),
                      mean_pm(p95, ".3f"), mean_pm([r.usd_per_million_input_tokens for r in rs], ".4f")))
-    answers = "; ".join(f"at ${plain_number(b)}/h, {_best(v)}" for b, v in by_budget.items())
+    answers = "; ".join(f"at ${plain_number(b)}/h with {routing} routing, {_best(v)}" for (b, routing), v in by_case.items())
+    router, params = PREFIX_ROUTER
     report.table(
         f"The first article's question, at equal cost: per-node DRAM vs a shared Layer 3.5 pool vs DFS offload "
         f"({INSTANCES} instances, {n_slices} slices of {slice_len} requests)",
-        ["KV tier budget", "design", "capacity it buys", "lower-tier hit %", "hit ratio %", "TTFT p95 s",
+        ["KV tier budget", "routing", "design", "capacity it buys", "lower-tier hit %", "hit ratio %", "TTFT p95 s",
          "USD / M input tok"], rows,
-        note=f"Lowest p95 TTFT (mean over the slices): {answers}.  Each design spends the same USD per hour on its KV tier: per-node DRAM "
-             f"gets budget / ({INSTANCES} x its price per GiB-hour) per node; the shared Layer 3.5 pool (ContextCube "
-             "preset: 120 GB/s per box, 30 us) and the DFS (ParaStor preset: 40 GB/s, 500 us) get budget / price "
-             "in all, read over the rdma400 fabric.  Requests are dealt round-robin, except in the prefix-aware row (the "
-             f"{PREFIX_ROUTER[0]} router with load_weight {PREFIX_ROUTER[1]['load_weight']:g}: each request goes where its "
-             "longest prefix is held, less 4 blocks per queued or running request): without affinity a private tier only "
-             "helps a request that lands where its prefix was computed, and a private tier smaller than the GPU "
-             "pool (96 GiB) holds nothing the pool does not (the tiers are inclusive).  Every tier is LRU, written through with every prefilled "
-             "block.  Per GiB the shared tiers are 20 to 130 times cheaper than DRAM (docs/cost.md), so at equal "
-             "cost they hold far more of the reuse working set; what DRAM keeps is bandwidth and latency.  "
-             "hit ratio = share of prompt tokens found in the GPU pool + read from the lower tier.")
+        note=f"Lowest p95 TTFT (mean over the slices): {answers}.  Each design spends the same USD per hour on its KV "
+             f"tier: per-node DRAM gets budget / ({INSTANCES} x its price per GiB-hour) per node; the shared Layer 3.5 "
+             "pool (ContextCube preset: 120 GB/s per box, 30 us) and the DFS (ParaStor preset: 40 GB/s, 500 us) get "
+             "budget / price in all, read over the rdma400 fabric.  Per GiB the shared tiers are 20 to 130 times "
+             "cheaper than DRAM (docs/cost.md), so at equal cost they hold far more of the reuse working set; what "
+             "DRAM keeps is bandwidth and latency.  Two routings: round-robin (what the planner assumes) and "
+             f"prefix-aware (the {router} router with load_weight {params['load_weight']:g}: each request goes where "
+             "its longest prefix is held, less 4 blocks per queued or running request).  Without affinity a private "
+             "tier only helps a request that lands where its prefix was computed; with it, the GPU pools themselves "
+             "hit more (the hit ratio counts GPU hits too), so compare each design with the no-KV-tier row of the "
+             "same routing to see what the tier adds.  A private tier smaller than the GPU pool (96 GiB) holds "
+             "nothing the pool does not (the levels are inclusive).  Every tier is LRU, written through with every "
+             "prefilled block.  hit ratio = share of prompt tokens found in the GPU pool + read from the lower tier.")
+
+
+def _design_config(w, routing: str, label: str, kind, shared: bool, capacity: int) -> SimConfig:
+    """The SimConfig of one design on slice ``w``: the planner's own point config (kvmm.plan._configs)."""
+    from kvmm.cluster import ClusterConfig
+    from kvmm.plan import TierCandidate
+    from kvmm.plan._configs import point_config
+
+    base = SimConfig(workload=w, load=LOAD, model=MODEL)
+    if routing == "prefix-aware":
+        base = base.with_(cluster=ClusterConfig(instances=INSTANCES, router=PREFIX_ROUTER[0],
+                                                router_params=PREFIX_ROUTER[1]))
+    if kind is None:
+        return point_config(base, (), (), INSTANCES)
+    return point_config(base, (TierCandidate(kind, capacity, capacity, points=1, shared=shared),), (capacity,),
+                        INSTANCES)
 
 
 def _best(rows: list) -> str:
