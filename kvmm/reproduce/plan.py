@@ -230,6 +230,6 @@ def _plot(report, plans: list) -> None:
     def draw(axes):
         for ax, p in zip(axes if len(plans) > 1 else [axes], plans):
             draw_frontier(p, None, ax=ax)
-            ax.set_title(f"conversation trace, {INSTANCES} instances: p95 TTFT SLO {plain_number(p.slo.ttft_p95_s)} s")
+            ax.set_title(f"conversation, {INSTANCES} instances, SLO {plain_number(p.slo.ttft_p95_s)} s")
 
     report.figure("plan-frontier", draw, size=(11.0, 4.2), ncols=len(plans))
