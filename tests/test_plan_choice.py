@@ -70,3 +70,12 @@ def test_budget_drops_dearer_points(loose):
     p = _plan(1000.0, budget=cap)
     assert all(q.usd_per_hour <= cap for q in p.frontier)
     assert len(p.frontier) == 1
+
+
+def test_hourly_price_is_the_simulators_cost_account(loose):
+    for p in loose.verified:
+        r = p.sim
+        assert r.total_usd / (r.duration_s / 3600.0) == pytest.approx(p.usd_per_hour, rel=1e-9)
+        assert sum(p.tier_usd_per_hour.values()) == pytest.approx(p.usd_per_hour, rel=1e-12)
+        assert p.sim_usd_per_m_tokens == pytest.approx(
+            r.total_usd / (r.cost.input_tokens + r.cost.output_tokens) * 1e6, rel=1e-12)

@@ -49,6 +49,7 @@ def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load):
         assert grid["hit"][j].tolist() == pytest.approx(row["hit"], abs=1e-12)
         assert grid["ttft"][j] == pytest.approx(row["ttft"], rel=1e-9)
         assert grid["usd_h"][j] == pytest.approx(row["usd_h"], rel=1e-12)
+        assert grid["tpot"][j] == pytest.approx(row["tpot"], rel=1e-9)
     assert len({round(float(t), 9) for t in grid["ttft"]}) > 1  # the capacities do move the estimate
 
 
@@ -68,3 +69,40 @@ def test_shared_tier_given_first_is_read_after_the_private_ones():
     assert rows_a == rows_z
     # dram (private, read first) serves what both hold
     assert any(h[0] > 0 and h[1] == 0 for h, _ in rows_z.values())
+
+
+def test_shards_sampling_approximates_the_exact_hit_shares(monkeypatch):
+    from kvmm.plan import _analytic
+
+    base = SimConfig(workload="conversation", max_requests=4000, gpu_prefix_cache=False)
+    tiers = ["dram:0-1TiB:points=3", "nvme:0-4TiB:points=3"]
+    _, cands, prices, base = _checked("conversation", SLO(1.0), tiers, None, 1, None, 1, 0, base, None)
+    exact = analytic_grid(base, cands, prices, 1)
+    assert exact["stream"].rate == 1.0
+    monkeypatch.setattr(_analytic, "SHARDS_MIN_REFS", 1000)
+    monkeypatch.setattr(_analytic, "SHARDS_RATE", 0.2)
+    sampled = analytic_grid(base, cands, prices, 1)
+    assert sampled["stream"].rate == 0.2
+    assert sampled["stream"].ids.shape[0] < 0.3 * exact["stream"].ids.shape[0]
+    assert np.abs(sampled["hit"] - exact["hit"]).max() < 0.03
+    assert sampled["grid_model"].total_refs == pytest.approx(exact["grid_model"].total_refs, rel=0.1)
+    finite = np.isfinite(exact["ttft"])
+    assert np.allclose(sampled["ttft"][finite], exact["ttft"][finite], rtol=0.25)
+
+
+def test_private_levels_see_their_instance_and_shared_levels_every_request():
+    # two instances, no GPU prefix cache: a private level alone serves #{d_instance < C}, a shared
+    # level alone #{d_global < C} (requests dealt round-robin, as the simulator deals them)
+    base = SimConfig(workload="conversation", max_requests=80, load=0.5, gpu_prefix_cache=False)
+    trace = resolve_trace("conversation", 80)
+    block = 512 * resolve_model("llama3-8b").kv_bytes_per_token
+    offsets = trace.block_offsets.tolist()
+    req = [r for r in range(80) for _ in range(offsets[r], offsets[r + 1])]
+    local, glob = naive.distances(trace.block_ids.tolist(), req, 2)
+    for tier, dist in (("dram:0-3GiB:points=4", local), ("layer3.5:0-3GiB:shared:points=4", glob)):
+        _, cands, prices, b = _checked("conversation", SLO(1.0), [tier], None, 2, None, 1, 0, base, None)
+        grid = analytic_grid(b, cands, prices, 2)
+        for j in range(grid["points"]):
+            cap = int(grid["caps"][0][grid["index"][j, 0]]) // block
+            assert grid["hit"][j, 0] == pytest.approx(sum(d < cap for d in dist) / len(dist), abs=1e-12)
+        assert grid["hit"][:, 0].max() > 0

@@ -10,7 +10,9 @@ hierarchy: a level does not hold the next ``C_i`` blocks after the level above, 
 is *served* by the first level whose capacity exceeds its distance, ``#{max(C_<i) <= d < C_i}``
 (the GPU prefix cache, when on, is level 0 with the pool's blocks; approximated as an LRU).  With
 ``instances > 1`` private levels see their instance's requests (round-robin, ``r mod N``: their
-own tracker per instance) and shared levels the whole stream.  Capacities are binned on the
+own tracker per instance) and shared levels the whole stream; a shared level's share is then what
+it holds when offered (its ``tier_block_hits``), capped so the shares sum to at most 1 (a
+block both hold is read from the private level, so the share it serves is smaller).  Capacities are binned on the
 union of the grid's capacity points, so every count is a sum over a 1-D or 2-D histogram.
 
 **Prefix runs.**  The engine reads hits only along the prompt's leading run of held blocks:
@@ -29,13 +31,17 @@ out: steps batch several prefills and a decode step, and the prefill budget per 
 a hit takes the source's latency plus the staged bytes at ``stage_efficiency x`` the served
 levels' bandwidth mix (capped by the fast tier's write bandwidth; shared levels through the
 fabric link), stretched by ``1 / (1 - rho_channel)`` for the channel's own queue; the p95 of
-that beyond the mean wait ``E[W]`` (staging overlaps the wait) is added.  TPOT ~
-``decode_step(b) / (1 - rho_prefill)`` with ``b`` the mean decode batch (Little's law).
+that beyond the mean wait ``E[W]`` (staging overlaps the wait) is added.  TPOT: a step is
+the prefills admitted plus one decode token of the batch, so a request's ``out - 1`` decode
+tokens take ``(out - 1) decode_step(b)`` plus the prefill work its instance starts meanwhile
+(from the same Lindley timeline); ``b`` is the mean batch by Little's law; p95 over requests
+with two or more output tokens, as the simulator reports it.
 Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
 (hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for
-``1 / R`` references.
+``1 / R`` references; SHARDS-adj puts the difference between the trace's references and the
+weighted sample at distance 0 (Waldspurger et al., FAST '15).
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ class Stream:
     span_s: float  # arrival span of the trace as the simulator scales it
     arrival: np.ndarray  # float64 arrival second of each request (the simulator's rescaling)
     rate: float  # SHARDS sampling rate (1: exact)
+    total_refs: int  # references of the whole trace (sampled or not)
     block_tokens: int
 
 
@@ -84,6 +91,7 @@ def block_stream(trace, model, cfg) -> Stream:
     top = inp[req] - 1
     token_w = (np.minimum((pos + 1) * bt, top) - np.minimum(pos * bt, top)).astype(np.float64)
     rate = 1.0
+    total_refs = int(ids.shape[0])
     if ids.shape[0] > SHARDS_MIN_REFS:
         rate = SHARDS_RATE
         keep = _hash64(ids) < np.uint64(int(rate * 2.0**64))
@@ -91,7 +99,7 @@ def block_stream(trace, model, cfg) -> Stream:
     arrival = arrival_times(trace, model, cfg)
     span = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
     return Stream(ids, req, token_w, inp, np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1),
-                  span, np.ascontiguousarray(arrival, dtype=np.float64), rate, bt)
+                  span, np.ascontiguousarray(arrival, dtype=np.float64), rate, total_refs, bt)
 
 
 def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +154,9 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
         h1 = np.bincount(b, weights=w, minlength=u + 1)[: u + 1]
         h2 = np.zeros((u + 1, u + 1))
         np.add.at(h2, (b, c), w)
+        if stream.rate < 1.0:  # SHARDS-adj: the references the sample misses count at distance 0
+            h1[1] += stream.total_refs - w.sum()
+            h2[1, 1] += stream.total_refs - w.sum()
         rect = np.zeros((u + 2, u + 2))
         rect[1:, 1:] = h2.cumsum(0).cumsum(1)
         # run tokens per request at each capacity bin: HT[r, a] = sum of token_w with c <= a
@@ -170,7 +181,7 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
                             1.0 / model.decode_tokens_per_s, float(model.decode_batch_cost), float(model.max_batch))
     names = ("ttft95", "mean_w", "staged_mean", "staged95", "rho", "mean_b", "tpot")
     return GridModel([p[0] for p in per_type], [p[1] for p in per_type], [p[2] for p in per_type],
-                     dict(zip(names, stats)), float(stream.ids.shape[0] / stream.rate), gpu_bin, lam)
+                     dict(zip(names, stats)), float(stream.total_refs), gpu_bin, lam)
 
 
 def _run_bins(b: np.ndarray, req: np.ndarray) -> np.ndarray:

@@ -156,7 +156,9 @@ class PlanPoint:
 
     ``capacities``: bytes per candidate tier, in the order the candidates were given (per
     instance for a private tier, in all for a shared one).  ``hit_ratio``: the share of the
-    trace's blocks served by each tier (the rest are recomputed).  ``tier_gib`` /
+    trace's blocks served by each tier (the first tier, in the simulator's order, whose LRU
+    capacity exceeds the block's stack distance; with several instances a shared tier's share
+    is what it holds, see kvmm.plan._analytic).  ``tier_gib`` /
     ``tier_usd_per_hour``: provisioned GiB and hourly price by tier name (private tiers counted
     once per instance; ``"gpu"`` carries the GPUs' hourly price).  ``usd_per_m_tokens``: the
     cost account's USD per million (input + output) tokens at the estimated duration.

@@ -92,11 +92,13 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
         b = s + np.array(out) * dpt
         # one FCFS server per instance over the trace's own arrivals: the wait before its work starts
         free = [-INF] * instances
-        wait = []
+        wait, starts = [], []
         for r in range(n):
             start = max(float(arrival[r]), free[r % instances])
             wait.append(start - float(arrival[r]))
+            starts.append(start)
             free[r % instances] = start + b[r]
+        tpot = _tpot(model, lam, s, starts, out, instances)
         ew = float(np.mean(wait))
         exposed = 0.0
         total_run = sum(run_blocks)
@@ -111,7 +113,7 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
                                                  for c, cap in zip(cands, caps) if cap > 0]
         usd_h = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
                              prices=prices, gpu_usd_per_hour=model.gpu_usd_per_hour).total_usd
-        rows.append({"caps": caps, "hit": [x / len(ids) for x in served], "ttft": ttft, "usd_h": usd_h})
+        rows.append({"caps": caps, "hit": [x / len(ids) for x in served], "ttft": ttft, "usd_h": usd_h, "tpot": tpot})
     return {"rows": rows, "refs": len(ids)}
 
 
@@ -134,3 +136,27 @@ def cummax_by_group(b: list, group: list) -> list:
         cur = x if k == 0 or g != group[k - 1] else max(cur, x)
         out.append(cur)
     return out
+
+
+def _tpot(model, lam, s, starts, out, instances) -> float:
+    """p95 over requests with >= 2 output tokens of: (out - 1) decode steps at the Little's-law
+    batch plus the prefill seconds its instance starts during its decode, per token."""
+    rho_p = lam * float(np.mean(s))
+    if rho_p >= 1:
+        return INF
+    b, step = 1.0, 0.0
+    for _ in range(50):
+        step = model.decode_step_seconds(b) / (1 - rho_p)
+        b = min(max(lam * float(np.mean(out)) * step, 1.0), model.max_batch)
+    d = model.decode_step_seconds(b)
+    per = []
+    for r in range(len(out)):
+        if out[r] < 2:
+            continue
+        first = starts[r] + s[r]
+        span = (out[r] - 1) * step
+        for _ in range(2):
+            pre = sum(s[q] for q in range(r + 1, len(out)) if q % instances == r % instances and starts[q] < first + span)
+            span = (out[r] - 1) * d + pre
+        per.append(span / (out[r] - 1))
+    return float(np.quantile(per, 0.95)) if per else 0.0
