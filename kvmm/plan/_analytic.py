@@ -142,7 +142,8 @@ class GridModel:
 def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | None, *, model, fast_read_bw: float) -> GridModel:
     """Bin the distances on ``grids`` (type 0: the GPU and private levels; type 1: shared levels)
     and tabulate the per-request run statistics.  Runtime complexity: O(refs log refs + requests
-    x u0 x u1) for u0, u1 grid points per type."""
+    x u0 x u1 x log requests) for u0, u1 grid points per type; memory O(requests x (u0 + u1))
+    (the per-request run tokens at every grid point)."""
     local_d, global_d = stack_distances(stream, instances)
     per_type = []
     for t, d in enumerate((local_d, global_d)):
