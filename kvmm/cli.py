@@ -3,7 +3,7 @@
 ``kvmm reproduce`` is the main job: it runs every registered report section (see
 :data:`kvmm.report.SECTIONS`) on the bundled data and writes ``<out>/report.md`` plus PNGs
 (``--quick`` / ``--only`` runs write their own ``report-quick*.md`` / ``report-only-*.md``).
-Other subcommands (``mrc``, ``simulate``, ``calibrate``) live in their component's ``_cli``
+Other subcommands (``mrc``, ``simulate``, ``calibrate``, ``plan``) live in their component's ``_cli``
 module, registered in :data:`COMMANDS`, which provides ``add_arguments(parser)`` and
 ``run(args) -> int``; those modules import their heavy parts inside ``run`` so ``kvmm --help``
 stays fast.
@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mrc": ("kvmm.policies._cli", "miss-ratio curve and working set of a trace"),
     "simulate": ("kvmm.sim._cli", "replay a trace through the serving simulator"),
     "calibrate": ("kvmm.compress._cli", "TriAttention calibration of a local transformers model"),
+    "plan": ("kvmm.plan._cli", "the cheapest KV hierarchy meeting a p95 TTFT SLO (analytic frontier, then simulated)"),
 }
 
 
@@ -48,7 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         module.add_arguments(p)
         handlers[name] = module.run
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv[1:]  # the subcommand's own flags, quoted back in what it writes (kvmm plan's plan.md)
     from kvmm.errors import KvmmError
 
     try:

@@ -44,6 +44,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("pd", "kvmm.reproduce.pd"),
     ("triattention", "kvmm.reproduce.triattention"),
     ("cluster", "kvmm.reproduce.cluster"),
+    ("plan", "kvmm.reproduce.plan"),
 ]
 
 

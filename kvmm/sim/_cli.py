@@ -127,6 +127,19 @@ def parse_tier(text: str):
     return TierLevel(parts[0], eviction=eviction, admission=admission, capacity_bytes=size)
 
 
+def parse_price_flag(text: str | None):
+    """``--price NAME=AMOUNT/UNIT,...`` -> a :class:`kvmm.cluster.Prices` (``None`` when the flag
+    was not given); a one-line error quoting the flag otherwise (``kvmm simulate`` and ``kvmm plan``)."""
+    if text is None:
+        return None
+    from kvmm.cluster.cost import parse_prices
+
+    try:
+        return parse_prices(text)
+    except BadInputError as exc:
+        raise BadInputError(f"--price {text!r}: {exc}") from None
+
+
 def parse_pd(text: str):
     """``PxD:LINK[:serial]`` -> PDConfig."""
     from kvmm.sim.config import PDConfig
@@ -222,14 +235,7 @@ def build_configs(args: argparse.Namespace) -> list:
     tiers = tuple(with_fill(lv, args) for lv in tiers)
     cluster = parse_cluster(args)
     instances = 1 if cluster is not None else args.instances
-    prices = None
-    if args.price is not None:
-        from kvmm.cluster.cost import parse_prices
-
-        try:
-            prices = parse_prices(args.price)
-        except BadInputError as exc:
-            raise BadInputError(f"--price {args.price!r}: {exc}") from None
+    prices = parse_price_flag(args.price)
     pd = parse_pd(args.pd) if args.pd else None
     if pd is not None:
         staging = ("timely",)  # PD runs model no lower tier and no staging: one run
