@@ -47,6 +47,8 @@ __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
 _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
+    "arc": "kvmm.policies._replay_arc:replay_arc",
+    "lfu": "kvmm.policies._replay_lfu:replay_lfu",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)
