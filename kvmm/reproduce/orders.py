@@ -13,9 +13,11 @@ always one of the capacities, marked in the table and drawn as a vertical line i
 miss ratio is ``1 - hits / references`` (cold misses included), the formula of
 :meth:`DistanceHistogram.mrc`, so LRU's column equals the exact stack-distance MRC bit for bit.
 
-Cost: one replay per order, capacity and trace, each O(references) in numba: the bundled
-streams (288,500 and 121,877 block references) at 8 capacities and 10 orders are about 33 M
-references, a few seconds (the tables' notes print the measured time).
+Cost: one replay per order, capacity and trace, each O(references) in numba.  The bundled
+streams hold 288,500 and 121,877 block references; at about 9 capacities (10 in the allocator
+section) and 12 orders that is about 45 M references per section, a few seconds at the replays'
+>= 10 M references/s (plus each kernel's first compilation, cached on disk); the tables' notes
+print the measured time.
 Runtime complexity: O(orders x capacities x references).
 """
 
