@@ -15,7 +15,7 @@ import pytest
 from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
-ORDERS = {"lru": "LRU", "fifo": "FIFO", "clock": "Clock", "belady": "Belady"}
+ORDERS = {"lru": "LRU", "fifo": "FIFO", "arc": "ARC", "lfu": "LFU", "clock": "Clock", "belady": "Belady"}
 N = size(3_000_000, 30_000)
 UNIVERSE = size(1_000_000, 10_000)
 CAPACITY = UNIVERSE // 10

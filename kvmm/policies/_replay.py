@@ -49,6 +49,8 @@ _KERNELS: dict[str, str] = {
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
     "clock": "kvmm.policies._replay_clock:replay_clock",
     "belady": "kvmm.policies._replay_belady:replay_belady",
+    "arc": "kvmm.policies._replay_arc:replay_arc",
+    "lfu": "kvmm.policies._replay_lfu:replay_lfu",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

@@ -8,7 +8,9 @@ loaded over the host link), the rest is recomputed.  Reported: recomputed prompt
 modelled GPU time (prefill recompute + host-to-GPU loads + decode; tool waits excluded), and an
 end-to-end agent time that adds the agents' tool waits (:func:`tool_wait_seconds`: one wait per
 request, the trace generator's log-normal wait at its expected value), next to the paper's
-figures.  Also the working set and MRC of the bundled Mooncake traces.
+figures.  Also the working set and MRC of the bundled Mooncake traces, and every eviction
+order's miss ratio (Belady's too, when registered) vs capacity on their block streams around
+that working set (:mod:`kvmm.reproduce.orders`).
 """
 
 from __future__ import annotations
@@ -337,8 +339,10 @@ def reproduce(report) -> None:
     # bundled Mooncake traces: working set and MRC
     curves = {}
     rows = []
+    streams = {}
     for name in ("conversation", "synthetic"):
         tr = load_mooncake(name)
+        streams[name] = tr.block_ids
         t = StackDistanceTracker()
         t.access(tr.block_ids)
         hist = t.histogram()
@@ -365,6 +369,11 @@ def reproduce(report) -> None:
         ax.legend()
 
     report.figure("working_set_mrc", draw)
+
+    # every eviction order (and Belady) on the same block streams, capacities around the WS
+    from kvmm.reproduce.orders import QUICK_WS_FRACTIONS, WS_FRACTIONS, report_orders
+
+    report_orders(report, streams, section="working-set", fractions=QUICK_WS_FRACTIONS if quick else WS_FRACTIONS)
 
 
 def tool_wait_seconds(num_requests: int) -> float:

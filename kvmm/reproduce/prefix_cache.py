@@ -10,6 +10,10 @@ last-first; a request that does not fit even in an empty pool is counted as all 
 
 With a pool of at least the trace's unique block count no cached block is ever evicted, so the
 hit ratio is ``1 - unique / refs``: 36.6 % (conversation) and 64.0 % (synthetic).
+
+The section then replays the same block streams through every eviction order (and Belady, when
+registered) at the same pool sizes plus the stream's working set (:mod:`kvmm.reproduce.orders`),
+beside the allocator's own miss ratio.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ def reproduce(report) -> None:
     fractions = tuple(dict.fromkeys(POOL_FRACTIONS[::2] + (1.0,))) if report.quick else POOL_FRACTIONS
     limit = 1500 if report.quick else None
     curves = {}
+    streams = {}
     with report.progress(len(traces) * len(fractions), "allocator replay") as bar:
         for tr in traces:
             r = tr.num_requests if limit is None else min(limit, tr.num_requests)
@@ -96,6 +101,7 @@ def reproduce(report) -> None:
                 rows.append((frac, pool, res["hit_ratio"], res["hits"], res["evictions"], res["oversized"]))
                 bar.update(1)
             curves[tr.name] = rows
+            streams[tr.name] = tr.block_ids[:end]
             report.table(
                 f"{tr.name} trace: {r:,} requests, {end:,} block refs, {unique:,} unique blocks",
                 ["pool / unique", "pool blocks", "hit ratio", "hits", "evictions", "too large"],
@@ -115,3 +121,11 @@ def reproduce(report) -> None:
         ax.legend(loc="lower right")
 
     report.figure("allocator_hit_ratio", draw)
+
+    # every eviction order (and Belady) on the same block streams at the same pool sizes
+    from kvmm.reproduce.orders import report_orders
+
+    report_orders(report, streams, section="allocator",
+                  capacities={name: [pool for _, pool, *_ in rows] for name, rows in curves.items()},
+                  extra={name: {pool: 1.0 - h for _, pool, h, *_ in rows} for name, rows in curves.items()},
+                  extra_label="prefix-cache allocator")
