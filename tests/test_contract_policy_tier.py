@@ -2,6 +2,7 @@
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies.s3fifo import S3FIFOPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -33,6 +34,15 @@ class TestARCCapacity3(KvmmPolicyContract):
 
 class TestARCGhostLimit(KvmmPolicyContract):
     make_policy = staticmethod(lambda: ARCPolicy(ghost_limit=150))
+
+
+class TestS3FIFO(KvmmPolicyContract):
+    make_policy = staticmethod(S3FIFOPolicy)
+
+
+class TestS3FIFOHalfSmall(KvmmPolicyContract):
+    # a small queue of 500 bytes in the 1000-byte tiers: 100-byte entries go through it
+    make_policy = staticmethod(lambda: S3FIFOPolicy(small_size_ratio=0.5, move_to_main_threshold=1))
 
 
 def test_every_registered_policy_has_a_contract_class():

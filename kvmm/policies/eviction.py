@@ -583,6 +583,11 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
     "arc": ARCPolicy,
 }
 
+# Orders in their own modules (they import only _policy_checks, never this module).
+from kvmm.policies.s3fifo import S3FIFOPolicy  # noqa: E402
+
+EVICTION_POLICIES["s3fifo"] = S3FIFOPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
     """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.
