@@ -57,6 +57,7 @@ def test_registry_and_factory():
         "lfu",
         "arc",
         "s3fifo",
+        "sieve",
     }
     assert isinstance(make_eviction_policy("ARC", capacity=4), ARCPolicy)
     with pytest.raises(BadInputError, match="expected one of"):

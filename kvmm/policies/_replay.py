@@ -48,6 +48,7 @@ _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
     "s3fifo": "kvmm.policies._replay_s3fifo:replay_s3fifo",
+    "sieve": "kvmm.policies._replay_sieve:replay_sieve",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

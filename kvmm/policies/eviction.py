@@ -585,8 +585,10 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
 
 # Orders in their own modules (they import only _policy_checks, never this module).
 from kvmm.policies.s3fifo import S3FIFOPolicy  # noqa: E402
+from kvmm.policies.sieve import SIEVEPolicy  # noqa: E402
 
 EVICTION_POLICIES["s3fifo"] = S3FIFOPolicy
+EVICTION_POLICIES["sieve"] = SIEVEPolicy
 
 
 def make_eviction_policy(name: str, **kwargs: Any):
