@@ -198,3 +198,29 @@ class SIEVEPlanMachine(RuleBasedStateMachine):
 
 TestSIEVEPlanMachine = SIEVEPlanMachine.TestCase
 TestSIEVEPlanMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_runs_in_the_simulator_by_name(capsys):
+    import json
+
+    from kvmm.cli import main
+
+    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:sieve:write-all",
+                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
+
+
+def test_deep_and_pickled_copies_keep_working():
+    import copy
+    import pickle
+
+    policy = SIEVEPolicy()
+    for k in range(5):
+        policy.on_insert(k)
+    policy.on_access(0)
+    policy.on_remove(policy.victims(1)[0])
+    for clone in (copy.deepcopy(policy), pickle.loads(pickle.dumps(policy))):
+        clone.check()
+        assert clone.keys() == policy.keys() and clone.hand() == policy.hand()
+        assert clone.victims(4) == policy.victims(4)

@@ -56,7 +56,22 @@ from kvmm.policies._policy_checks import check_size, require_absent
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 
-_NO_KEY = object()  # no ghost hit pending (None is a valid key)
+class _Sentinel:
+    """A marker that copies and pickles as itself (policies are deep-copied per engine backend)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> str:
+        return self.name  # copy and pickle: the module-level object of that name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_NO_KEY = _Sentinel("_NO_KEY")  # no ghost hit pending (None is a valid key)
 _MOVE = 0  # a plan's move: small -> main with frequency 0
 _REINSERT = 1  # a plan's move: main's oldest -> main's new end with min(f, 3) - 1
 
