@@ -19,16 +19,21 @@ units (bytes under a :class:`~kvmm.tiers.ManagedTier`), with libCacheSim's integ
   next eviction is from main).  Main: a 2-bit clock: the oldest entry with frequency ``f >= 1``
   is reinserted at the new end with ``min(f, 3) - 1``, the first with 0 is evicted.
 
-Where libCacheSim differs from the paper, this follows libCacheSim: the paper inserts into small
-until the cache is full (libCacheSim's S3FIFOv0), caps frequencies at 3 in every queue and moves
-an entry from small to main when its frequency exceeds 1 (the threshold, default 2, counts
-accesses ``>= threshold`` here, uncapped in small); a moved entry's frequency restarts at 0; the
-ghost queue is sized in bytes (``0.9 x capacity``), not in entries equal to main's.  libCacheSim
-does not store an entry of ``>= small`` units that is not a ghost hit (``size > small`` is
-refused before evicting, ``size == small`` after); :meth:`admission` states that rule for a
-caller that follows libCacheSim (the tests' ManagedTier driver does), while ``on_insert`` of such
-an entry (a ManagedTier that stores it anyway) places it in main.  libCacheSim refuses a capacity
-whose small or main queue would be empty; here, while ``small`` is 0 every entry goes to main.
+Where libCacheSim differs from the paper (its Algorithm 1), this follows libCacheSim:
+(1) the paper inserts every key that is not a ghost into small; libCacheSim (its ``S3FIFO.c``,
+not the original ``S3FIFOv0.c``), until its first eviction, sends it to main once small is full;
+(2) the paper evicts from main as soon as a move from small fills it; libCacheSim lets main
+overflow until an eviction finds it over its size, and a moved entry's frequency restarts at 0
+(a new main entry); (3) libCacheSim counts hits uncapped and caps at 3 only when main reinserts
+(``min(f, 3) - 1``), the paper's 2-bit counter except for a ``move_to_main_threshold`` above 3;
+(4) the ghost queue holds ``ghost_size_ratio`` of the capacity in size units, not as many entries
+as main; (5) libCacheSim does not store an entry of ``>= small`` units that is not a ghost hit
+(``size > small`` is refused before evicting, ``size == small`` after evicting).
+:meth:`admission` states that last rule for a caller that follows libCacheSim (the tests'
+ManagedTier driver does), while ``on_insert`` of such an entry (a ManagedTier that stores it
+anyway) places it in main.  libCacheSim refuses (aborts on) a capacity whose small or main queue
+would be empty; ``replay`` raises then, and the policy, while ``small`` is 0, puts every entry
+in main.
 
 The eviction plan (``victims``) simulates those steps without changing anything; ``on_remove``
 of the plan's next victim applies its step (the moves and reinsertions before it, the ghost
