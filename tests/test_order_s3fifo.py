@@ -274,3 +274,28 @@ def test_deep_and_pickled_copies_keep_working():
         clone.check()
         assert clone.queues() == policy.queues()
         assert clone.victims(5, incoming=0) == policy.victims(5, incoming=0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(capacity=st.integers(10, 40), refs=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 8)), max_size=120))
+def test_sizes_that_change_between_references_match_libcachesim(capacity, refs):
+    # a miss uses the size of that reference; a ghost keeps the size it was evicted with
+    keys, sizes = [k for k, _ in refs], [s for _, s in refs]
+    ours = replay("s3fifo", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
+    assert ours == replay_s3fifo_naive(keys, capacity, sizes)
+    assert ours == libcachesim_hits(keys, capacity, sizes)
+
+
+def test_admission_is_libcachesims_rule():
+    policy = S3FIFOPolicy(capacity=50)  # small 5
+    assert policy.admission("x", 4) == (True, True)
+    assert policy.admission("x", 5) == (True, False)  # room is made, then the entry is refused
+    assert policy.admission("x", 6) == (False, False)
+    for k in range(15):
+        if len(policy) * 4 + 4 > 50:  # evict as a tier would: the first victim makes room
+            policy.on_remove(policy.victims(1, incoming=k)[0])
+        policy.on_insert(k, 4)
+    ghost = policy.queues()["ghost"]
+    assert ghost and policy.admission(ghost[0], 5) == (True, True)  # a ghost hit is stored, in main
+    with pytest.raises(BadInputError):
+        policy.admission("x", -1)

@@ -224,3 +224,12 @@ def test_deep_and_pickled_copies_keep_working():
         clone.check()
         assert clone.keys() == policy.keys() and clone.hand() == policy.hand()
         assert clone.victims(4) == policy.victims(4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(capacity=st.integers(1, 30), refs=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 8)), max_size=120))
+def test_sizes_that_change_between_references_match_libcachesim(capacity, refs):
+    keys, sizes = [k for k, _ in refs], [s for _, s in refs]  # a miss uses the size of that reference
+    ours = replay("sieve", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
+    assert ours == replay_sieve_naive(keys, capacity, sizes)
+    assert ours == libcachesim_hits(keys, capacity, sizes)

@@ -211,7 +211,11 @@ class S3FIFOPolicy:
         """``(makes_room, stores)`` of libCacheSim's ``get`` on a miss of ``key`` with ``size``:
         whether it evicts to make room, and whether it then stores the entry (see the module
         docstring: no larger than the small queue to make room; a ghost hit, or smaller than the
-        small queue, to be stored).  No state changes.  Runtime complexity: O(1).
+        small queue, to be stored).  No state changes.  libCacheSim also forgets a ghost on a
+        miss it refuses; a caller that stores nothing does not tell the policy, so with one size
+        per key (a ghost is always smaller than the small queue, hence stored) the two agree, and
+        with sizes that change between references only ``replay`` follows libCacheSim there.
+        Runtime complexity: O(1).
         """
         size = as_count(size, "size")
         small_cap = self._caps[0]
