@@ -4,6 +4,8 @@ paired with every kvmm tier (Redis included) through ManagedTier.  A new policy:
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.policies.clock import ClockPolicy
 from kvmm.policies.belady import BeladyPolicy
+from kvmm.policies.s3fifo import S3FIFOPolicy
+from kvmm.policies.sieve import SIEVEPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -50,6 +52,19 @@ class TestBeladyNoFuture(KvmmPolicyContract):
     # next use "never"): it checks the heap's victims, protection, deletes, bad calls and tier
     # pairing; following a trace is tested in tests/test_order_belady.py.
     make_policy = staticmethod(BeladyPolicy)
+
+
+class TestS3FIFO(KvmmPolicyContract):
+    make_policy = staticmethod(S3FIFOPolicy)
+
+
+class TestS3FIFOHalfSmall(KvmmPolicyContract):
+    # a small queue of 500 bytes in the 1000-byte tiers: 100-byte entries go through it
+    make_policy = staticmethod(lambda: S3FIFOPolicy(small_size_ratio=0.5, move_to_main_threshold=1))
+
+
+class TestSIEVE(KvmmPolicyContract):
+    make_policy = staticmethod(SIEVEPolicy)
 
 
 def test_every_registered_policy_has_a_contract_class():

@@ -17,6 +17,8 @@ _LAZY = {
     "ARCPolicy": "kvmm.policies.eviction",
     "ClockPolicy": "kvmm.policies.clock",
     "BeladyPolicy": "kvmm.policies.belady",
+    "S3FIFOPolicy": "kvmm.policies.s3fifo",
+    "SIEVEPolicy": "kvmm.policies.sieve",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -51,6 +51,8 @@ _KERNELS: dict[str, str] = {
     "belady": "kvmm.policies._replay_belady:replay_belady",
     "arc": "kvmm.policies._replay_arc:replay_arc",
     "lfu": "kvmm.policies._replay_lfu:replay_lfu",
+    "s3fifo": "kvmm.policies._replay_s3fifo:replay_s3fifo",
+    "sieve": "kvmm.policies._replay_sieve:replay_sieve",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

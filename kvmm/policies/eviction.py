@@ -583,12 +583,15 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
     "arc": ARCPolicy,
 }
 
-from kvmm.policies.clock import ClockPolicy  # noqa: E402 - registered here; clock.py does not import this module
+# Orders in their own modules, registered here (they import only _policy_checks, never this module).
+from kvmm.policies.belady import BeladyPolicy  # noqa: E402 - offline: the simulator refuses it by name
+from kvmm.policies.clock import ClockPolicy  # noqa: E402
+from kvmm.policies.s3fifo import S3FIFOPolicy  # noqa: E402
+from kvmm.policies.sieve import SIEVEPolicy  # noqa: E402
 
 EVICTION_POLICIES["clock"] = ClockPolicy
-
-from kvmm.policies.belady import BeladyPolicy  # noqa: E402 - offline: the simulator refuses it by name
-
+EVICTION_POLICIES["s3fifo"] = S3FIFOPolicy
+EVICTION_POLICIES["sieve"] = SIEVEPolicy
 EVICTION_POLICIES["belady"] = BeladyPolicy
 
 

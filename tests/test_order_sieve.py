@@ -1,0 +1,235 @@
+"""SIEVE: replay("sieve") == libCacheSim's Sieve == ManagedTier(SIEVEPolicy) == the naive
+reference, request by request (entry counts and bytes, Mooncake blocks, Hypothesis streams); a
+pinned worked example; explicit deletes and the hand; a state machine of the policy's plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvmm.errors import BadInputError, UnknownKeyError
+from kvmm.policies import SIEVEPolicy, make_eviction_policy, replay
+from kvmm.tiers import ManagedTier, SimulatedTier
+from kvmm.traces import load_mooncake
+from tests.naive.sieve import replay_sieve_naive
+
+
+def libcachesim_hits(keys, capacity, sizes):
+    lcs = pytest.importorskip("libcachesim")
+    cache = lcs.Sieve(cache_size=capacity, hashpower=16)
+    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
+            for i, (k, s) in enumerate(zip(keys, sizes))]
+
+
+def managed_tier_hits(keys, capacity, sizes):
+    tier = ManagedTier(SimulatedTier(capacity), SIEVEPolicy())
+    hits = []
+    for key, size in zip(keys, sizes):
+        if tier.contains(key):
+            tier.get(key)
+            hits.append(True)
+        else:
+            hits.append(False)
+            if size <= capacity:
+                tier.put_size(key, size)
+    tier.check()
+    return hits
+
+
+@pytest.fixture(scope="module")
+def block_streams():
+    out = {}
+    for name in ("conversation", "synthetic"):
+        trace = load_mooncake(name)
+        out[name] = [trace.blocks_of(i).astype(np.int64) for i in range(min(600, trace.num_requests))]
+    return out
+
+
+@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
+@pytest.mark.parametrize("capacity", [64, 512, 4096])
+def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(block_streams, trace, capacity):
+    keys = np.concatenate(block_streams[trace])
+    ours = replay("sieve", keys, capacity).tolist()
+    ones = [1] * keys.size
+    assert ours == libcachesim_hits(keys.tolist(), capacity, ones)
+    assert ours == managed_tier_hits(keys.tolist(), capacity, ones)
+    if capacity <= 512:  # the naive reference scans its list per reference
+        assert ours == replay_sieve_naive(keys.tolist(), capacity)
+    assert 0 < sum(ours) < keys.size  # both hits and misses happen
+
+
+@pytest.mark.parametrize("capacity", [64, 4096])
+def test_managed_tier_batch_offers_equal_the_replay(block_streams, capacity):
+    # the simulator's path: one access_or_put_size_many per request (SIEVE's fast hooks)
+    tier = ManagedTier(SimulatedTier(capacity), make_eviction_policy("sieve"))
+    hits = [tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)) for blocks in block_streams["synthetic"]]
+    tier.check()
+    assert np.concatenate(hits).tolist() == replay("sieve", np.concatenate(block_streams["synthetic"]), capacity).tolist()
+
+
+@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
+def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(capacity):
+    rng = np.random.default_rng(capacity)
+    keys = rng.zipf(1.2, 6000) % 900
+    size_of = rng.integers(1, 300, 900)
+    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    sizes = size_of[keys]
+    ours = replay("sieve", keys, capacity, sizes).tolist()
+    assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
+    assert ours == managed_tier_hits(keys.tolist(), capacity, sizes.tolist())
+    assert ours == replay_sieve_naive(keys.tolist(), capacity, sizes.tolist())
+    assert not any(h for h, k in zip(ours, keys) if k < 5)
+    assert 0 < sum(ours) < keys.size
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 14), refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=150))
+def test_hypothesis_streams_agree_everywhere(capacity, refs):
+    keys = [k for k, _ in refs]
+    first_size = dict(refs[::-1])  # one size per key: a key keeps the size it was inserted with
+    sizes = [first_size[k] for k in keys]
+    ours = replay("sieve", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
+    assert ours == replay_sieve_naive(keys, capacity, sizes)
+    assert ours == libcachesim_hits(keys, capacity, sizes)
+    assert ours == managed_tier_hits(keys, capacity, sizes)
+
+
+def test_pinned_worked_example():
+    policy = SIEVEPolicy()
+    for k in "abcde":  # queue, oldest first: a b c d e
+        policy.on_insert(k)
+    policy.on_access("a")
+    policy.on_access("b")
+    policy.on_access("d")
+    # the hand starts at the tail: a, b are visited (cleared), c leaves; the hand rests on d,
+    # visited (cleared), so e leaves; past the head it wraps to the tail: a (now clear) leaves
+    assert policy.victims(3) == ["c", "e", "a"]
+    assert policy.victims(2, protected={"c"}) == ["e", "a"]
+    policy.victims(3)
+    policy.on_remove("c")
+    assert policy.hand() == (True, "d") and not policy.visited("a") and not policy.visited("b")
+    assert policy.visited("d")  # the hand has not passed d yet
+    policy.on_insert("f")
+    assert policy.keys() == ["a", "b", "d", "e", "f"]
+    assert policy.victims(1) == ["e"]  # d is cleared, e leaves
+    policy.check()
+    # the same stream as libCacheSim's get sees it (capacity 5, then c evicted for f)
+    keys = list("abcde") + list("abd") + ["f", "c"]
+    assert replay("sieve", [ord(k) for k in keys], 5).tolist() == [False] * 5 + [True] * 3 + [False, False]
+
+
+def test_explicit_delete_moves_a_hand_resting_on_it():
+    policy = SIEVEPolicy()
+    for k in range(4):
+        policy.on_insert(k)
+    policy.on_access(0)
+    assert policy.victims(1) == [1]
+    policy.on_remove(1)  # evicts 1; the hand rests on 2
+    assert policy.hand() == (True, 2)
+    policy.on_remove(2)  # a delete: the hand moves to 3
+    assert policy.hand() == (True, 3)
+    policy.on_remove(3)  # the head: the hand is unset, the next sweep starts at the tail
+    assert policy.hand() == (False, None)
+    assert policy.victims(5) == [0]  # 0's bit was cleared by the first sweep
+    policy.check()
+    with pytest.raises(UnknownKeyError):
+        policy.on_access(3)
+
+
+def test_takes_no_options():
+    with pytest.raises(BadInputError, match="takes no option"):
+        make_eviction_policy("sieve", capacity=3)
+    with pytest.raises(BadInputError, match="takes no option"):
+        replay("sieve", [1, 2], 3, window=2)
+
+
+class SIEVEPlanMachine(RuleBasedStateMachine):
+    """SIEVEPolicy against its tracked keys: inserts, accesses, deletes, and evictions of a
+    prefix of a ``victims(n, protected)`` plan.  ``check()`` after every step; the whole order
+    lists exactly the tracked keys."""
+
+    def __init__(self):
+        super().__init__()
+        self.policy = SIEVEPolicy()
+        self.tracked: set = set()
+
+    @rule(key=st.integers(0, 20))
+    def insert(self, key):
+        if key in self.tracked:
+            with pytest.raises(BadInputError):
+                self.policy.on_insert(key)
+        else:
+            self.policy.on_insert(key)
+            self.tracked.add(key)
+
+    @precondition(lambda self: self.tracked)
+    @rule(data=st.data())
+    def access(self, data):
+        self.policy.on_access(data.draw(st.sampled_from(sorted(self.tracked))))
+
+    @precondition(lambda self: self.tracked)
+    @rule(data=st.data())
+    def delete(self, data):
+        key = data.draw(st.sampled_from(sorted(self.tracked)))
+        self.policy.on_remove(key)
+        self.tracked.remove(key)
+
+    @precondition(lambda self: self.tracked)
+    @rule(data=st.data(), n=st.integers(1, 6))
+    def evict_prefix(self, data, n):
+        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.tracked)), max_size=3)))
+        plan = self.policy.victims(n, protected)
+        assert plan == self.policy.victims(n, protected)  # asking twice: same answer
+        assert len(plan) == len(set(plan)) == min(n, len(self.tracked - protected))
+        assert not set(plan) & protected
+        for key in plan[:data.draw(st.integers(0, len(plan)))]:
+            self.policy.on_remove(key)
+            self.tracked.remove(key)
+
+    @invariant()
+    def consistent(self):
+        self.policy.check()
+        order = self.policy.victims(len(self.tracked) + 1)
+        assert sorted(order) == sorted(self.tracked) and len(self.policy) == len(self.tracked)
+
+
+TestSIEVEPlanMachine = SIEVEPlanMachine.TestCase
+TestSIEVEPlanMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_runs_in_the_simulator_by_name(capsys):
+    import json
+
+    from kvmm.cli import main
+
+    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:sieve:write-all",
+                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
+
+
+def test_deep_and_pickled_copies_keep_working():
+    import copy
+    import pickle
+
+    policy = SIEVEPolicy()
+    for k in range(5):
+        policy.on_insert(k)
+    policy.on_access(0)
+    policy.on_remove(policy.victims(1)[0])
+    for clone in (copy.deepcopy(policy), pickle.loads(pickle.dumps(policy))):
+        clone.check()
+        assert clone.keys() == policy.keys() and clone.hand() == policy.hand()
+        assert clone.victims(4) == policy.victims(4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(capacity=st.integers(1, 30), refs=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 8)), max_size=120))
+def test_sizes_that_change_between_references_match_libcachesim(capacity, refs):
+    keys, sizes = [k for k, _ in refs], [s for _, s in refs]  # a miss uses the size of that reference
+    ours = replay("sieve", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
+    assert ours == replay_sieve_naive(keys, capacity, sizes)
+    assert ours == libcachesim_hits(keys, capacity, sizes)
