@@ -13,18 +13,22 @@ import json
 import pytest
 
 from kvmm.cli import main
+from kvmm.errors import BadInputError
 from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies import EVICTION_POLICIES
 from kvmm.protocols import EvictionPolicy
 from kvmm.sim._cli import parse_tier
 from kvmm.sim.config import make_eviction
 
-ORDERS = sorted(EVICTION_POLICIES)
+# Offline orders (Belady: ``offline = True``) need the future reference stream, which a tier in
+# the simulator or an engine's cache cannot know; they are refused by name (tested below).
+ORDERS = sorted(name for name, cls in EVICTION_POLICIES.items() if not getattr(cls, "offline", False))
+OFFLINE = sorted(set(EVICTION_POLICIES) - set(ORDERS))
 
 
 def needs_no_arguments(order):
-    """Skip an order whose factory cannot run without arguments (an offline order, such as
-    Belady, built from the future reference stream): it cannot be named in a tier spec alone."""
+    """Skip an order whose factory cannot run without arguments: it cannot be named in a tier
+    spec alone."""
     try:
         EVICTION_POLICIES[order]()
     except TypeError as exc:
@@ -33,6 +37,15 @@ def needs_no_arguments(order):
 
 def test_the_registry_holds_at_least_the_classic_orders():
     assert {"lru", "fifo", "lfu", "arc"} <= set(ORDERS)
+    assert OFFLINE == ["belady"]
+
+
+@pytest.mark.parametrize("order", OFFLINE)
+def test_offline_orders_are_refused_by_name_saying_why(order):
+    with pytest.raises(BadInputError, match="future reference stream"):
+        parse_tier(f"dram:64GiB:{order}:write-all")
+    with pytest.raises(BadInputError, match="future reference stream"):
+        policy_factory(EVICTION_POLICIES[order])
 
 
 @pytest.mark.parametrize("order", ORDERS)
