@@ -24,7 +24,7 @@ Runtime complexity: O(orders x capacities x references).
 from __future__ import annotations
 
 import time
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -67,15 +67,23 @@ def capacity_grid(ws: int, fractions: Sequence[float]) -> list[int]:
 def order_miss_ratios(keys: np.ndarray, capacities: Sequence[int],
                       orders: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """``{order: miss ratio at each capacity}`` from :func:`kvmm.policies.replay` (default
-    options), ``1 - hits / len(keys)``.  Runtime complexity: O(orders x capacities x n)."""
+    options), ``1 - hits / len(keys)``; NaN where the order cannot run at that capacity (S3-FIFO
+    below ``1 / small_size_ratio`` entries: libCacheSim needs both its queues non-empty).
+    Runtime complexity: O(orders x capacities x n)."""
+    from kvmm.errors import BadInputError
     from kvmm.policies import replay
 
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     n = keys.size
     out = {}
     for order in table_orders() if orders is None else orders:
-        hits = [int(np.count_nonzero(replay(order, keys, int(c)))) for c in capacities]
-        out[order] = 1.0 - np.array(hits, np.float64) / n if n else np.ones(len(capacities))
+        ratios = np.ones(len(capacities))
+        for i, c in enumerate(capacities):
+            try:
+                ratios[i] = 1.0 - np.count_nonzero(replay(order, keys, int(c))) / n if n else 1.0
+            except BadInputError:  # the capacity is too small for this order's own structure
+                ratios[i] = np.nan
+        out[order] = ratios
     return out
 
 
@@ -103,7 +111,7 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
         rows = []
         for i, cap in enumerate(caps):
             mark = plain_number(cap / ws if ws else 0.0, 2) + (" = WS 90 %" if cap == max(ws, 1) else "")
-            row = [cap, mark] + [round(float(miss[o][i]), 4) for o in orders]
+            row = [cap, mark] + [_cell(miss[o][i]) for o in orders]
             if column is not None:
                 row.append(round(float(column[cap]), 4) if cap in column else "-")
             rows.append(row)
@@ -112,7 +120,7 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
             ["capacity (blocks)", "capacity / WS"] + orders + ([extra_label] if column is not None else []), rows,
             note=(f"WS 90 % = {ws:,} blocks (smallest LRU capacity with 90 % of the unlimited-cache hits). "
                   "Miss ratios include cold misses; each order with libCacheSim's default options "
-                  "(kvmm.policies.replay)" + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
+                  "(kvmm.policies.replay); - where an order cannot run at that capacity" + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
                   f"{len(orders) * len(caps)} replays in {seconds:.2f} s."))
 
     def draw(axes):
@@ -135,3 +143,8 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
     if results:
         report.figure(f"{section.replace('-', '_')}_orders", draw, size=(6.0 * len(results), 4.2), ncols=len(results))
     return results
+
+
+def _cell(ratio: float) -> Any:
+    """A miss ratio rounded for the table, ``-`` where the order could not run (NaN)."""
+    return "-" if np.isnan(ratio) else round(float(ratio), 4)
