@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
-from kvmm.policies._replay import dense_ids
+from kvmm.policies._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
 from kvmm.tiers import ManagedTier, SimulatedTier
 from kvmm.traces import load_mooncake
 from tests.naive.replay import replay_naive
@@ -126,10 +126,32 @@ def test_dense_ids_number_keys_in_order_of_first_reference(keys):
     assert dense.tolist() == [first_seen[k] for k in keys] and m == len(first_seen)
 
 
-def test_dense_ids_across_chunks_and_table_growth():
+@pytest.mark.parametrize("path", ["dispatch", "hashed", "direct"])
+def test_dense_ids_across_chunks_and_table_growth(path):
     keys = np.random.default_rng(1).integers(0, 300_000, 700_000)  # > 2 chunks, many rehashes
-    dense, m = dense_ids(keys)
+    if path == "hashed":
+        dense, m = _dense_ids_hashed(keys)
+    elif path == "direct":
+        dense, m = _dense_ids_direct(keys, int(keys.max()))
+    else:
+        dense, m = dense_ids(keys)
     uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(uniq.size, np.int64)
     rank[np.argsort(first)] = np.arange(uniq.size)
     assert m == uniq.size and np.array_equal(dense, rank[inverse])
+
+
+def test_dense_ids_takes_the_direct_table_only_for_compact_non_negative_keys(monkeypatch):
+    import kvmm.policies._replay as R
+
+    calls = []
+    monkeypatch.setattr(R, "_dense_ids_direct", lambda keys, top: calls.append(("direct", top)) or (keys, 0))
+    monkeypatch.setattr(R, "_dense_ids_hashed", lambda keys: calls.append(("hashed",)) or (keys, 0))
+    R.dense_ids(np.array([5, 0, 70_000], np.int64))  # max < 65536 + 4 * 3
+    R.dense_ids(np.array([5, -1], np.int64))  # a negative key
+    R.dense_ids(np.array([2**40], np.int64))  # sparse
+    R.dense_ids(np.array([], np.int64))
+    assert calls == [("hashed",), ("hashed",), ("hashed",), ("hashed",)]
+    R.dense_ids(np.array([5, 0, 65_000], np.int64))
+    R.dense_ids(np.arange(100_000, dtype=np.int64)[::-1].copy())
+    assert calls[4:] == [("direct", 65_000), ("direct", 99_999)]

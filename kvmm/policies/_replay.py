@@ -3,9 +3,8 @@ reference stream, in numba, without a Python call per reference.
 
 It gives the same request-by-request hits and misses as driving the order's policy class
 through :class:`~kvmm.tiers.ManagedTier` (the tests check both against libCacheSim), but as one
-kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  The orders here so far are LRU, FIFO, CLOCK and Belady; the others of issue 23
-(S3-FIFO, SIEVE, W-TinyLFU, LIRS, 2Q, SLRU, and ARC/LFU) are to be added, each
-as one more line of ``_KERNELS``.
+kernel over arrays; the benchmarks time it against libCacheSim's C simulation.  Every built-in
+order has one (:data:`REPLAY_ORDERS`); a new order is one more line of ``_KERNELS``.
 
 The convention is libCacheSim's ``get``: a reference to a resident key is a hit (the order
 updates its state); any other reference is a miss, and the key is inserted, making room first
@@ -25,9 +24,8 @@ first reference (so per-key state is a plain array), ``sizes`` int64 (all ones f
 counts), ``capacity`` int64; ``params`` are the order's options in the order its ``PARAMS``
 tuple names them.
 
-Runtime complexity: O(n) expected for the renumbering, plus the order's own cost per reference.
-(Not yet used by ``kvmm reproduce`` or ``ManagedTier``: the miss-ratio tables of issue 23 are to
-be built on it.)
+Runtime complexity: O(n) for the renumbering, plus the order's own cost per reference.
+``kvmm reproduce`` builds its miss-ratio-per-order tables on it (:mod:`kvmm.reproduce.orders`).
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ _KERNELS: dict[str, str] = {
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)
 _MIN_TABLE = 1 << 10
+_DIRECT_LIMIT = 1 << 16  # keys below this (plus 4 per reference) renumber through a direct table
 
 #: every order ``replay`` knows
 REPLAY_ORDERS: tuple[str, ...] = tuple(_KERNELS)
@@ -87,10 +86,26 @@ def replay(order: str, keys: Any, capacity: int, sizes: Any = None, **params: An
 def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
     """``keys`` (int64) renumbered ``0..m-1`` in order of first reference, and ``m``.
 
-    The stack-distance tracker's hash renumbering (``get_or_insert_ids``), run over chunks so the
+    Compact non-negative keys (block ids, object numbers: ``0 <= key < 4 * len(keys) + 65536``)
+    go through a direct-address table, one array lookup per reference; any other keys through the
+    stack-distance tracker's hash renumbering (``get_or_insert_ids``), run over chunks so the
     table grows with the distinct keys, not with the references.
-    Runtime complexity: O(n) expected.
+    Runtime complexity: O(n) (expected, for the hash path).
     """
+    if keys.size and 0 <= int(keys.min()) and int(keys.max()) < _DIRECT_LIMIT + 4 * keys.size:
+        return _dense_ids_direct(keys, int(keys.max()))
+    return _dense_ids_hashed(keys)
+
+
+def _dense_ids_direct(keys: np.ndarray, max_key: int) -> tuple[np.ndarray, int]:
+    from kvmm.policies._replay_classic import renumber_direct
+
+    out = np.empty(keys.size, np.int64)
+    n_unique = renumber_direct(keys, np.full(max_key + 1, -1, np.int64), out)
+    return out, int(n_unique)
+
+
+def _dense_ids_hashed(keys: np.ndarray) -> tuple[np.ndarray, int]:
     from kvmm.policies import _stack_kernels as K
 
     words = keys.view(np.uint64)

@@ -83,3 +83,20 @@ def _replay_list(dense, n_unique, sizes, capacity, move_on_hit):
         if tail == NONE:
             tail = d
     return hits
+
+
+@njit(cache=True, nogil=True)
+def renumber_direct(keys, first_id, out):
+    """Dense ids in order of first reference through a direct-address table: ``first_id[key]``
+    is the key's id or -1 (all -1 on entry, ``len > max(keys)``); writes ``out``, returns the
+    number of distinct keys.  Runtime complexity: O(n)."""
+    n_unique = 0
+    for i in range(keys.size):
+        key = keys[i]
+        dense = first_id[key]
+        if dense < 0:
+            dense = n_unique
+            first_id[key] = dense
+            n_unique += 1
+        out[i] = dense
+    return n_unique
