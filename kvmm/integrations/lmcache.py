@@ -76,8 +76,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without LMCache
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
 from kvmm.integrations._policy_factory import policy_factory
-from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy, make_eviction_policy
-from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
+from kvmm.integrations._tier_settings import build_tier, choice
+from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.tiers import ManagedTier
 
 __all__ = [
     "KvmmStoragePlugin",
@@ -97,7 +98,6 @@ MODULE_PATH = __name__
 logger = logging.getLogger(__name__)
 
 _MAGIC = b"KVMMLMC1"
-_TIERS = ("mmap", "redis", "arena")
 _SETTINGS = ("module_path", "class_name", "tier", "path", "url", "prefix", "capacity_bytes", "eviction",
              "sync", "on_full")
 
@@ -479,32 +479,8 @@ def _plugin_settings(config: Any, class_name: str) -> dict[str, Any]:
 
 
 def _choice(value: Any, allowed: Iterable[str], what: str) -> str:
-    allowed = tuple(allowed)
-    if not isinstance(value, str) or value.lower() not in allowed:
-        raise BadInputError(f"kvmm plugin setting {what}={value!r}; expected one of {list(allowed)}")
-    return value.lower()
+    return choice(value, allowed, f"kvmm plugin setting {what}")
 
 
 def _build_tier(settings: dict[str, Any]) -> Any:
-    kind = _choice(settings.get("tier"), _TIERS, "tier")
-    eviction = _choice(settings.get("eviction", "lru"), ("lru", "fifo", "lfu", "arc", "none"), "eviction")
-    capacity = settings.get("capacity_bytes")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, str))
-                                 or not str(capacity).isdigit()):
-        raise BadInputError(f"kvmm plugin setting capacity_bytes={capacity!r}; expected a whole number of bytes")
-    capacity = None if capacity is None else int(capacity)
-    if kind == "mmap":
-        if not settings.get("path"):
-            raise BadInputError("kvmm plugin setting tier=mmap needs path (the tier's folder)")
-        sync = settings.get("sync", False)
-        if not isinstance(sync, bool):
-            raise BadInputError(f"kvmm plugin setting sync={sync!r}; expected true or false")
-        tier = MmapTier(settings["path"], capacity, sync=sync)
-    elif kind == "redis":
-        tier = RedisTier(capacity, url=settings.get("url", "redis://127.0.0.1:6379/0"),
-                         prefix=settings.get("prefix", "kvmm-lmcache"))
-    else:
-        if capacity is None:
-            raise BadInputError("kvmm plugin setting tier=arena needs capacity_bytes")
-        tier = ArenaTier(capacity)
-    return tier if eviction == "none" else ManagedTier(tier, make_eviction_policy(eviction))
+    return build_tier(settings, what="kvmm plugin setting", redis_prefix="kvmm-lmcache")

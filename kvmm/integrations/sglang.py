@@ -75,11 +75,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without SGLang
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
 from kvmm.integrations._policy_factory import load_admission
+from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.integrations.sglang_eviction import STRATEGY_NAMES, make_eviction_strategy, register_eviction_strategies
 from kvmm.policies.admission import AdmissionRequest, admission_mask
-from kvmm.policies.eviction import make_eviction_policy
 from kvmm.protocols import AdmissionPolicy
-from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
 
 __all__ = ["KvmmHiCacheStorage", "make_eviction_strategy", "register_eviction_strategies", "STRATEGY_NAMES",
            "MODULE_PATH", "CLASS_NAME"]
@@ -91,7 +90,6 @@ CLASS_NAME = "KvmmHiCacheStorage"
 logger = logging.getLogger(__name__)
 
 _MAGIC = b"KVMMSGL1"
-_TIERS = ("mmap", "redis", "arena")
 # The factory's keys and SGLang's own HiCache keys, which share the extra config with ours.
 _ENGINE_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
                 "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys",
@@ -376,35 +374,11 @@ def _settings(extra: dict) -> dict:
 
 
 def _choice(value: Any, allowed: Iterable[str], what: str) -> str:
-    allowed = tuple(allowed)
-    if not isinstance(value, str) or value.lower() not in allowed:
-        raise BadInputError(f"kvmm HiCache storage setting {what}={value!r}; expected one of {list(allowed)}")
-    return value.lower()
+    return choice(value, allowed, f"kvmm HiCache storage setting {what}")
 
 
-def _build_tier(settings: dict) -> Any:
-    kind = _choice(settings.get("tier"), _TIERS, "tier")
-    eviction = _choice(settings.get("eviction", "lru"), ("lru", "fifo", "lfu", "arc", "none"), "eviction")
-    capacity = settings.get("capacity_bytes")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, str))
-                                 or not str(capacity).isdigit()):
-        raise BadInputError(f"kvmm HiCache storage setting capacity_bytes={capacity!r}; expected a whole number of bytes")
-    capacity = None if capacity is None else int(capacity)
-    if kind == "mmap":
-        if not settings.get("path"):
-            raise BadInputError("kvmm HiCache storage setting tier=mmap needs path (the tier's folder)")
-        sync = settings.get("sync", False)
-        if not isinstance(sync, bool):
-            raise BadInputError(f"kvmm HiCache storage setting sync={sync!r}; expected true or false")
-        tier = MmapTier(settings["path"], capacity, sync=sync)
-    elif kind == "redis":
-        tier = RedisTier(capacity, url=settings.get("url", "redis://127.0.0.1:6379/0"),
-                         prefix=settings.get("prefix", "kvmm-sglang"))
-    else:
-        if capacity is None:
-            raise BadInputError("kvmm HiCache storage setting tier=arena needs capacity_bytes")
-        tier = ArenaTier(capacity)
-    return tier if eviction == "none" else ManagedTier(tier, make_eviction_policy(eviction))
+def _build_tier(settings: dict[str, Any]) -> Any:
+    return build_tier(settings, what="kvmm HiCache storage setting", redis_prefix="kvmm-sglang")
 
 
 def _load_admission(spec: Any, kwargs: Any) -> Any:

@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.evict_policy import EvictionStrategy  # noqa: E402
 
 import kvmm.integrations.sglang as ks  # noqa: E402
 from kvmm.errors import BadInputError  # noqa: E402
-from kvmm.policies import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy  # noqa: E402
+from kvmm.policies import EVICTION_POLICIES, ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy  # noqa: E402
 from kvmm.traces import load_mooncake  # noqa: E402
 
 N_REQUESTS = 1500
@@ -106,9 +106,18 @@ def test_make_eviction_strategy_from_kvmm_policies():
     (ARCPolicy, "ARC cannot be a SGLang EvictionStrategy: it keeps ghost lists"),
     (lambda: ARCPolicy(capacity=64), "ghost lists"),
     ("arc", "ghost lists"),
-    ("clock", "unknown eviction policy 'clock'"),
+    ("clock", "ClockPolicy cannot be a SGLang EvictionStrategy"),
+    ("mru", "unknown eviction policy 'mru'"),
     (object(), "EvictionPolicy"),
 ])
 def test_orders_a_node_priority_cannot_express_are_refused(policy, match):
     with pytest.raises(BadInputError, match=match):
         ks.make_eviction_strategy(policy)
+
+
+@pytest.mark.parametrize("order", sorted(set(EVICTION_POLICIES) - {"lru", "fifo", "lfu"}))
+def test_every_other_registered_order_is_refused_by_name(order):
+    # CLOCK's hand, S3-FIFO's queues, SIEVE's hand, ... are state no per-node priority holds;
+    # Belady needs the future
+    with pytest.raises(BadInputError, match="cannot be a SGLang EvictionStrategy|future reference stream"):
+        ks.make_eviction_strategy(order)

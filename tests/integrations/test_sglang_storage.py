@@ -227,7 +227,7 @@ def test_arena_tier_with_arc_and_an_admission_policy():
     ({"tier": "arena", "capacity_bytes": 4096, "eviction": "random"}, "eviction='random'"),
     ({"tier": "arena", "capacity_bytes": 4096, "colour": "red"}, "unknown kvmm HiCache storage setting 'colour'"),
     ({"tier": "arena", "capacity_bytes": 4096, "on_full": "shrug"}, "on_full='shrug'"),
-    ({"tier": "arena", "capacity_bytes": 4096, "admission": "Nope"}, "admission='Nope'"),
+    ({"tier": "arena", "capacity_bytes": 4096, "admission": "Nope"}, "admission 'Nope': cannot load 'Nope'"),
 ])
 def test_bad_settings_are_named(settings, match):
     with pytest.raises(BadInputError, match=match):  # SGLang's factory logs and re-raises
