@@ -102,7 +102,8 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
 
     # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
     stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
-    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth)
+    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth,
+                         fast_latency=base.fast_tier.latency_s, pool_blocks=base.gpu_kv_bytes // block_bytes)
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
     cap_bin = np.zeros((len(cands), width), dtype=np.int64)
@@ -118,8 +119,7 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
         model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
-        st["staged95"], st["mean_b"], st["tpot"], model_.lam, stream.span_s,
-        stream.input_len.shape[0] / instances, base_usd_h, float(_tokens(trace)))
+        st["staged95"], st["end_s"], st["tpot"], model_.lam, stream.span_s, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
             "caps": caps, "trace": trace, "model": m, "points": int(usd_h.shape[0]), "blocks": blocks,
             "grid_model": model_, "stream": stream}
