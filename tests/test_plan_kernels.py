@@ -50,6 +50,7 @@ def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load):
         assert grid["ttft"][j] == pytest.approx(row["ttft"], rel=1e-9)
         assert grid["usd_h"][j] == pytest.approx(row["usd_h"], rel=1e-12)
         assert grid["tpot"][j] == pytest.approx(row["tpot"], rel=1e-9)
+    assert (grid["tpot"] > 0).all()  # the replay decodes: every point has a TPOT
     assert len({round(float(t), 9) for t in grid["ttft"]}) > 1  # the capacities do move the estimate
 
 

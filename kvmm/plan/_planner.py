@@ -5,12 +5,17 @@
    instance's staging tier and private tiers, each shared tier once).  Points above ``budget``
    (USD per hour) are dropped; the rest are pruned to the Pareto frontier of hourly cost vs
    estimated TTFT p95 (no other point is both cheaper and faster).
-2. **Verified**: the ``verify`` cheapest frontier points the estimate says meet the SLO, plus
-   the ``neighbours`` frontier points just cheaper than the first of them (the estimate may be
-   pessimistic), are simulated as they are (``PlanPoint.config()``) through
-   :func:`kvmm.sim.sweep`.  The cheapest verified point whose *simulated* p95 meets the SLO is
-   chosen; when none does, the verified point nearest to it is ``closest``.  When no point is
-   estimated to meet the SLO, the ``verify`` fastest frontier points are simulated.
+2. **Verified**: the ``verify`` cheapest points the estimate says meet the SLO (frontier points
+   first; when the frontier has fewer, the cheapest dominated points estimated to meet it fill
+   up to ``verify``), plus ``neighbours`` frontier points on each side of the estimated SLO
+   boundary: the dearest ones cheaper than the first of them (estimated to miss: the estimate
+   may be pessimistic) and the cheapest frontier points dearer than those picked (the estimate
+   may be optimistic: if the picked ones miss in simulation, a dearer one may meet it).  They are
+   simulated as they are (``PlanPoint.config()``) through :func:`kvmm.sim.sweep`.  The cheapest
+   verified point whose *simulated* p95 meets the SLO is chosen; when none does, the verified
+   point nearest to it is ``closest``.  When no point is estimated to meet the SLO, the
+   ``verify + neighbours`` fastest frontier points are simulated (the fastest dominated points
+   filling up to ``verify`` on a thin frontier).
 
 Cost ranks points by USD per hour: the workload is fixed, so USD per million tokens follows the
 hourly price up to the run's duration (reported for each point, estimated and simulated).
@@ -43,11 +48,18 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     if keep.size == 0:
         raise BadInputError(f"no capacity combination costs at most the budget of {budget:g} USD/hour (the cheapest "
                             f"costs {usd_h.min():.4g} USD/hour); expected a larger budget or smaller minimum capacities")
-    front = pareto(usd_h[keep], ttft[keep])
-    frontier = [_point(grid, int(keep[j]), slo, base, cands, prices, instances) for j in front]
+    cost, lat = usd_h[keep], ttft[keep]
+    meets = lat <= slo.ttft_p95_s  # as SLO.met_by: NaN never meets it
+    if slo.tpot_p95_s is not None:
+        meets &= grid["tpot"][keep] <= slo.tpot_p95_s
+    front = pareto(cost, lat)
+    points = {int(j): _point(grid, int(keep[j]), slo, base, cands, prices, instances) for j in front}
+    frontier = [points[int(j)] for j in front]
     say("analytic", 1, 1)
     t1 = time.perf_counter()
-    picked = pick_for_verification(frontier, verify, neighbours)
+    pick = pick_for_verification(cost, lat, meets, front, verify, neighbours)
+    picked = [points[j] if j in points else
+              replace(_point(grid, int(keep[j]), slo, base, cands, prices, instances), on_frontier=False) for j in pick]
     results = _simulate([p.config() for p in picked], executor, say)
     tokens = _tokens(grid["trace"])
     for p, r in zip(picked, results):
@@ -102,7 +114,8 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
 
     # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
     stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
-    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth)
+    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth,
+                         fast_latency=base.fast_tier.latency_s, pool_blocks=base.gpu_kv_bytes // block_bytes)
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
     cap_bin = np.zeros((len(cands), width), dtype=np.int64)
@@ -118,8 +131,7 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
         model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
-        st["staged95"], st["mean_b"], st["tpot"], model_.lam, stream.span_s,
-        stream.input_len.shape[0] / instances, base_usd_h, float(_tokens(trace)))
+        st["staged95"], st["end_s"], st["tpot"], model_.lam, stream.span_s, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
             "caps": caps, "trace": trace, "model": m, "points": int(usd_h.shape[0]), "blocks": blocks,
             "grid_model": model_, "stream": stream}
@@ -197,16 +209,28 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
 
 
 # ---------------------------------------------------------------------- stage 2
-def pick_for_verification(frontier: list, verify: int, neighbours: int) -> list:
-    """The frontier points to simulate (see the module docstring), cheapest first."""
-    meeting = [i for i, p in enumerate(frontier) if p.meets_slo_est]
-    if meeting:
-        first = meeting[0]
-        chosen = meeting[:verify]
-        chosen = list(range(max(0, first - neighbours), first)) + chosen
+def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarray, front: np.ndarray, verify: int,
+                          neighbours: int) -> list[int]:
+    """Indices (into ``cost``, ``latency``, ``meets``: the points within the budget) of the points
+    to simulate, cheapest first (see the module docstring); ``front`` is their frontier,
+    cheapest first.  Deterministic: ties in cost go to the faster point, then the lower index.
+    Runtime complexity: O(G log G)."""
+    front = [int(j) for j in front]
+    on_front = set(front)
+    order = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), latency, cost))]  # cheapest first
+    if meets.any():
+        chosen = [j for j in front if meets[j]][:verify]
+        chosen += [j for j in order if meets[j] and j not in on_front][: verify - len(chosen)]
+        first = min(cost[j] for j in chosen)
+        last = max(front.index(j) for j in chosen if j in on_front) if any(j in on_front for j in chosen) else -1
+        cheaper = [j for j in front if cost[j] < first][-neighbours:] if neighbours else []
+        dearer = [j for j in front[last + 1:] if cost[j] >= first and j not in chosen][:neighbours]
+        chosen += cheaper + dearer
     else:  # nothing is estimated to meet it: the fastest points, to find the closest
-        chosen = list(range(max(0, len(frontier) - verify - neighbours), len(frontier)))
-    return [frontier[i] for i in sorted(set(chosen))]
+        chosen = front[-(verify + neighbours):]
+        fastest = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), cost, latency))]
+        chosen += [j for j in fastest if j not in on_front][: max(0, verify - len(chosen))]
+    return sorted(set(chosen), key=lambda j: (cost[j], latency[j], j))
 
 
 def _simulate(configs: list, executor: Any, say: Any) -> list:
@@ -236,7 +260,8 @@ def _shortfall(p: PlanPoint, slo: SLO) -> float:
 def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list, kept: int, total: int) -> list:
     bound = f"TTFT p95 <= {slo.ttft_p95_s:g} s" + (f" and TPOT p95 <= {slo.tpot_p95_s:g} s" if slo.tpot_p95_s else "")
     out = [f"{total} capacity combinations estimated ({kept} within the budget); {len(frontier)} on the cost-vs-TTFT "
-           f"frontier; {len(verified)} simulated."]
+           f"frontier; {len(verified)} simulated" + (f" ({off} of them off the frontier: it has too few estimated to meet the "
+           f"SLO)." if (off := sum(not p.on_frontier for p in verified)) else ".")]
     if chosen is not None:
         out.append(f"Chosen: {chosen.describe()} at {chosen.usd_per_hour:.4g} USD/hour: the cheapest simulated "
                    f"configuration that meets {bound} (simulated TTFT p95 {chosen.sim_ttft_p95_s:.3g} s, "

@@ -164,7 +164,9 @@ class PlanPoint:
     cost account's USD per million (input + output) tokens at the estimated duration.
 
     ``candidates``, ``base`` and ``instances`` say how to build the point's
-    :class:`~kvmm.sim.SimConfig` (:meth:`config`); the planner fills them.
+    :class:`~kvmm.sim.SimConfig` (:meth:`config`); the planner fills them.  ``on_frontier``:
+    whether the point is on the cost-vs-estimated-TTFT frontier (the planner verifies dominated
+    points too when the frontier has fewer than ``verify`` estimated to meet the SLO).
     """
 
     capacities: tuple
@@ -184,6 +186,7 @@ class PlanPoint:
     candidates: tuple = ()
     base: Any = None
     instances: int = 1
+    on_frontier: bool = True  # False: a dominated point verified to fill a thin frontier
 
     def __post_init__(self) -> None:
         self.capacities = tuple(self.capacities)
@@ -251,7 +254,9 @@ class Plan:
     ``chosen``: the cheapest verified point whose *simulated* latencies meet ``slo`` (None when
     none does; then ``closest`` is the verified point nearest to the SLO); ``config`` is
     ``chosen.config()``.  ``frontier``: the cost-vs-estimated-TTFT Pareto frontier, cheapest
-    first; ``verified``: the simulated points, cheapest first; ``points_evaluated``: the
+    first; ``verified``: the simulated points, cheapest first (frontier points on both sides of
+    the estimated SLO boundary, and dominated ones when the frontier is thin: see
+    kvmm.plan._planner); ``points_evaluated``: the
     capacity combinations the analytic stage priced; ``reasons``: sentences saying why;
     ``timings_s``: seconds per stage (``"analytic"``, ``"verify"``).
     """
@@ -306,8 +311,8 @@ def plan(trace: Any, *, slo: SLO, tiers: Any, prices: Any = None, instances: int
 
     See :mod:`kvmm.plan._planner` for the method (docs/plan.md).  Runtime complexity: one
     O(n log n) stack-distance pass over the trace's n block references (SHARDS-sampled when n
-    is large), O(G x T) for the G-point capacity grid over T tiers, plus ``verify +
-    neighbours``-ish simulations.
+    is large), O(G x T) for the G-point capacity grid over T tiers, plus up to ``verify + 2 x
+    neighbours`` simulations.
     """
     from kvmm.plan._planner import run_plan
 

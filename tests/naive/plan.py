@@ -55,7 +55,6 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
     span = float(arrival[-1] - arrival[0])
     lam = n / span / instances
     gpu = base.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
-    dpt = model.decode_step_seconds(model.max_batch) / model.max_batch
     kvb = model.kv_bytes_per_token
     spb, lat = [], []
     for c in cands:
@@ -87,18 +86,12 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
             if gpu is not None and cm < gpu:
                 gpu_tok[req[k]] += weight[k]
         staged = np.array([(h - g) * kvb for h, g in zip(hit_tok, gpu_tok)])
-        s = np.array([(inp[r] - hit_tok[r]) / model.prefill_tokens_per_s + staged[r] / base.fast_tier.read_bandwidth
-                      for r in range(n)])
-        b = s + np.array(out) * dpt
-        # one FCFS server per instance over the trace's own arrivals: the wait before its work starts
-        free = [-INF] * instances
-        wait, starts = [], []
-        for r in range(n):
-            start = max(float(arrival[r]), free[r % instances])
-            wait.append(start - float(arrival[r]))
-            starts.append(start)
-            free[r % instances] = start + b[r]
-        tpot = _tpot(model, lam, s, starts, out, instances)
+        pre = [inp[r] - hit_tok[r] for r in range(n)]
+        held = [max(offsets[r + 1] - offsets[r], -(-(inp[r] + out[r] - 1) // bt)) for r in range(n)]
+        start, first, finish = replay(arrival, pre, staged, out, held, instances, model, base, block_bytes)
+        wait = [start[r] - float(arrival[r]) for r in range(n)]
+        per = [(finish[r] - first[r]) / (out[r] - 1) for r in range(n) if out[r] >= 2]
+        tpot = float(np.quantile(per, 0.95)) if per else 0.0
         ew = float(np.mean(wait))
         exposed = 0.0
         total_run = sum(run_blocks)
@@ -108,7 +101,7 @@ def stage1(trace, model, base, cands, instances, prices) -> dict:
             rho_ch = lam * staged.mean() * mix
             stage95 = INF if rho_ch >= 1 else (worst + np.quantile(staged, 0.95) * mix) / (1 - rho_ch)
             exposed = max(0.0, stage95 - ew)
-        ttft = float(np.quantile(np.array(wait) + s, 0.95)) + exposed
+        ttft = float(np.quantile([first[r] - float(arrival[r]) for r in range(n)], 0.95)) + exposed
         pairs = [(base.fast_tier, instances)] + [(preset(c.kind).with_capacity(cap), 1 if c.shared else instances)
                                                  for c, cap in zip(cands, caps) if cap > 0]
         usd_h = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
@@ -138,25 +131,61 @@ def cummax_by_group(b: list, group: list) -> list:
     return out
 
 
-def _tpot(model, lam, s, starts, out, instances) -> float:
-    """p95 over requests with >= 2 output tokens of: (out - 1) decode steps at the Little's-law
-    batch plus the prefill seconds its instance starts during its decode, per token."""
-    rho_p = lam * float(np.mean(s))
-    if rho_p >= 1:
-        return INF
-    b, step = 1.0, 0.0
-    for _ in range(50):
-        step = model.decode_step_seconds(b) / (1 - rho_p)
-        b = min(max(lam * float(np.mean(out)) * step, 1.0), model.max_batch)
-    d = model.decode_step_seconds(b)
-    per = []
-    for r in range(len(out)):
-        if out[r] < 2:
-            continue
-        first = starts[r] + s[r]
-        span = (out[r] - 1) * step
-        for _ in range(2):
-            pre = sum(s[q] for q in range(r + 1, len(out)) if q % instances == r % instances and starts[q] < first + span)
-            span = (out[r] - 1) * d + pre
-        per.append(span / (out[r] - 1))
-    return float(np.quantile(per, 0.95)) if per else 0.0
+def replay(arrival, pre, staged, out, held, instances, model, base, block_bytes) -> tuple[list, list, list]:
+    """The documented step replay, one step at a time: per instance (request r on r mod
+    instances), in arrival order, a step admits waiting requests first come first served while
+    the batch (max_batch, the running ones included) has room, the step's prefill budget
+    (max_prefill_tokens; the first admitted always fits) lasts and the GPU pool
+    (gpu_kv_bytes // block_bytes blocks; the first always fits when nothing runs) holds each one's
+    `held` blocks; it lasts staged bytes / fast read bandwidth + fast latency (when any) + prefill
+    tokens / prefill rate + one decode step of the requests running before it; each running
+    request gets one token, an admitted one its first (TTFT ends with the step) and then needs
+    out - 1 more.  A request frees its blocks when its last token is out.  Nothing running or
+    admissible: wait for the next arrival.  Returns per request the admitting step's start, the
+    first token and the last token times."""
+    n = len(pre)
+    start, first, finish = [None] * n, [None] * n, [None] * n
+    pool = base.gpu_kv_bytes // block_bytes
+    fast = base.fast_tier
+    for k in range(instances):
+        mine = [r for r in range(n) if r % instances == k]
+        now, queue, running, nxt = 0.0, [], {}, 0  # running: request -> tokens still to come
+        while nxt < len(mine) or queue or running:
+            while nxt < len(mine) and arrival[mine[nxt]] <= now:
+                queue.append(mine[nxt])
+                nxt += 1
+            admitted, budget = [], model.max_prefill_tokens
+            used = sum(held[r] for r in running)
+            while queue and len(running) + len(admitted) < model.max_batch:
+                r = queue[0]
+                if admitted and pre[r] > budget:
+                    break
+                if used + held[r] > pool and (running or admitted):
+                    break
+                admitted.append(queue.pop(0))
+                used += held[r]
+                budget -= pre[r]
+            if not admitted and not running:
+                now = max(now, float(arrival[mine[nxt]]))
+                continue
+            dt = sum(pre[r] for r in admitted) / model.prefill_tokens_per_s
+            load = sum(staged[r] for r in admitted)
+            if load > 0:
+                dt += load / fast.read_bandwidth + fast.latency_s
+            if running:
+                dt += model.decode_step_seconds(len(running))
+            for r in admitted:
+                start[r] = now
+            now += dt
+            for r in list(running):
+                running[r] -= 1
+                if running[r] == 0:
+                    finish[r] = now
+                    del running[r]
+            for r in admitted:
+                first[r] = now
+                if out[r] <= 1:
+                    finish[r] = now
+                else:
+                    running[r] = out[r] - 1
+    return start, first, finish

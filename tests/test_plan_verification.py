@@ -1,0 +1,77 @@
+"""Which points stage 2 simulates (kvmm.plan._planner.pick_for_verification): the ``verify``
+cheapest estimated to meet the SLO, ``neighbours`` frontier points on each side of the estimated
+SLO boundary, and dominated points filling a frontier thinner than ``verify``."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from kvmm.plan import SLO, plan
+from kvmm.plan._planner import _checked, analytic_grid, pareto, pick_for_verification
+from kvmm.sim import SimConfig
+
+
+def _pick(cost, latency, bound, verify, neighbours):
+    cost, latency = np.array(cost, dtype=float), np.array(latency, dtype=float)
+    return pick_for_verification(cost, latency, latency <= bound, pareto(cost, latency), verify, neighbours)
+
+
+def test_neighbours_on_both_sides_of_the_boundary():
+    cost = [1, 2, 3, 4, 5, 6, 7, 8]
+    latency = [10, 9, 8, 7, 6, 5, 4, 3]  # all on the frontier; 4.. meet a bound of 6
+    assert _pick(cost, latency, 6, verify=2, neighbours=2) == [2, 3, 4, 5, 6, 7]
+    assert _pick(cost, latency, 6, verify=2, neighbours=0) == [4, 5]
+    assert _pick(cost, latency, 6, verify=3, neighbours=1) == [3, 4, 5, 6, 7]
+    assert _pick(cost, latency, 3, verify=2, neighbours=2) == [5, 6, 7]  # nothing dearer than the last
+    assert _pick(cost, latency, 10, verify=2, neighbours=2) == [0, 1, 2, 3]  # nothing cheaper than the first
+
+
+def test_a_thin_frontier_is_filled_with_the_cheapest_dominated_points_that_meet():
+    cost = [1, 2, 3, 3, 4, 5, 2.5]
+    latency = [10, 5, 6, 7, 5.5, 9, 8]  # frontier: 0, 1; the rest dominated by 1
+    # meeting latency <= 7: frontier point 1, then dominated 2 (3, 6), 3 (3, 7), 4 (4, 5.5); 6 misses
+    assert _pick(cost, latency, 7, verify=3, neighbours=1) == [0, 1, 2, 3]
+    assert _pick(cost, latency, 7, verify=9, neighbours=0) == [1, 2, 3, 4]  # all four that exist
+    # nothing meets: the fastest frontier points, then the fastest dominated ones up to verify
+    assert _pick(cost, latency, 1, verify=3, neighbours=0) == [0, 1, 4]
+    assert _pick(cost, latency, 1, verify=1, neighbours=1) == [0, 1]
+
+
+def _base() -> SimConfig:
+    return SimConfig(workload="conversation", max_requests=400, load=0.8)
+
+
+def _plan(tiers, slo, verify, neighbours):
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return plan("conversation", slo=SLO(slo), tiers=tiers, base=_base(), verify=verify, neighbours=neighbours,
+                    executor=pool)
+
+
+def test_plan_verifies_frontier_points_either_side_of_the_estimated_boundary():
+    tiers = ["nvme:0-2TiB:points=12"]
+    probe = _plan(tiers, 1000.0, 1, 0)
+    est = [p.est_ttft_p95_s for p in probe.frontier]
+    assert len(est) >= 4, est
+    bound = (est[1] + est[2]) / 2  # frontier points 2.. are estimated to meet it
+    p = _plan(tiers, bound, 1, 1)
+    assert [q.capacities for q in p.verified] == [q.capacities for q in p.frontier[1:4]]
+    assert [q.meets_slo_est for q in p.verified] == [False, True, True]
+    assert all(q.on_frontier and q.sim is not None for q in p.verified)
+
+
+def test_plan_fills_a_thin_frontier_to_verify_points():
+    tiers = ["dram:0-512GiB:points=4", "nvme:0-4TiB:points=4"]
+    p = _plan(tiers, 1000.0, 4, 1)  # every point meets the SLO
+    assert len(p.frontier) < 4
+    assert len(p.verified) == 4 and all(q.meets_slo_est and q.sim is not None for q in p.verified)
+    _, cands, prices, base = _checked("conversation", SLO(1000.0), tiers, None, 1, None, 1, 0, _base(), None)
+    grid = analytic_grid(base, cands, prices, 1)
+    front = set(pareto(grid["usd_h"], grid["ttft"]).tolist())
+    order = np.lexsort((np.arange(grid["points"]), grid["ttft"], grid["usd_h"]))
+    expect_off = [j for j in order.tolist() if j not in front][: 4 - len(p.frontier)]
+    caps = lambda j: tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))  # noqa: E731
+    assert sorted(q.capacities for q in p.verified if not q.on_frontier) == sorted(caps(j) for j in expect_off)
+    assert sorted(q.capacities for q in p.verified if q.on_frontier) == sorted(q.capacities for q in p.frontier)
+    assert any("off the frontier" in r for r in p.reasons)
