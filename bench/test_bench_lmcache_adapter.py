@@ -7,8 +7,11 @@ Two groups, each with kvmm and LMCache's default side by side:
   each (the caller releases what it gets), into a fresh store that holds them all.  kvmm:
   ``KvmmStoragePlugin`` over an in-memory ``ArenaTier`` with LRU (loaded by LMCache's own
   launcher); baseline: LMCache's ``LocalCPUBackend`` with its LRU policy (``submit_put_task`` and
-  ``get_blocking``), the engine's default CPU store.  Both copy the chunk bytes once each way;
-  the plugin also writes a small header per chunk (the price of crash safety on mmap tiers).
+  ``get_blocking``), the engine's default CPU store.  The two do different work: LocalCPUBackend
+  keeps the caller's MemoryObj (no copy) and hands the same object back; a storage plugin, as
+  LMCache's interface has it, copies the bytes into its tier on put and returns a *new* MemoryObj
+  from LMCache's allocator on each get (about half the plugin's time is that allocator's
+  allocate/free), with a small header per chunk (the price of crash safety on mmap tiers).
 * ``lmcache cache policy``: one ``LocalCPUBackend`` replaying the Mooncake conversation trace's
   requests (lookup with pins, touch, retrieve, store misses, evict through the cache policy) with
   ``cache_policy="kvmm_lru"`` against LMCache's own ``"LRU"``: the same evictions (the parity

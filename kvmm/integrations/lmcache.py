@@ -52,6 +52,7 @@ Importing this module imports LMCache; ``import kvmm`` never does.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -224,7 +225,8 @@ class KvmmStoragePlugin(StoragePluginInterface):
         memory_obj = self.local_cpu_backend.allocate(shape, dtype, fmt)
         if memory_obj is None:
             return None
-        memory_obj.tensor.reshape(-1).view(torch.uint8).copy_(torch.from_numpy(payload))
+        # numpy's copy: torch's copy_ of a small CPU tensor can wait on its busy intra-op pool
+        np.copyto(memory_obj.tensor.reshape(-1).view(torch.uint8).numpy(), payload)
         return memory_obj
 
     def get_non_blocking(self, key: CacheEngineKey, location: str | None = None) -> Future | None:
@@ -430,16 +432,31 @@ def _encode_chunk(key: CacheEngineKey, memory_obj: Any) -> np.ndarray:
     if tensor.dtype != key.dtype:
         raise DTypeError(f"chunk {key.to_string()}: tensor dtype {tensor.dtype} differs from the key's dtype "
                          f"{key.dtype}; expected the KV dtype the key names")
-    fmt = memory_obj.get_memory_format()
-    header = json.dumps({"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
-                         "fmt": int(fmt.value)}).encode()
+    prefix = _header_prefix(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."),
+                            int(memory_obj.get_memory_format().value))
     data = tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
-    out = np.empty(len(_MAGIC) + 4 + len(header) + data.size, dtype=np.uint8)
-    out[:8] = np.frombuffer(_MAGIC, np.uint8)
-    out[8:12] = np.frombuffer(len(header).to_bytes(4, "little"), np.uint8)
-    out[12:12 + len(header)] = np.frombuffer(header, np.uint8)
-    out[12 + len(header):] = data
+    out = np.empty(prefix.size + data.size, dtype=np.uint8)
+    out[:prefix.size] = prefix
+    out[prefix.size:] = data
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _header_prefix(shape: tuple, dtype: str, fmt: int) -> np.ndarray:
+    """Magic, header length and JSON header of a chunk of this shape, dtype and format (the same
+    bytes for every chunk of a model: built once)."""
+    header = json.dumps({"shape": list(shape), "dtype": dtype, "fmt": fmt}).encode()
+    prefix = np.frombuffer(_MAGIC + len(header).to_bytes(4, "little") + header, np.uint8)
+    prefix.flags.writeable = False
+    return prefix
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_header(header: bytes) -> tuple:
+    """(shape, dtype, format) of a chunk header (``KeyError`` / ``ValueError`` / ... when it is not
+    one this plugin wrote); parsed once per distinct header."""
+    fields = json.loads(header)
+    return torch.Size(fields["shape"]), getattr(torch, fields["dtype"]), MemoryFormat(fields["fmt"])
 
 
 def _decode_chunk(k: str, raw: np.ndarray, key_dtype: Any) -> tuple:
@@ -448,8 +465,7 @@ def _decode_chunk(k: str, raw: np.ndarray, key_dtype: Any) -> tuple:
         if bytes(buf[:8]) != _MAGIC:
             raise ValueError("no kvmm chunk header")
         n = int.from_bytes(bytes(buf[8:12]), "little")
-        header = json.loads(bytes(buf[12:12 + n]))
-        shape, dtype, fmt = torch.Size(header["shape"]), getattr(torch, header["dtype"]), MemoryFormat(header["fmt"])
+        shape, dtype, fmt = _parse_header(bytes(buf[12:12 + n]))
         payload = buf[12 + n:]
         expected = shape.numel() * dtype.itemsize
         if payload.size != expected:
