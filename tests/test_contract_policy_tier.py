@@ -2,6 +2,7 @@
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies.twoq import TwoQPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -33,6 +34,14 @@ class TestARCCapacity3(KvmmPolicyContract):
 
 class TestARCGhostLimit(KvmmPolicyContract):
     make_policy = staticmethod(lambda: ARCPolicy(ghost_limit=150))
+
+
+class TestTwoQ(KvmmPolicyContract):
+    make_policy = staticmethod(TwoQPolicy)
+
+
+class TestTwoQCapacity500(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: TwoQPolicy(capacity=500, a_in_size_ratio=0.1))
 
 
 def test_every_registered_policy_has_a_contract_class():

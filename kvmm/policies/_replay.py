@@ -47,6 +47,7 @@ __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
 _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
+    "2q": "kvmm.policies._replay_twoq:replay_twoq",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

@@ -600,3 +600,9 @@ def make_eviction_policy(name: str, **kwargs: Any):
         raise BadInputError(f"eviction policy {name!r} takes no option {unknown[0]!r}; "
                             f"it takes {accepted or 'no options'}")
     return factory(**kwargs)
+
+
+# Orders in their own modules register here (each module imports only the shared checks).
+from kvmm.policies.twoq import TwoQPolicy  # noqa: E402
+
+EVICTION_POLICIES["2q"] = TwoQPolicy

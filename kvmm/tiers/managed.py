@@ -18,6 +18,9 @@ Semantics:
   evictions are ``on_remove``.  Sizes are the entries' bytes, so a size-aware policy (ARC)
   works in the tier's units; a policy whose ``on_insert``/``on_access`` take only the key
   (the older protocol) is called without sizes.
+* A policy with ``extra_victims(incoming, nbytes, protected)`` (2Q: its Am queue keeps a quota
+  of its own) also has the keys it names evicted, after the victims that make room and before
+  the write; ``put`` returns them too.
 * The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
   when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
   the tier's capacity (``attach(capacity_bytes)``) when it has that method.
@@ -66,6 +69,9 @@ class ManagedTier:
         self._access_takes_size = _takes_second_argument(policy.on_access)
         if hasattr(policy, "attach"):
             policy.attach(backend.capacity_bytes)
+        # An order that evicts even when the tier has room (2Q's Am keeps its own quota) names
+        # those keys with extra_victims(incoming, nbytes, protected); None for the others.
+        self._extra_victims = getattr(policy, "extra_victims", None)
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
         self._sizes: dict[Hashable, int] = {}
         for key in backend.keys():
@@ -106,10 +112,12 @@ class ManagedTier:
         need = self.backend.used_bytes - self._sizes.get(k, 0) + nbytes - capacity
         plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
-            self.backend.delete(victim)
-            self.policy.on_remove(victim)
-            del self._sizes[victim]
-            self.evictions += 1
+            self._evict(victim)
+        if self._extra_victims is not None and not existed:
+            extra = list(self._extra_victims(k, nbytes, protected | {k}))
+            for victim in extra:
+                self._evict(victim)
+            plan = plan + extra
         write(k)
         self._sizes[k] = nbytes
         if existed:
@@ -120,6 +128,12 @@ class ManagedTier:
         else:
             self._policy_insert(k, nbytes)
         return plan
+
+    def _evict(self, victim: Hashable) -> None:
+        self.backend.delete(victim)
+        self.policy.on_remove(victim)
+        del self._sizes[victim]
+        self.evictions += 1
 
     def _policy_insert(self, key: Hashable, nbytes: int) -> None:
         if self._insert_takes_size:
@@ -216,7 +230,7 @@ class ManagedTier:
             if managed:
                 on_access(k)
             elif w:
-                if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
+                if backend.used_bytes + nbytes <= capacity and self._extra_victims is None:  # fits: no victim
                     store(k)
                     sizes[k] = nbytes
                     on_insert(k, nbytes)
