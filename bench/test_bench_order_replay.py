@@ -14,7 +14,7 @@ import pytest
 from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
-ORDERS = {"lru": "LRU", "fifo": "FIFO", "2q": "TwoQ"}
+ORDERS = {"lru": "LRU", "fifo": "FIFO", "2q": "TwoQ", "lirs": "LIRS"}
 N = size(3_000_000, 30_000)
 UNIVERSE = size(1_000_000, 10_000)
 CAPACITY = UNIVERSE // 10

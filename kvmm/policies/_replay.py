@@ -48,6 +48,7 @@ _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
     "2q": "kvmm.policies._replay_twoq:replay_twoq",
+    "lirs": "kvmm.policies._replay_lirs:replay_lirs",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)
