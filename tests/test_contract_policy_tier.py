@@ -2,6 +2,7 @@
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies.lirs import LIRSPolicy
 from kvmm.policies.twoq import TwoQPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
@@ -42,6 +43,14 @@ class TestTwoQ(KvmmPolicyContract):
 
 class TestTwoQCapacity500(KvmmPolicyContract):
     make_policy = staticmethod(lambda: TwoQPolicy(capacity=500, a_in_size_ratio=0.1))
+
+
+class TestLIRS(KvmmPolicyContract):
+    make_policy = staticmethod(LIRSPolicy)
+
+
+class TestLIRSHirShare(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: LIRSPolicy(hirs_ratio=0.3))
 
 
 def test_every_registered_policy_has_a_contract_class():

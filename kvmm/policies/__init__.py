@@ -16,6 +16,7 @@ _LAZY = {
     "LFUPolicy": "kvmm.policies.eviction",
     "ARCPolicy": "kvmm.policies.eviction",
     "TwoQPolicy": "kvmm.policies.twoq",
+    "LIRSPolicy": "kvmm.policies.lirs",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -606,3 +606,6 @@ def make_eviction_policy(name: str, **kwargs: Any):
 from kvmm.policies.twoq import TwoQPolicy  # noqa: E402
 
 EVICTION_POLICIES["2q"] = TwoQPolicy
+from kvmm.policies.lirs import LIRSPolicy  # noqa: E402
+
+EVICTION_POLICIES["lirs"] = LIRSPolicy

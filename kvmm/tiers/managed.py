@@ -18,9 +18,10 @@ Semantics:
   evictions are ``on_remove``.  Sizes are the entries' bytes, so a size-aware policy (ARC)
   works in the tier's units; a policy whose ``on_insert``/``on_access`` take only the key
   (the older protocol) is called without sizes.
-* A policy with ``extra_victims(incoming, nbytes, protected)`` (2Q: its Am queue keeps a quota
-  of its own) also has the keys it names evicted, after the victims that make room and before
-  the write; ``put`` returns them too.
+* A policy with ``extra_victims(key, nbytes, protected)`` (2Q: its Am queue keeps a quota of its
+  own; LIRS: a demoted LIR key pushes out Q's oldest, even on a hit) also has the keys it names
+  evicted: on ``put`` after the victims that make room and before the write (``put`` returns
+  them too), on a read (``nbytes`` None) before the access.
 * The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
   when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
   the tier's capacity (``attach(capacity_bytes)``) when it has that method.
@@ -113,11 +114,8 @@ class ManagedTier:
         plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
             self._evict(victim)
-        if self._extra_victims is not None and not existed:
-            extra = list(self._extra_victims(k, nbytes, protected | {k}))
-            for victim in extra:
-                self._evict(victim)
-            plan = plan + extra
+        if self._extra_victims is not None:
+            plan = plan + self._evict_extra(k, nbytes, protected)
         write(k)
         self._sizes[k] = nbytes
         if existed:
@@ -128,6 +126,14 @@ class ManagedTier:
         else:
             self._policy_insert(k, nbytes)
         return plan
+
+    def _evict_extra(self, k: Hashable, nbytes: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Evict the keys the policy's ``extra_victims`` names for a reference to ``k`` (an insert
+        or overwrite of ``nbytes``, or a read: ``nbytes`` None); returns them."""
+        extra = list(self._extra_victims(k, nbytes, set(protected) | {k}))
+        for victim in extra:
+            self._evict(victim)
+        return extra
 
     def _evict(self, victim: Hashable) -> None:
         self.backend.delete(victim)
@@ -145,6 +151,8 @@ class ManagedTier:
         k = normalize_key(key)
         data = self.backend.get(k)
         if k in self._sizes:
+            if self._extra_victims is not None:
+                self._evict_extra(k, None)
             self.policy.on_access(k)
         return data
 
@@ -153,7 +161,9 @@ class ManagedTier:
         ks = normalize_keys(keys)
         out = self.backend.get_many(ks)
         for k in ks:
-            if k in self._sizes:
+            if k in self._sizes:  # again per key: an earlier read of this call may have evicted it (LIRS)
+                if self._extra_victims is not None:
+                    self._evict_extra(k, None)
                 self.policy.on_access(k)
         return out
 
@@ -228,6 +238,8 @@ class ManagedTier:
             managed = k in sizes  # again per key: an earlier write of this call may have evicted it
             hit.append(managed)
             if managed:
+                if self._extra_victims is not None:
+                    self._evict_extra(k, None)
                 on_access(k)
             elif w:
                 if backend.used_bytes + nbytes <= capacity and self._extra_victims is None:  # fits: no victim

@@ -31,8 +31,12 @@ from collections import OrderedDict
 
 
 class NaiveLIRS:
-    def __init__(self, capacity, hirs_ratio=0.01):
+    def __init__(self, capacity, hirs_ratio=0.01, protect_referenced=False):
+        """``protect_referenced``: the referenced key is never pushed out of Q by its own
+        reference (kvmm's LIRSPolicy under a ManagedTier); False: libCacheSim's C code."""
         self.capacity = capacity
+        self.protect_referenced = protect_referenced
+        self.referenced = None
         self.hirs_limit = max(1, int(hirs_ratio * capacity))
         self.lirs_limit = capacity - self.hirs_limit
         self.s = OrderedDict()  # key -> [is_lir, resident, size], bottom first
@@ -43,6 +47,7 @@ class NaiveLIRS:
         self.occupied = 0
         self.s_bytes = 0
         self.own_eviction_hits = 0
+        self.hir_bottom_demotions = 0
 
     def residents(self):
         return {k for k, e in self.s.items() if e[1]} | set(self.q)
@@ -66,25 +71,55 @@ class NaiveLIRS:
             self._s_drop_bottom()
 
     def evict_hir(self):
-        key, size = self.q.popitem(last=False)
+        """Q's oldest (not the referenced key, when protected) leaves; False if there is none."""
+        key = next((k for k in self.q if not (self.protect_referenced and k == self.referenced)), None)
+        if key is None:
+            return False
+        size = self.q.pop(key)
         self.hir -= size
         if key in self.s:
             self.s[key][1] = False
             self.nh[key] = size
         self.occupied -= size
+        return True
 
     def demote(self):
-        key, entry = self._s_drop_bottom()
+        if not self.s:
+            return False
+        bottom_key, bottom = next(iter(self.s.items()))
+        if not bottom[0]:  # a lone HIR key left at S's bottom by pruning (tiny caches)
+            self.hir_bottom_demotions += 1
+            if self.protect_referenced:  # kvmm demotes the lowest LIR key instead
+                key = next((k for k, e in self.s.items() if e[0]), None)
+                if key is None:
+                    return False
+                entry = self.s.pop(key)
+                self.s_bytes -= entry[2]
+                return self._demoted(key, entry)
+        key, entry = self._s_drop_bottom()  # libCacheSim takes the bottom whatever it is
+        return self._demoted(key, entry)
+
+    def _demoted(self, key, entry):
         size = entry[2]
         self.lir -= size
         self.occupied -= size
         if size <= self.hirs_limit:
-            while self.hir + size > self.hirs_limit:
-                self.evict_hir()
+            while self.hir + size > self.hirs_limit and self.evict_hir():
+                pass
             self.q[key] = size
             self.hir += size
             self.occupied += size
         self.prune()
+        return True
+
+    def make_room(self, size):
+        """Never needed with libCacheSim's rules; with the referenced key protected, Q can exceed
+        its limit, and then Q's oldest (then demoted LIR keys) leave until the key fits."""
+        while self.occupied + size > self.capacity and self.evict_hir():
+            pass
+        while self.occupied + size > self.capacity and self.demote():
+            while self.occupied + size > self.capacity and self.evict_hir():
+                pass
 
     def _s_push(self, key, is_lir, size):
         self.s[key] = [is_lir, True, size]
@@ -92,6 +127,7 @@ class NaiveLIRS:
 
     # -- one reference ----------------------------------------------------------------------
     def reference(self, key, size):
+        self.referenced = key
         hit = self._reference(key, size)
         while self.s_bytes > 2 * self.capacity and self.nh:
             old, old_size = self.nh.popitem(last=False)
@@ -112,16 +148,16 @@ class NaiveLIRS:
                 q_size = self.q.pop(key)
                 self.hir -= q_size
                 self.occupied -= q_size
-            while self.lir + entry[2] > self.lirs_limit:
-                self.demote()
+            while self.lir + entry[2] > self.lirs_limit and self.demote():
+                pass
             entry[0] = True
             self.lir += entry[2]
             self.occupied += entry[2]
             return True
         if entry is None and key in self.q:  # resident HIR only in Q
             q_size = self.q[key]
-            while self.lir + q_size > self.lirs_limit:
-                self.demote()
+            while self.lir + q_size > self.lirs_limit and self.demote():
+                pass
             if key not in self.q:  # pushed out of Q by its own demotions (see the module docstring)
                 self.own_eviction_hits += 1
             self._s_push(key, False, q_size)
@@ -130,14 +166,16 @@ class NaiveLIRS:
         if size > self.capacity:
             return False
         if entry is not None:  # non-resident HIR in S
-            while self.lir + entry[2] > self.lirs_limit:
-                self.demote()
+            while self.lir + entry[2] > self.lirs_limit and self.demote():
+                pass
             if key in self.nh:
                 del self.nh[key]
             while self.occupied + size > self.capacity:
-                while self.hir >= self.hirs_limit:
-                    self.evict_hir()
-                self.demote()
+                while self.hir >= self.hirs_limit and self.evict_hir():
+                    pass
+                if not self.demote():
+                    break
+            self.make_room(entry[2])
             entry[0] = entry[1] = True
             self.lir += entry[2]
             self.occupied += entry[2]
@@ -146,11 +184,12 @@ class NaiveLIRS:
             return False
         lir_full = self.lir + size > self.lirs_limit
         if lir_full and self.hir + size > self.hirs_limit:
-            while self.hir + size > self.hirs_limit:
-                self.evict_hir()
+            while self.hir + size > self.hirs_limit and self.evict_hir():
+                pass
         while self.occupied + size > self.capacity:
-            if self.lir + size > self.lirs_limit and self.hir + size > self.hirs_limit:
-                self.evict_hir()
+            if not (self.lir + size > self.lirs_limit and self.hir + size > self.hirs_limit and self.evict_hir()):
+                break
+        self.make_room(size)
         if self.lir + size <= self.lirs_limit:
             self._s_push(key, True, size)
             self.lir += size
@@ -166,15 +205,17 @@ def replay_lirs_naive(keys, capacity, sizes=None, hirs_ratio=0.01):
     return replay_lirs_naive_checked(keys, capacity, sizes, hirs_ratio)[0]
 
 
-def replay_lirs_naive_checked(keys, capacity, sizes=None, hirs_ratio=0.01):
+def replay_lirs_naive_checked(keys, capacity, sizes=None, hirs_ratio=0.01, quirks=False):
     """``(hits, n)``: the hits, and how many leading references are free of the libCacheSim
-    use-after-free case (all of them when it never happens)."""
+    use-after-free case (all of them when it never happens); ``quirks=True`` also stops at the
+    first demotion of a lone HIR bottom and at any reference that pushes the referenced key out of
+    Q (the two places where kvmm's LIRSPolicy departs from libCacheSim)."""
     sizes = [1] * len(keys) if sizes is None else list(sizes)
     cache = NaiveLIRS(capacity, hirs_ratio)
     hits = []
     clean = None
     for i, (key, size) in enumerate(zip(keys, sizes)):
         hits.append(cache.reference(key, size))
-        if clean is None and cache.own_eviction_hits:
+        if clean is None and (cache.own_eviction_hits or (quirks and cache.hir_bottom_demotions)):
             clean = i + 1  # that reference's own hit/miss still agrees; the state after it may not
     return hits, len(hits) if clean is None else clean
