@@ -112,6 +112,21 @@ class NaiveLIRS:
         self.prune()
         return True
 
+    def delete(self, key):
+        """An explicit delete (libCacheSim's LIRS_remove): the key leaves S and Q; removing an
+        LIR key prunes S."""
+        entry = self.s.pop(key, None)
+        if entry is not None:
+            self.s_bytes -= entry[2]
+            if entry[0]:
+                self.lir -= entry[2]
+                self.occupied -= entry[2]
+                self.prune()
+                return
+        size = self.q.pop(key)
+        self.hir -= size
+        self.occupied -= size
+
     def make_room(self, size):
         """Never needed with libCacheSim's rules; with the referenced key protected, Q can exceed
         its limit, and then Q's oldest (then demoted LIR keys) leave until the key fits."""
