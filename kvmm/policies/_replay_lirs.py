@@ -151,7 +151,7 @@ def _replay_lirs(dense, n_unique, sizes, capacity, hirs_limit, lirs_limit):
     return hits
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _prune(links, ends, member, is_lir, resident, s_size, st):
     """S's bottom leaves while it is HIR and not also S's top."""
     while ends[0] != ends[1]:
@@ -164,7 +164,7 @@ def _prune(links, ends, member, is_lir, resident, s_size, st):
         st[_SBYTES] -= s_size[b]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _evict_hir(links, ends, member, resident, s_size, q_size, st):
     """Q's oldest leaves the cache; in S it becomes non-resident (and joins NH)."""
     b = ends[3]
@@ -176,7 +176,7 @@ def _evict_hir(links, ends, member, resident, s_size, q_size, st):
         _push(2, b, links, ends, member)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit):
     """S's bottom (an LIR key) leaves S for Q's top, or the cache when larger than hirs_limit; prune."""
     b = ends[1]
@@ -196,7 +196,7 @@ def _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limi
     _prune(links, ends, member, is_lir, resident, s_size, st)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _unlink(lst, d, links, ends, member):
     p = links[2 * lst, d]
     n = links[2 * lst + 1, d]
@@ -213,7 +213,7 @@ def _unlink(lst, d, links, ends, member):
     member[lst, d] = False
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _push(lst, d, links, ends, member):
     h = ends[2 * lst]
     links[2 * lst, d] = NONE
@@ -226,7 +226,7 @@ def _push(lst, d, links, ends, member):
     member[lst, d] = True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _to_top(lst, d, links, ends, member=None):
     if ends[2 * lst] == d:
         return

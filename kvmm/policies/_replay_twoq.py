@@ -94,7 +94,7 @@ def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
     return hits
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _unlink(d, q, prev, next_, head, tail, used, size_of, where):
     p = prev[d]
     n = next_[d]
@@ -112,7 +112,7 @@ def _unlink(d, q, prev, next_, head, tail, used, size_of, where):
     where[d] = _OUT
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
 def _push(d, size, q, prev, next_, head, tail, used, size_of, where):
     h = head[q]
     prev[d] = NONE
