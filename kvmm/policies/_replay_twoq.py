@@ -1,6 +1,7 @@
 """numba replay of 2Q (see :func:`kvmm.policies.replay` and :class:`kvmm.policies.TwoQPolicy`).
 
-Three queues over dense ids share one pair of link arrays (a key is in at most one queue):
+Three queues over dense ids share one node table (a row per key: links, size, queue; a key is
+in at most one queue):
 A1in (FIFO of first references), A1out (FIFO of ghosts) and Am (LRU).  Each queue's oldest is
 at its ``tail``; new and promoted keys go to its ``head``.  Byte totals per queue; the quotas are
 libCacheSim's: ``int(capacity * a_in_size_ratio)`` for A1in, ``int(capacity * a_out_size_ratio)``
@@ -43,32 +44,38 @@ def quotas(capacity: int, a_in_size_ratio: float, a_out_size_ratio: float) -> tu
     return int(capacity * float(a_in_size_ratio)), int(capacity * float(a_out_size_ratio))
 
 
+# per-key columns of the node table: one row per key, so a key's links, size and queue share a
+# cache line (the kernel is bound by random memory accesses)
+_PREV, _NEXT, _SIZE, _WHERE = 0, 1, 2, 3
+
+
 @njit(cache=True, nogil=True)
 def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
     hits = np.zeros(dense.size, np.bool_)
-    prev = np.full(n_unique, NONE, np.int64)  # towards the head (newer)
-    next_ = np.full(n_unique, NONE, np.int64)  # towards the tail (older)
-    where = np.zeros(n_unique, np.int8)
-    size_of = np.zeros(n_unique, np.int64)
+    node = np.empty((n_unique, 4), np.int64)
+    node[:, _PREV] = NONE  # towards the head (newer)
+    node[:, _NEXT] = NONE  # towards the tail (older)
+    node[:, _SIZE] = 0
+    node[:, _WHERE] = _OUT
     head = np.full(4, NONE, np.int64)  # per queue code
     tail = np.full(4, NONE, np.int64)
     used = np.zeros(4, np.int64)
     am_quota = capacity - in_quota
     for i in range(dense.size):
         d = dense[i]
-        q = where[d]
+        q = node[d, _WHERE]
         if q == _AIN:
             hits[i] = True
             continue
         was_ghost = False
         if q == _AOUT:  # libCacheSim drops the ghost while looking the key up, before anything else
-            _unlink(d, _AOUT, prev, next_, head, tail, used, size_of, where)
+            _unlink(d, _AOUT, node, head, tail, used)
             was_ghost = True
         elif q == _AM:
             hits[i] = True
             if head[_AM] != d:
-                _unlink(d, _AM, prev, next_, head, tail, used, size_of, where)
-                _push(d, size_of[d], _AM, prev, next_, head, tail, used, size_of, where)
+                _unlink(d, _AM, node, head, tail, used)
+                _push(d, node[d, _SIZE], _AM, node, head, tail, used)
             continue
         size = sizes[i]
         if size > in_quota or size > capacity:  # libCacheSim's TwoQ admits nothing larger than A1in's quota
@@ -76,52 +83,52 @@ def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
         while used[_AIN] + used[_AM] + size > capacity:
             if used[_AIN] > in_quota:
                 old = tail[_AIN]
-                old_size = size_of[old]
-                _unlink(old, _AIN, prev, next_, head, tail, used, size_of, where)
+                old_size = node[old, _SIZE]
+                _unlink(old, _AIN, node, head, tail, used)
                 if old_size <= out_quota:  # a ghost larger than A1out is not remembered
                     while used[_AOUT] + old_size > out_quota:
-                        _unlink(tail[_AOUT], _AOUT, prev, next_, head, tail, used, size_of, where)
-                    _push(old, old_size, _AOUT, prev, next_, head, tail, used, size_of, where)
+                        _unlink(tail[_AOUT], _AOUT, node, head, tail, used)
+                    _push(old, old_size, _AOUT, node, head, tail, used)
             else:
-                _unlink(tail[_AM], _AM, prev, next_, head, tail, used, size_of, where)
+                _unlink(tail[_AM], _AM, node, head, tail, used)
         if was_ghost:
             if size <= am_quota:
                 while used[_AM] + size > am_quota:  # Am makes room within its own quota
-                    _unlink(tail[_AM], _AM, prev, next_, head, tail, used, size_of, where)
-                _push(d, size, _AM, prev, next_, head, tail, used, size_of, where)
+                    _unlink(tail[_AM], _AM, node, head, tail, used)
+                _push(d, size, _AM, node, head, tail, used)
         else:
-            _push(d, size, _AIN, prev, next_, head, tail, used, size_of, where)
+            _push(d, size, _AIN, node, head, tail, used)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _unlink(d, q, prev, next_, head, tail, used, size_of, where):
-    p = prev[d]
-    n = next_[d]
+def _unlink(d, q, node, head, tail, used):
+    p = node[d, _PREV]
+    n = node[d, _NEXT]
     if p == NONE:
         head[q] = n
     else:
-        next_[p] = n
+        node[p, _NEXT] = n
     if n == NONE:
         tail[q] = p
     else:
-        prev[n] = p
-    prev[d] = NONE
-    next_[d] = NONE
-    used[q] -= size_of[d]
-    where[d] = _OUT
+        node[n, _PREV] = p
+    node[d, _PREV] = NONE
+    node[d, _NEXT] = NONE
+    used[q] -= node[d, _SIZE]
+    node[d, _WHERE] = _OUT
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _push(d, size, q, prev, next_, head, tail, used, size_of, where):
+@njit(cache=True, nogil=True, inline="always")
+def _push(d, size, q, node, head, tail, used):
     h = head[q]
-    prev[d] = NONE
-    next_[d] = h
+    node[d, _PREV] = NONE
+    node[d, _NEXT] = h
     if h == NONE:
         tail[q] = d
     else:
-        prev[h] = d
+        node[h, _PREV] = d
     head[q] = d
-    size_of[d] = size
+    node[d, _SIZE] = size
     used[q] += size
-    where[d] = q
+    node[d, _WHERE] = q
