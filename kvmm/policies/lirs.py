@@ -31,9 +31,9 @@ class LIRSPolicy:
     libCacheSim's rules where they differ from the paper: a hit on a resident HIR key that is
     not in S demotes LIR keys until its size would fit the LIR set; every eviction step is in
     bytes; S is bounded at ``2 * c`` bytes (oldest non-resident keys forgotten first).  A
-    reference can evict keys even when the cache has room (a demoted LIR key pushes out Q's
-    oldest; with bytes, a hit can too): :meth:`extra_victims` names them before the event and
-    :class:`~kvmm.tiers.ManagedTier` evicts them.
+    reference can evict keys even when the cache has room, a hit included (a demoted LIR key
+    pushes out Q's oldest): :meth:`extra_victims` names them before the event and
+    :class:`~kvmm.tiers.ManagedTier` evicts them (``get`` too).
 
     Where this policy is not libCacheSim (only outside libCacheSim's own domain, or where its C
     code reads freed memory): the key being referenced is never pushed out by its own reference
@@ -52,7 +52,7 @@ class LIRSPolicy:
 
     Runtime complexity: O(1) amortised per event (each demotion, eviction and pruning step is
     O(1)); ``victims(..., incoming=)`` and :meth:`extra_victims` run the event and undo it
-    (O(its steps)).
+    (O(its steps)); ``len()`` O(|S| + |Q|).
     """
 
     hirs_ratio: float = 0.01
