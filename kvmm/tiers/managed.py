@@ -76,8 +76,11 @@ class ManagedTier:
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
         self._sizes: dict[Hashable, int] = {}
         for key in backend.keys():
-            self._sizes[key] = backend.nbytes_of(key)
-            self._policy_insert(key, self._sizes[key])
+            nbytes = backend.nbytes_of(key)
+            if self._extra_victims is not None:  # LIRS may push out an adopted entry to take the next
+                self._evict_extra(key, nbytes)
+            self._sizes[key] = nbytes
+            self._policy_insert(key, nbytes)
 
     @property
     def capacity_bytes(self) -> int:
