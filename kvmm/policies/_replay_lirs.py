@@ -1,10 +1,11 @@
 """numba replay of LIRS as libCacheSim's ``LIRS`` implements it (see :func:`kvmm.policies.replay`
 and, for the rules, ``tests/naive/lirs.py``).
 
-Per dense id: the stack S (every recently seen key, LIR or HIR, resident or not), the queue Q
-(resident HIR keys) and NH (S's non-resident HIR keys), each a doubly linked list with the most
-recent at its head and the bottom / oldest at its tail.  A key can be in S and Q (a resident HIR)
-or in S and NH (a non-resident HIR) at once, so each list has its own links.  Bytes:
+Per dense id (a row of one node table): the stack S (every recently seen key, LIR or HIR,
+resident or not), the queue Q (resident HIR keys) and NH (S's non-resident HIR keys), each a
+doubly linked list with the most recent at its head and the bottom / oldest at its tail.  A key
+can be in S and Q (a resident HIR) or in S and NH (a non-resident HIR) at once, so each list has
+its own links.  Bytes:
 ``hirs_limit = max(1, int(hirs_ratio * capacity))`` for the resident HIR keys, ``capacity -
 hirs_limit`` for the LIR keys; S's keys are forgotten (oldest non-resident first) while they
 total more than ``2 * capacity``.
@@ -41,8 +42,13 @@ from kvmm.errors import BadInputError, DTypeError
 PARAMS_LIRS: tuple = (("hirs_ratio", 0.01),)
 
 NONE = -1
-# counters in the state array
-_LIR, _HIR, _OCC, _SBYTES = 0, 1, 2, 3
+# One row per key of the node table (a key's links, flags and sizes share cache lines), and one
+# global array: each helper call increments and decrements the reference count of every array it
+# is passed, so the kernel passes two.  Columns: links of S, Q, NH (prev towards the head, next
+# towards the tail), membership, S's flags, sizes.
+_SP, _SN, _QP, _QN, _NP, _NN, _IN_S, _IN_Q, _IN_NH, _IS_LIR, _RES, _S_SIZE, _Q_SIZE = range(13)
+# the global array: [2*list] head and [2*list+1] tail of S (0), Q (1), NH (2); then the counters
+_LIR, _HIR, _OCC, _SBYTES = 6, 7, 8, 9
 
 
 def replay_lirs(keys, dense, n_unique, sizes, capacity, hirs_ratio):
@@ -70,175 +76,171 @@ def check_hirs_ratio(hirs_ratio) -> float:
 @njit(cache=True, nogil=True)
 def _replay_lirs(dense, n_unique, sizes, capacity, hirs_limit, lirs_limit):
     hits = np.zeros(dense.size, np.bool_)
-    # links[0:2] S (prev, next), [2:4] Q, [4:6] NH; ends[2*list] head, ends[2*list+1] tail
-    links = np.full((6, n_unique), NONE, np.int64)
-    ends = np.full(6, NONE, np.int64)
-    member = np.zeros((3, n_unique), np.bool_)  # in S, in Q, in NH
-    is_lir = np.zeros(n_unique, np.bool_)
-    resident = np.zeros(n_unique, np.bool_)  # S's flag (a Q key is always resident)
-    s_size = np.zeros(n_unique, np.int64)
-    q_size = np.zeros(n_unique, np.int64)
-    st = np.zeros(4, np.int64)
+    node = np.zeros((n_unique, 13), np.int64)
+    node[:, :6] = NONE
+    g = np.zeros(10, np.int64)
+    g[:6] = NONE
     for i in range(dense.size):
         d = dense[i]
         size = sizes[i]
-        in_s = member[0, d]
+        in_s = node[d, _IN_S] == 1
         if in_s:
-            _to_top(0, d, links, ends)
-        if member[1, d]:
-            _to_top(1, d, links, ends)
-        if in_s and is_lir[d]:
+            _to_top(0, d, node, g)
+        if node[d, _IN_Q] == 1:
+            _to_top(1, d, node, g)
+        if in_s and node[d, _IS_LIR] == 1:
             hits[i] = True
-            _prune(links, ends, member, is_lir, resident, s_size, st)
-        elif in_s and resident[d]:  # a resident HIR in S: it becomes LIR
+            if g[0] != g[1] and node[g[1], _IS_LIR] == 0:  # S's bottom is HIR: prune
+                _prune(node, g)
+        elif in_s and node[d, _RES] == 1:  # a resident HIR in S: it becomes LIR
             hits[i] = True
-            if member[1, d]:
-                st[_HIR] -= q_size[d]
-                st[_OCC] -= q_size[d]
-                _unlink(1, d, links, ends, member)
-            while st[_LIR] + s_size[d] > lirs_limit and ends[1] != NONE:
-                _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit)
-            is_lir[d] = True
-            st[_LIR] += s_size[d]
-            st[_OCC] += s_size[d]
-        elif member[1, d]:  # a resident HIR only in Q: it enters S's top, still HIR
+            if node[d, _IN_Q] == 1:
+                g[_HIR] -= node[d, _Q_SIZE]
+                g[_OCC] -= node[d, _Q_SIZE]
+                _unlink(1, d, node, g)
+            while g[_LIR] + node[d, _S_SIZE] > lirs_limit and g[1] != NONE:
+                _demote(node, g, hirs_limit)
+            node[d, _IS_LIR] = 1
+            g[_LIR] += node[d, _S_SIZE]
+            g[_OCC] += node[d, _S_SIZE]
+        elif node[d, _IN_Q] == 1:  # a resident HIR only in Q: it enters S's top, still HIR
             hits[i] = True
-            while st[_LIR] + q_size[d] > lirs_limit and ends[1] != NONE:
-                _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit)
-            _push(0, d, links, ends, member)
-            is_lir[d] = False
-            resident[d] = True
-            s_size[d] = q_size[d]
-            st[_SBYTES] += q_size[d]
+            while g[_LIR] + node[d, _Q_SIZE] > lirs_limit and g[1] != NONE:
+                _demote(node, g, hirs_limit)
+            _push(0, d, node, g)
+            node[d, _IS_LIR] = 0
+            node[d, _RES] = 1
+            node[d, _S_SIZE] = node[d, _Q_SIZE]
+            g[_SBYTES] += node[d, _Q_SIZE]
         elif size > capacity:
             pass  # larger than the whole cache: a miss, never inserted
         elif in_s:  # a non-resident HIR of S: it comes back as LIR (with its remembered size)
-            while st[_LIR] + s_size[d] > lirs_limit and ends[1] != NONE:
-                _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit)
-            if member[2, d]:
-                _unlink(2, d, links, ends, member)
-            while st[_OCC] + size > capacity and ends[1] != NONE:
-                while st[_HIR] >= hirs_limit and ends[3] != NONE:
-                    _evict_hir(links, ends, member, resident, s_size, q_size, st)
-                _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit)
-            is_lir[d] = True
-            resident[d] = True
-            st[_LIR] += s_size[d]
-            st[_OCC] += s_size[d]
+            while g[_LIR] + node[d, _S_SIZE] > lirs_limit and g[1] != NONE:
+                _demote(node, g, hirs_limit)
+            if node[d, _IN_NH] == 1:
+                _unlink(2, d, node, g)
+            while g[_OCC] + size > capacity and g[1] != NONE:
+                while g[_HIR] >= hirs_limit and g[3] != NONE:
+                    _evict_hir(node, g)
+                _demote(node, g, hirs_limit)
+            node[d, _IS_LIR] = 1
+            node[d, _RES] = 1
+            g[_LIR] += node[d, _S_SIZE]
+            g[_OCC] += node[d, _S_SIZE]
         elif size <= lirs_limit and size <= hirs_limit:  # a new key (libCacheSim refuses larger ones)
-            if st[_LIR] + size > lirs_limit:
-                while st[_HIR] + size > hirs_limit and ends[3] != NONE:
-                    _evict_hir(links, ends, member, resident, s_size, q_size, st)
-            _push(0, d, links, ends, member)
-            resident[d] = True
-            s_size[d] = size
-            st[_SBYTES] += size
-            st[_OCC] += size
-            if st[_LIR] + size <= lirs_limit:
-                is_lir[d] = True
-                st[_LIR] += size
+            if g[_LIR] + size > lirs_limit:
+                while g[_HIR] + size > hirs_limit and g[3] != NONE:
+                    _evict_hir(node, g)
+            _push(0, d, node, g)
+            node[d, _RES] = 1
+            node[d, _S_SIZE] = size
+            g[_SBYTES] += size
+            g[_OCC] += size
+            if g[_LIR] + size <= lirs_limit:
+                node[d, _IS_LIR] = 1
+                g[_LIR] += size
             else:
-                is_lir[d] = False
-                _push(1, d, links, ends, member)
-                q_size[d] = size
-                st[_HIR] += size
+                node[d, _IS_LIR] = 0
+                _push(1, d, node, g)
+                node[d, _Q_SIZE] = size
+                g[_HIR] += size
         # S remembers at most 2 * capacity bytes: forget the oldest non-resident keys
-        while st[_SBYTES] > 2 * capacity and ends[5] != NONE:
-            old = ends[5]
-            _unlink(2, old, links, ends, member)
-            _unlink(0, old, links, ends, member)
-            st[_SBYTES] -= s_size[old]
+        while g[_SBYTES] > 2 * capacity and g[5] != NONE:
+            old = g[5]
+            _unlink(2, old, node, g)
+            _unlink(0, old, node, g)
+            g[_SBYTES] -= node[old, _S_SIZE]
     return hits
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _prune(links, ends, member, is_lir, resident, s_size, st):
+@njit(cache=True, nogil=True, inline="always")
+def _prune(node, g):
     """S's bottom leaves while it is HIR and not also S's top."""
-    while ends[0] != ends[1]:
-        b = ends[1]
-        if is_lir[b]:
+    while g[0] != g[1]:
+        b = g[1]
+        if node[b, _IS_LIR] == 1:
             break
-        if not resident[b] and member[2, b]:
-            _unlink(2, b, links, ends, member)
-        _unlink(0, b, links, ends, member)
-        st[_SBYTES] -= s_size[b]
+        if node[b, _RES] == 0 and node[b, _IN_NH] == 1:
+            _unlink(2, b, node, g)
+        _unlink(0, b, node, g)
+        g[_SBYTES] -= node[b, _S_SIZE]
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _evict_hir(links, ends, member, resident, s_size, q_size, st):
+@njit(cache=True, nogil=True, inline="always")
+def _evict_hir(node, g):
     """Q's oldest leaves the cache; in S it becomes non-resident (and joins NH)."""
-    b = ends[3]
-    st[_HIR] -= q_size[b]
-    st[_OCC] -= q_size[b]
-    _unlink(1, b, links, ends, member)
-    if member[0, b]:
-        resident[b] = False
-        _push(2, b, links, ends, member)
+    b = g[3]
+    g[_HIR] -= node[b, _Q_SIZE]
+    g[_OCC] -= node[b, _Q_SIZE]
+    _unlink(1, b, node, g)
+    if node[b, _IN_S] == 1:
+        node[b, _RES] = 0
+        _push(2, b, node, g)
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _demote(links, ends, member, is_lir, resident, s_size, q_size, st, hirs_limit):
+@njit(cache=True, nogil=True, inline="always")
+def _demote(node, g, hirs_limit):
     """S's bottom (an LIR key) leaves S for Q's top, or the cache when larger than hirs_limit; prune."""
-    b = ends[1]
-    size = s_size[b]
-    _unlink(0, b, links, ends, member)
-    st[_SBYTES] -= size
-    st[_LIR] -= size
-    st[_OCC] -= size
-    is_lir[b] = False
+    b = g[1]
+    size = node[b, _S_SIZE]
+    _unlink(0, b, node, g)
+    g[_SBYTES] -= size
+    g[_LIR] -= size
+    g[_OCC] -= size
+    node[b, _IS_LIR] = 0
     if size <= hirs_limit:
-        while st[_HIR] + size > hirs_limit and ends[3] != NONE:
-            _evict_hir(links, ends, member, resident, s_size, q_size, st)
-        _push(1, b, links, ends, member)
-        q_size[b] = size
-        st[_HIR] += size
-        st[_OCC] += size
-    _prune(links, ends, member, is_lir, resident, s_size, st)
+        while g[_HIR] + size > hirs_limit and g[3] != NONE:
+            _evict_hir(node, g)
+        _push(1, b, node, g)
+        node[b, _Q_SIZE] = size
+        g[_HIR] += size
+        g[_OCC] += size
+    _prune(node, g)
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _unlink(lst, d, links, ends, member):
-    p = links[2 * lst, d]
-    n = links[2 * lst + 1, d]
+@njit(cache=True, nogil=True, inline="always")
+def _unlink(lst, d, node, g):
+    p = node[d, 2 * lst]
+    n = node[d, 2 * lst + 1]
     if p == NONE:
-        ends[2 * lst] = n
+        g[2 * lst] = n
     else:
-        links[2 * lst + 1, p] = n
+        node[p, 2 * lst + 1] = n
     if n == NONE:
-        ends[2 * lst + 1] = p
+        g[2 * lst + 1] = p
     else:
-        links[2 * lst, n] = p
-    links[2 * lst, d] = NONE
-    links[2 * lst + 1, d] = NONE
-    member[lst, d] = False
+        node[n, 2 * lst] = p
+    node[d, 2 * lst] = NONE
+    node[d, 2 * lst + 1] = NONE
+    node[d, _IN_S + lst] = 0
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _push(lst, d, links, ends, member):
-    h = ends[2 * lst]
-    links[2 * lst, d] = NONE
-    links[2 * lst + 1, d] = h
+@njit(cache=True, nogil=True, inline="always")
+def _push(lst, d, node, g):
+    h = g[2 * lst]
+    node[d, 2 * lst] = NONE
+    node[d, 2 * lst + 1] = h
     if h == NONE:
-        ends[2 * lst + 1] = d
+        g[2 * lst + 1] = d
     else:
-        links[2 * lst, h] = d
-    ends[2 * lst] = d
-    member[lst, d] = True
+        node[h, 2 * lst] = d
+    g[2 * lst] = d
+    node[d, _IN_S + lst] = 1
 
 
-@njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _to_top(lst, d, links, ends, member=None):
-    if ends[2 * lst] == d:
+@njit(cache=True, nogil=True, inline="always")
+def _to_top(lst, d, node, g):
+    if g[2 * lst] == d:
         return
-    p = links[2 * lst, d]
-    n = links[2 * lst + 1, d]
-    links[2 * lst + 1, p] = n  # d is not the head, so it has a prev
+    p = node[d, 2 * lst]
+    n = node[d, 2 * lst + 1]
+    node[p, 2 * lst + 1] = n  # d is not the head, so it has a prev
     if n == NONE:
-        ends[2 * lst + 1] = p
+        g[2 * lst + 1] = p
     else:
-        links[2 * lst, n] = p
-    h = ends[2 * lst]
-    links[2 * lst, d] = NONE
-    links[2 * lst + 1, d] = h
-    links[2 * lst, h] = d
-    ends[2 * lst] = d
+        node[n, 2 * lst] = p
+    h = g[2 * lst]
+    node[d, 2 * lst] = NONE
+    node[d, 2 * lst + 1] = h
+    node[h, 2 * lst] = d
+    g[2 * lst] = d

@@ -47,6 +47,7 @@ def quotas(capacity: int, a_in_size_ratio: float, a_out_size_ratio: float) -> tu
 # per-key columns of the node table: one row per key, so a key's links, size and queue share a
 # cache line (the kernel is bound by random memory accesses)
 _PREV, _NEXT, _SIZE, _WHERE = 0, 1, 2, 3
+_HEAD, _TAIL, _USED = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
@@ -57,9 +58,11 @@ def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
     node[:, _NEXT] = NONE  # towards the tail (older)
     node[:, _SIZE] = 0
     node[:, _WHERE] = _OUT
-    head = np.full(4, NONE, np.int64)  # per queue code
-    tail = np.full(4, NONE, np.int64)
-    used = np.zeros(4, np.int64)
+    # per queue code: qs[_HEAD, q], qs[_TAIL, q], qs[_USED, q] (one array: each helper call
+    # increments and decrements the reference count of every array it is passed)
+    qs = np.zeros((3, 4), np.int64)
+    qs[_HEAD, :] = NONE
+    qs[_TAIL, :] = NONE
     am_quota = capacity - in_quota
     for i in range(dense.size):
         d = dense[i]
@@ -69,66 +72,66 @@ def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
             continue
         was_ghost = False
         if q == _AOUT:  # libCacheSim drops the ghost while looking the key up, before anything else
-            _unlink(d, _AOUT, node, head, tail, used)
+            _unlink(d, _AOUT, node, qs)
             was_ghost = True
         elif q == _AM:
             hits[i] = True
-            if head[_AM] != d:
-                _unlink(d, _AM, node, head, tail, used)
-                _push(d, node[d, _SIZE], _AM, node, head, tail, used)
+            if qs[_HEAD, _AM] != d:
+                _unlink(d, _AM, node, qs)
+                _push(d, node[d, _SIZE], _AM, node, qs)
             continue
         size = sizes[i]
         if size > in_quota or size > capacity:  # libCacheSim's TwoQ admits nothing larger than A1in's quota
             continue
-        while used[_AIN] + used[_AM] + size > capacity:
-            if used[_AIN] > in_quota:
-                old = tail[_AIN]
+        while qs[_USED, _AIN] + qs[_USED, _AM] + size > capacity:
+            if qs[_USED, _AIN] > in_quota:
+                old = qs[_TAIL, _AIN]
                 old_size = node[old, _SIZE]
-                _unlink(old, _AIN, node, head, tail, used)
+                _unlink(old, _AIN, node, qs)
                 if old_size <= out_quota:  # a ghost larger than A1out is not remembered
-                    while used[_AOUT] + old_size > out_quota:
-                        _unlink(tail[_AOUT], _AOUT, node, head, tail, used)
-                    _push(old, old_size, _AOUT, node, head, tail, used)
+                    while qs[_USED, _AOUT] + old_size > out_quota:
+                        _unlink(qs[_TAIL, _AOUT], _AOUT, node, qs)
+                    _push(old, old_size, _AOUT, node, qs)
             else:
-                _unlink(tail[_AM], _AM, node, head, tail, used)
+                _unlink(qs[_TAIL, _AM], _AM, node, qs)
         if was_ghost:
             if size <= am_quota:
-                while used[_AM] + size > am_quota:  # Am makes room within its own quota
-                    _unlink(tail[_AM], _AM, node, head, tail, used)
-                _push(d, size, _AM, node, head, tail, used)
+                while qs[_USED, _AM] + size > am_quota:  # Am makes room within its own quota
+                    _unlink(qs[_TAIL, _AM], _AM, node, qs)
+                _push(d, size, _AM, node, qs)
         else:
-            _push(d, size, _AIN, node, head, tail, used)
+            _push(d, size, _AIN, node, qs)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")  # inlined: no per-call array refcounting
-def _unlink(d, q, node, head, tail, used):
+def _unlink(d, q, node, qs):
     p = node[d, _PREV]
     n = node[d, _NEXT]
     if p == NONE:
-        head[q] = n
+        qs[_HEAD, q] = n
     else:
         node[p, _NEXT] = n
     if n == NONE:
-        tail[q] = p
+        qs[_TAIL, q] = p
     else:
         node[n, _PREV] = p
     node[d, _PREV] = NONE
     node[d, _NEXT] = NONE
-    used[q] -= node[d, _SIZE]
+    qs[_USED, q] -= node[d, _SIZE]
     node[d, _WHERE] = _OUT
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _push(d, size, q, node, head, tail, used):
-    h = head[q]
+def _push(d, size, q, node, qs):
+    h = qs[_HEAD, q]
     node[d, _PREV] = NONE
     node[d, _NEXT] = h
     if h == NONE:
-        tail[q] = d
+        qs[_TAIL, q] = d
     else:
         node[h, _PREV] = d
-    head[q] = d
+    qs[_HEAD, q] = d
     node[d, _SIZE] = size
-    used[q] += size
+    qs[_USED, q] += size
     node[d, _WHERE] = q
