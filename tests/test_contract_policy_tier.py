@@ -6,6 +6,8 @@ from kvmm.policies.clock import ClockPolicy
 from kvmm.policies.belady import BeladyPolicy
 from kvmm.policies.s3fifo import S3FIFOPolicy
 from kvmm.policies.sieve import SIEVEPolicy
+from kvmm.policies.lirs import LIRSPolicy
+from kvmm.policies.twoq import TwoQPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -65,6 +67,22 @@ class TestS3FIFOHalfSmall(KvmmPolicyContract):
 
 class TestSIEVE(KvmmPolicyContract):
     make_policy = staticmethod(SIEVEPolicy)
+
+
+class TestTwoQ(KvmmPolicyContract):
+    make_policy = staticmethod(TwoQPolicy)
+
+
+class TestTwoQCapacity500(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: TwoQPolicy(capacity=500, a_in_size_ratio=0.1))
+
+
+class TestLIRS(KvmmPolicyContract):
+    make_policy = staticmethod(LIRSPolicy)
+
+
+class TestLIRSHirShare(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: LIRSPolicy(hirs_ratio=0.3))
 
 
 def test_every_registered_policy_has_a_contract_class():

@@ -60,6 +60,8 @@ def test_registry_and_factory():
         "belady",
         "s3fifo",
         "sieve",
+        "2q",
+        "lirs",
     }
     assert isinstance(make_eviction_policy("ARC", capacity=4), ARCPolicy)
     with pytest.raises(BadInputError, match="expected one of"):

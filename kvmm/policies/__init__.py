@@ -19,6 +19,8 @@ _LAZY = {
     "BeladyPolicy": "kvmm.policies.belady",
     "S3FIFOPolicy": "kvmm.policies.s3fifo",
     "SIEVEPolicy": "kvmm.policies.sieve",
+    "TwoQPolicy": "kvmm.policies.twoq",
+    "LIRSPolicy": "kvmm.policies.lirs",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -51,6 +51,8 @@ _KERNELS: dict[str, str] = {
     "lfu": "kvmm.policies._replay_lfu:replay_lfu",
     "s3fifo": "kvmm.policies._replay_s3fifo:replay_s3fifo",
     "sieve": "kvmm.policies._replay_sieve:replay_sieve",
+    "2q": "kvmm.policies._replay_twoq:replay_twoq",
+    "lirs": "kvmm.policies._replay_lirs:replay_lirs",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

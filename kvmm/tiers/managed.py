@@ -18,6 +18,10 @@ Semantics:
   evictions are ``on_remove``.  Sizes are the entries' bytes, so a size-aware policy (ARC)
   works in the tier's units; a policy whose ``on_insert``/``on_access`` take only the key
   (the older protocol) is called without sizes.
+* A policy with ``extra_victims(key, nbytes, protected)`` (2Q: its Am queue keeps a quota of its
+  own; LIRS: a demoted LIR key pushes out Q's oldest, even on a hit) also has the keys it names
+  evicted: on ``put`` after the victims that make room and before the write (``put`` returns
+  them too), on a read (``nbytes`` None) before the access.
 * The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
   when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
   the tier's capacity (``attach(capacity_bytes)``) when it has that method.
@@ -66,11 +70,17 @@ class ManagedTier:
         self._access_takes_size = _takes_second_argument(policy.on_access)
         if hasattr(policy, "attach"):
             policy.attach(backend.capacity_bytes)
+        # An order that evicts even when the tier has room (2Q's Am keeps its own quota) names
+        # those keys with extra_victims(incoming, nbytes, protected); None for the others.
+        self._extra_victims = getattr(policy, "extra_victims", None)
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
         self._sizes: dict[Hashable, int] = {}
         for key in backend.keys():
-            self._sizes[key] = backend.nbytes_of(key)
-            self._policy_insert(key, self._sizes[key])
+            nbytes = backend.nbytes_of(key)
+            if self._extra_victims is not None:  # LIRS may push out an adopted entry to take the next
+                self._evict_extra(key, nbytes)
+            self._sizes[key] = nbytes
+            self._policy_insert(key, nbytes)
 
     @property
     def capacity_bytes(self) -> int:
@@ -106,10 +116,9 @@ class ManagedTier:
         need = self.backend.used_bytes - self._sizes.get(k, 0) + nbytes - capacity
         plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
-            self.backend.delete(victim)
-            self.policy.on_remove(victim)
-            del self._sizes[victim]
-            self.evictions += 1
+            self._evict(victim)
+        if self._extra_victims is not None:
+            plan = plan + self._evict_extra(k, nbytes, protected)
         write(k)
         self._sizes[k] = nbytes
         if existed:
@@ -121,6 +130,20 @@ class ManagedTier:
             self._policy_insert(k, nbytes)
         return plan
 
+    def _evict_extra(self, k: Hashable, nbytes: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Evict the keys the policy's ``extra_victims`` names for a reference to ``k`` (an insert
+        or overwrite of ``nbytes``, or a read: ``nbytes`` None); returns them."""
+        extra = list(self._extra_victims(k, nbytes, set(protected) | {k}))
+        for victim in extra:
+            self._evict(victim)
+        return extra
+
+    def _evict(self, victim: Hashable) -> None:
+        self.backend.delete(victim)
+        self.policy.on_remove(victim)
+        del self._sizes[victim]
+        self.evictions += 1
+
     def _policy_insert(self, key: Hashable, nbytes: int) -> None:
         if self._insert_takes_size:
             self.policy.on_insert(key, nbytes)
@@ -131,6 +154,8 @@ class ManagedTier:
         k = normalize_key(key)
         data = self.backend.get(k)
         if k in self._sizes:
+            if self._extra_victims is not None:
+                self._evict_extra(k, None)
             self.policy.on_access(k)
         return data
 
@@ -139,7 +164,9 @@ class ManagedTier:
         ks = normalize_keys(keys)
         out = self.backend.get_many(ks)
         for k in ks:
-            if k in self._sizes:
+            if k in self._sizes:  # again per key: an earlier read of this call may have evicted it (LIRS)
+                if self._extra_victims is not None:
+                    self._evict_extra(k, None)
                 self.policy.on_access(k)
         return out
 
@@ -214,9 +241,11 @@ class ManagedTier:
             managed = k in sizes  # again per key: an earlier write of this call may have evicted it
             hit.append(managed)
             if managed:
+                if self._extra_victims is not None:
+                    self._evict_extra(k, None)
                 on_access(k)
             elif w:
-                if backend.used_bytes + nbytes <= capacity:  # fits: no victim to plan
+                if backend.used_bytes + nbytes <= capacity and self._extra_victims is None:  # fits: no victim
                     store(k)
                     sizes[k] = nbytes
                     on_insert(k, nbytes)
