@@ -2,6 +2,7 @@
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.policies.slru import SLRUPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -33,6 +34,17 @@ class TestARCCapacity3(KvmmPolicyContract):
 
 class TestARCGhostLimit(KvmmPolicyContract):
     make_policy = staticmethod(lambda: ARCPolicy(ghost_limit=150))
+
+
+# SLRU's segments here hold whole 100-byte entries (2 x 500, 200 + 800): with libCacheSim's
+# default 4 x 250 a get's cooling evicts (as libCacheSim's does), which the contract's "each put
+# into a full tier evicts one" does not expect; tests/test_order_slru.py covers that path.
+class TestSLRU(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: SLRUPolicy(n_seg=2))
+
+
+class TestSLRUOneToFour(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: SLRUPolicy(seg_size=(1, 4)))
 
 
 def test_every_registered_policy_has_a_contract_class():

@@ -15,6 +15,7 @@ _LAZY = {
     "FIFOPolicy": "kvmm.policies.eviction",
     "LFUPolicy": "kvmm.policies.eviction",
     "ARCPolicy": "kvmm.policies.eviction",
+    "SLRUPolicy": "kvmm.policies.slru",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -47,6 +47,7 @@ __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
 _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
+    "slru": "kvmm.policies._replay_slru:replay_slru",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

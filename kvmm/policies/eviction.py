@@ -583,6 +583,10 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
     "arc": ARCPolicy,
 }
 
+from kvmm.policies.slru import SLRUPolicy  # noqa: E402  (its module imports no eviction.py)
+
+EVICTION_POLICIES["slru"] = SLRUPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
     """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.

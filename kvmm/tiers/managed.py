@@ -21,6 +21,8 @@ Semantics:
 * The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
   when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
   the tier's capacity (``attach(capacity_bytes)``) when it has that method.
+* A policy that evicts on an access (SLRU's and W-TinyLFU's cooling, as libCacheSim's do) lists
+  those keys in ``take_dropped()``; this object deletes them right after the access.
 * Entries already in the backend when the ManagedTier is built (a reopened ``MmapTier``, ...)
   are registered with the policy in the backend's key order.
 * With a shared backend (``RedisTier`` used by several processes) this object only evicts the
@@ -64,6 +66,7 @@ class ManagedTier:
         self._victims_takes_size = "incoming_size" in victims_parameters
         self._insert_takes_size = _takes_second_argument(policy.on_insert)
         self._access_takes_size = _takes_second_argument(policy.on_access)
+        self._take_dropped = getattr(policy, "take_dropped", None)
         if hasattr(policy, "attach"):
             policy.attach(backend.capacity_bytes)
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
@@ -117,6 +120,8 @@ class ManagedTier:
                 self.policy.on_access(k, nbytes)
             else:
                 self.policy.on_access(k)
+            if self._take_dropped is not None:
+                self._delete_dropped()
         else:
             self._policy_insert(k, nbytes)
         return plan
@@ -132,6 +137,8 @@ class ManagedTier:
         data = self.backend.get(k)
         if k in self._sizes:
             self.policy.on_access(k)
+            if self._take_dropped is not None:
+                self._delete_dropped()
         return data
 
     def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
@@ -141,6 +148,8 @@ class ManagedTier:
         for k in ks:
             if k in self._sizes:
                 self.policy.on_access(k)
+                if self._take_dropped is not None:
+                    self._delete_dropped()
         return out
 
     def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
@@ -208,6 +217,8 @@ class ManagedTier:
         if hooks is not None and hooks[3] is not None and hasattr(backend, "size_writer_many"):
             return self._offer_batched(ks, flags.tolist(), nbytes, hooks, found)
         on_access, on_insert = hooks[:2] if hooks is not None else (self.policy.on_access, self._policy_insert)
+        if self._take_dropped is not None:
+            on_access = self._access_then_delete_dropped(on_access)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
         hit: list[bool] = []
         for k, w in zip(ks, flags.tolist()):
@@ -268,6 +279,20 @@ class ManagedTier:
                 sizes[k] = nbytes
                 insert(k, nbytes)
         return np.array(hit, dtype=bool)
+
+    def _delete_dropped(self) -> None:
+        """Delete the keys the policy evicted on its own during an access (``take_dropped``)."""
+        for victim in self._take_dropped():
+            self.backend.delete(victim)
+            self.policy.on_remove(victim)
+            del self._sizes[victim]
+            self.evictions += 1
+
+    def _access_then_delete_dropped(self, on_access: Any) -> Any:
+        def access(key: Hashable) -> None:
+            on_access(key)
+            self._delete_dropped()
+        return access
 
     def _evict_first(self, need: int, evict_first: Any) -> None:
         """Evict the policy's first victims until ``need`` bytes are freed (none if ``need <= 0``)."""
