@@ -15,7 +15,7 @@ from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
 ORDERS = {"lru": "LRU", "fifo": "FIFO",
-          "slru": "SLRU"}
+          "slru": "SLRU", "wtinylfu": "WTinyLFU"}
 N = size(3_000_000, 30_000)
 UNIVERSE = size(1_000_000, 10_000)
 CAPACITY = UNIVERSE // 10

@@ -3,6 +3,7 @@ paired with every kvmm tier (Redis included) through ManagedTier.  A new policy:
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.policies.slru import SLRUPolicy
+from kvmm.policies.wtinylfu import WTinyLFUPolicy
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
@@ -45,6 +46,14 @@ class TestSLRU(KvmmPolicyContract):
 
 class TestSLRUOneToFour(KvmmPolicyContract):
     make_policy = staticmethod(lambda: SLRUPolicy(seg_size=(1, 4)))
+
+
+class TestWTinyLFU(KvmmPolicyContract):
+    make_policy = staticmethod(WTinyLFUPolicy)
+
+
+class TestWTinyLFUWindow20(KvmmPolicyContract):
+    make_policy = staticmethod(lambda: WTinyLFUPolicy(window_size=0.2))
 
 
 def test_every_registered_policy_has_a_contract_class():

@@ -52,7 +52,7 @@ def test_arc_rejects_bad_capacity(kwargs):
 
 def test_registry_and_factory():
     assert set(EVICTION_POLICIES) == {"lru", "fifo", "lfu", "arc",
-                                     "slru"}
+                                     "slru", "wtinylfu"}
     assert isinstance(make_eviction_policy("ARC", capacity=4), ARCPolicy)
     with pytest.raises(BadInputError, match="expected one of"):
         make_eviction_policy("mru")

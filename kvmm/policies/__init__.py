@@ -16,6 +16,7 @@ _LAZY = {
     "LFUPolicy": "kvmm.policies.eviction",
     "ARCPolicy": "kvmm.policies.eviction",
     "SLRUPolicy": "kvmm.policies.slru",
+    "WTinyLFUPolicy": "kvmm.policies.wtinylfu",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -48,6 +48,7 @@ _KERNELS: dict[str, str] = {
     "lru": "kvmm.policies._replay_classic:replay_lru",
     "fifo": "kvmm.policies._replay_classic:replay_fifo",
     "slru": "kvmm.policies._replay_slru:replay_slru",
+    "wtinylfu": "kvmm.policies._replay_wtinylfu:replay_wtinylfu",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

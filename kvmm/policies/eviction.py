@@ -587,6 +587,10 @@ from kvmm.policies.slru import SLRUPolicy  # noqa: E402  (its module imports no 
 
 EVICTION_POLICIES["slru"] = SLRUPolicy
 
+from kvmm.policies.wtinylfu import WTinyLFUPolicy  # noqa: E402  (its module imports no eviction.py)
+
+EVICTION_POLICIES["wtinylfu"] = WTinyLFUPolicy
+
 
 def make_eviction_policy(name: str, **kwargs: Any):
     """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``); ``kwargs`` go to its constructor.

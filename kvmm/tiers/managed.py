@@ -113,6 +113,8 @@ class ManagedTier:
             self.policy.on_remove(victim)
             del self._sizes[victim]
             self.evictions += 1
+        if self._take_dropped is not None:  # a planned step may evict more than the plan's prefix
+            self._delete_dropped()
         write(k)
         self._sizes[k] = nbytes
         if existed:
