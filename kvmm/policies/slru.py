@@ -47,7 +47,10 @@ class SLRUPolicy:
     ``capacity=None``: the tier's capacity when a ManagedTier adopts the policy (:meth:`attach`);
     standalone, the largest resident total seen.  The segment maxima follow it.
     ``on_remove`` of any tracked key forgets it and its segment's byte count (libCacheSim's
-    ``SLRU_remove`` leaves the count stale; kvmm does not copy that).
+    ``SLRU_remove`` leaves the count stale; kvmm does not copy that).  An overwrite with another
+    size (``on_access(key, size)``, which libCacheSim never sees: its hits keep the size) is the
+    same hit, except that cooling leaves segment 0 over its maximum instead of evicting, so an
+    overwrite never evicts another key.
 
     Runtime complexity: O(1) per insert and remove; an access O(keys moved down), amortised
     O(n_seg); ``victims`` O(n + protected).
@@ -223,14 +226,20 @@ class Segments:
             self.segs[i + 1][key] = self.remove(key)
             self.bytes[i + 1] += self.segs[i + 1][key]
             self.where[key] = i + 1
-        self._cool(len(self.segs) - 1 if i == len(self.segs) - 1 else i + 1)
+        self._cool(len(self.segs) - 1 if i == len(self.segs) - 1 else i + 1, evict=size is None)
 
-    def _cool(self, top: int) -> None:
-        """libCacheSim's ``SLRU_cool`` from segment ``top`` down, recursion unrolled."""
+    def _cool(self, top: int, evict: bool = True) -> None:
+        """libCacheSim's ``SLRU_cool`` from segment ``top`` down, recursion unrolled; without
+        ``evict`` (an overwrite) segment 0 is left over its maximum instead of evicting."""
         j = top
         while True:
             if self.bytes[j] > self.maxima[j]:
                 if j == 0:
+                    if not evict:
+                        j += 1
+                        if j > top:
+                            return
+                        continue
                     victim = self.victim()
                     self.dropped[victim] = self.remove(victim)
                     continue

@@ -52,8 +52,9 @@ class WTinyLFUPolicy:
     extra keys main evicts for a larger window key) stay tracked as *dropped*, first in
     :meth:`victims`, until their owner removes them (:meth:`take_dropped`; ManagedTier does it).
     An access to a dropped key inserts it afresh.  ``on_remove`` of any other key (an explicit
-    delete) forgets it from its list; the sketch keeps its counts.  Protected keys are skipped
-    when picking ``w`` and ``m`` (libCacheSim has none).
+    delete) forgets it from its list; the sketch keeps its counts.  Protected keys (libCacheSim
+    has none) still move from the window to main, but are skipped when picking the contest's
+    ``w`` and ``m``.
 
     ``capacity=None``: the tier's capacity when a ManagedTier adopts the policy (:meth:`attach`,
     before any event: the sketch is sized then); standalone, the largest resident total seen
@@ -218,15 +219,16 @@ class WTinyLFUPolicy:
         in order (empty when nothing is left).  With ``undo`` every change is logged there."""
         window, main = self._window, self._main
         while True:
+            if self._window_bytes > 0:
+                w = next(iter(window))  # moving to main evicts nothing: protection does not matter
+                if main.used() + window[w] <= self._main_cap:
+                    self._window_to_main(w, [], protected, undo)
+                    self._sketch_add(w, undo)
+                    continue
             w, skipped = self._window_victim(protected) if self._window_bytes > 0 else (None, ())
             if w is None:
                 m = self._main_victim(protected)
                 return [] if m is None else [self._main_pop(m, undo)]
-            size = window[w]
-            if main.used() + size <= self._main_cap:
-                self._window_to_main(w, skipped, protected, undo)
-                self._sketch_add(w, undo)
-                continue
             m = self._main_victim(protected)
             if m is not None and self._sketch.estimate(w) > self._sketch.estimate(m[0]):
                 out = [self._main_pop(m, undo)]
