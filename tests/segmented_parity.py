@@ -12,7 +12,8 @@ from kvmm.traces import load_mooncake
 
 def libcachesim_hits(cls_name, keys, capacity, sizes, **params):
     lcs = pytest.importorskip("libcachesim")
-    cache = getattr(lcs, cls_name)(cache_size=capacity, **params)
+    # a small hash table (2^16 buckets, libCacheSim's default 2^24 allocates 128 MiB per cache)
+    cache = getattr(lcs, cls_name)(cache_size=capacity, hashpower=16, **params)
     return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
             for i, (k, s) in enumerate(zip(keys, sizes))]
 

@@ -373,34 +373,46 @@ class WTinyLFUPolicy:
 
 
 class Sketch:
-    """libCacheSim's counting Bloom filter (``minimalIncrementCBF``): ``width`` uint32 counters,
-    ``hashes`` of them per key (:func:`sketch_slots`)."""
+    """libCacheSim's counting Bloom filter (``minimalIncrementCBF``): ``width`` 32-bit counters
+    (a Python list: ten scalar updates per event are cheaper than numpy calls), ``hashes`` of
+    them per key (:func:`sketch_slots`)."""
 
     def __init__(self, entries: int) -> None:
         self.entries = entries
         self.width, self.hashes = sketch_shape(entries)
-        self.counters = np.zeros(self.width, np.uint32)
+        self.counters = [0] * self.width
+        self._slots: dict = {}  # key -> its slots, a memo emptied when it outgrows _MEMO_KEYS
 
     def slots(self, key: Hashable) -> list[int]:
-        return sketch_slots(key, self.width, self.hashes)
+        slots = self._slots.get(key)
+        if slots is None:
+            if len(self._slots) >= _MEMO_KEYS:
+                self._slots.clear()
+            slots = self._slots[key] = sketch_slots(key, self.width, self.hashes)
+        return slots
 
     def estimate(self, key: Hashable) -> int:
-        return int(min(self.counters[x] for x in self.slots(key)))
+        counters = self.counters
+        return min([counters[x] for x in self.slots(key)])
 
     def add(self, key: Hashable) -> bool:
         """Increment the key's counters (all of them, repeats included) unless its minimum is
-        saturated; whether it did."""
+        saturated (2^32 - 1, libCacheSim's unsigned int); whether it did."""
+        counters = self.counters
         slots = self.slots(key)
-        if min(self.counters[x] for x in slots) == 0xFFFFFFFF:
+        if min([counters[x] for x in slots]) == 0xFFFFFFFF:
             return False
-        np.add.at(self.counters, slots, 1)
+        for x in slots:
+            counters[x] += 1
         return True
 
     def sub(self, key: Hashable) -> None:
-        np.subtract.at(self.counters, self.slots(key), 1)
+        counters = self.counters
+        for x in self.slots(key):
+            counters[x] -= 1
 
     def halve(self) -> None:
-        self.counters >>= 1
+        self.counters = [c >> 1 for c in self.counters]
 
 
 def sketch_slots(key: Hashable, width: int, hashes: int) -> list[int]:
@@ -414,6 +426,7 @@ def sketch_slots(key: Hashable, width: int, hashes: int) -> list[int]:
 
 
 _M64 = (1 << 64) - 1
+_MEMO_KEYS = 1 << 16
 _P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
                            0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
 
