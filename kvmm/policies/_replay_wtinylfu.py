@@ -6,7 +6,8 @@ The window LRU and the main SLRU's two segments share one ``prev``/``next_`` pai
 dense ids (a key is in one list at a time); the sketch hashes the original int64 key, as
 libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
 bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
-``(a + i*b) mod 2^32 mod width``, computed once per distinct key.
+``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
+key, before the replay).
 
 Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
 cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
@@ -41,30 +42,47 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
-    return _replay(keys.view(np.uint64), dense, n_unique, sizes, capacity, window_cap, main_cap,
-                   np.array(maxima, np.int64), width, hashes, 32 * main_cap)
+    first = np.empty(n_unique, np.int64)
+    first[dense[::-1]] = np.arange(dense.size - 1, -1, -1)  # each distinct key's first reference
+    slots = key_slots(keys.view(np.uint64)[first], width, hashes)
+    if width > 4 * slots.size:
+        # counters only ever change through the keys' slots, so a sketch far wider than the
+        # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
+        # onto the slots used, the same counts in a table of O(distinct keys)
+        used, inverse = np.unique(slots, return_inverse=True)
+        slots, width = inverse.reshape(slots.shape).astype(np.int64), used.size
+    return _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, np.array(maxima, np.int64),
+                   slots, width, 32 * main_cap)
 
 
 @njit(cache=True, nogil=True)
-def _replay(keys, dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, width, hashes, max_hits):
+def key_slots(unique_keys, width, hashes):
+    """Each key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module docstring)."""
+    out = np.empty((unique_keys.size, hashes), np.int64)
+    w = np.uint64(width)
+    for d in range(unique_keys.size):
+        a = xxh64_u64(unique_keys[d], _SEED0) & _LOW32
+        b = xxh64_u64(unique_keys[d], _SEED1) & _LOW32
+        v = a
+        for i in range(hashes):
+            out[d, i] = np.int64(v % w)
+            v = (v + b) & _LOW32  # unsigned 32-bit arithmetic, as libCacheSim's
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slots, width, max_hits):
     hits = np.zeros(dense.size, np.bool_)
     prev, next_, seg_of, size_of = new_keys(n_unique)
     heads, tails, seg_bytes = new_segments(maxima.size)
     win = np.full(2, NONE, np.int64)  # the window's head and tail
     in_window = np.zeros(n_unique, np.bool_)
-    hash_a = np.zeros(n_unique, np.uint64)
-    hash_b = np.zeros(n_unique, np.uint64)
     counters = np.zeros(width, np.uint32)
     adds = np.zeros(1, np.int64)
     window_bytes = 0
     main_hits = 0
-    seen = 0
     for i in range(dense.size):
         d = dense[i]
-        if d == seen:  # dense ids come in order of first reference: hash each key once
-            hash_a[d] = xxh64_u64(keys[i], _SEED0) & _LOW32
-            hash_b[d] = xxh64_u64(keys[i], _SEED1) & _LOW32
-            seen += 1
         if in_window[d]:
             hits[i] = True
             if win[0] != d:
@@ -74,7 +92,7 @@ def _replay(keys, dense, n_unique, sizes, capacity, window_cap, main_cap, maxima
         if seg_of[d] != NONE:
             hits[i] = True
             slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
-            sketch_add(counters, hash_a[d], hash_b[d], width, hashes, adds)
+            sketch_add(counters, slots[d], adds)
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
@@ -85,18 +103,18 @@ def _replay(keys, dense, n_unique, sizes, capacity, window_cap, main_cap, maxima
             continue  # libCacheSim's WTinyLFU_can_insert
         while window_bytes + seg_bytes.sum() + size > capacity:
             window_bytes = evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_of, heads,
-                                     tails, seg_bytes, maxima, counters, hash_a, hash_b, width, hashes, adds)
+                                     tails, seg_bytes, maxima, counters, slots, adds)
         push_head(d, 0, prev, next_, win[0:1], win[1:2])
         in_window[d] = True
         size_of[d] = size
         window_bytes += size
-        sketch_add(counters, hash_a[d], hash_b[d], width, hashes, adds)
+        sketch_add(counters, slots[d], adds)
     return hits
 
 
 @njit(cache=True, nogil=True)
 def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
-              maxima, counters, hash_a, hash_b, width, hashes, adds):
+              maxima, counters, slots, adds):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
     room, then its LRU key competes with main's victim; returns the window's bytes after."""
     while window_bytes > 0:
@@ -106,11 +124,10 @@ def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_
             window_bytes -= wsize
             window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails,
                            seg_bytes, maxima)
-            sketch_add(counters, hash_a[w], hash_b[w], width, hashes, adds)
+            sketch_add(counters, slots[w], adds)
             continue
         m = slru_victim(heads, tails, seg_bytes)
-        if (sketch_estimate(counters, hash_a[w], hash_b[w], width, hashes)
-                > sketch_estimate(counters, hash_a[m], hash_b[m], width, hashes)):
+        if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
             slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)
             window_bytes -= wsize
             window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails,
@@ -119,7 +136,7 @@ def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_
             unlink(w, 0, prev, next_, win[0:1], win[1:2])
             in_window[w] = False
             window_bytes -= wsize
-        sketch_add(counters, hash_a[w], hash_b[w], width, hashes, adds)
+        sketch_add(counters, slots[w], adds)
         return window_bytes
     slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)
     return window_bytes
@@ -144,44 +161,25 @@ def window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size
 
 
 @njit(cache=True, nogil=True)
-def sketch_estimate(counters, a, b, width, hashes):
+def sketch_estimate(counters, key_slots):
     """The minimum of the key's counters (libCacheSim's estimate)."""
     low = np.uint32(0xFFFFFFFF)
-    v = a
-    inv = 1.0 / width
-    for i in range(hashes):
-        x = _mod(v, width, inv)
+    for x in key_slots:
         if counters[x] < low:
             low = counters[x]
-        v = (v + b) & _LOW32  # (a + i*b) mod 2^32, as libCacheSim's unsigned int arithmetic
     return low
 
 
 @njit(cache=True, nogil=True)
-def sketch_add(counters, a, b, width, hashes, adds):
-    """Increment every counter of the key (libCacheSim's add: all of them, not only the minima),
-    unless its minimum is saturated (2^32 - 1), which takes that many adds (``adds[0]`` counts
-    them, so the check is skipped before)."""
+def sketch_add(counters, key_slots, adds):
+    """Increment every counter of the key (libCacheSim's add: all of them, repeats included, not
+    only the minima), unless its minimum is saturated (2^32 - 1), which takes that many adds
+    (``adds[0]`` counts them, so the check is skipped before)."""
     adds[0] += 1
-    if adds[0] >= 0xFFFFFFFF and sketch_estimate(counters, a, b, width, hashes) == np.uint32(0xFFFFFFFF):
+    if adds[0] >= 0xFFFFFFFF and sketch_estimate(counters, key_slots) == np.uint32(0xFFFFFFFF):
         return
-    v = a
-    inv = 1.0 / width
-    for i in range(hashes):
-        counters[_mod(v, width, inv)] += np.uint32(1)
-        v = (v + b) & _LOW32
-
-
-@njit(cache=True, nogil=True)
-def _mod(v, width, inv):
-    """``v % width`` for ``v < 2^32`` through a double reciprocal (exact after one correction)."""
-    vi = np.int64(v)
-    r = vi - np.int64(vi * inv) * width
-    if r < 0:
-        r += width
-    elif r >= width:
-        r -= width
-    return r
+    for x in key_slots:
+        counters[x] += np.uint32(1)
 
 
 @njit(cache=True, nogil=True)

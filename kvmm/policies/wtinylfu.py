@@ -364,8 +364,10 @@ class WTinyLFUPolicy:
         # A fixed capacity stays the capacity.
         if self.capacity is not None:
             assert self._c == self.capacity
-        # The sketch has libCacheSim's shape for its entries; the hit count is below its period.
+        # The sketch has libCacheSim's shape for its entries, stores only positive counts in
+        # range, and the hit count is below its period.
         assert (self._sketch.width, self._sketch.hashes) == sketch_shape(self._sketch.entries)
+        assert all(0 <= x < self._sketch.width and 0 < c <= 0xFFFFFFFF for x, c in self._sketch.counters.items())
         assert self._main_hits < max(32 * self._main_cap, 1)
         # A pending plan never repeats a key.
         if self._pending is not None:
@@ -373,14 +375,15 @@ class WTinyLFUPolicy:
 
 
 class Sketch:
-    """libCacheSim's counting Bloom filter (``minimalIncrementCBF``): ``width`` 32-bit counters
-    (a Python list: ten scalar updates per event are cheaper than numpy calls), ``hashes`` of
-    them per key (:func:`sketch_slots`)."""
+    """libCacheSim's counting Bloom filter (``minimalIncrementCBF``): ``width`` 32-bit counters,
+    ``hashes`` of them per key (:func:`sketch_slots`), stored sparsely (slot -> count, zeros
+    left out): libCacheSim sizes it by main's *size units*, 14.4 counters per byte under a
+    byte-sized tier, of which only the slots of the keys seen are ever touched."""
 
     def __init__(self, entries: int) -> None:
         self.entries = entries
         self.width, self.hashes = sketch_shape(entries)
-        self.counters = [0] * self.width
+        self.counters: dict[int, int] = {}
         self._slots: dict = {}  # key -> its slots, a memo emptied when it outgrows _MEMO_KEYS
 
     def slots(self, key: Hashable) -> list[int]:
@@ -392,27 +395,28 @@ class Sketch:
         return slots
 
     def estimate(self, key: Hashable) -> int:
-        counters = self.counters
-        return min([counters[x] for x in self.slots(key)])
+        get = self.counters.get
+        return min([get(x, 0) for x in self.slots(key)])
 
     def add(self, key: Hashable) -> bool:
         """Increment the key's counters (all of them, repeats included) unless its minimum is
         saturated (2^32 - 1, libCacheSim's unsigned int); whether it did."""
-        counters = self.counters
-        slots = self.slots(key)
-        if min([counters[x] for x in slots]) == 0xFFFFFFFF:
+        counters, slots = self.counters, self.slots(key)
+        if min([counters.get(x, 0) for x in slots]) == 0xFFFFFFFF:
             return False
         for x in slots:
-            counters[x] += 1
+            counters[x] = counters.get(x, 0) + 1
         return True
 
     def sub(self, key: Hashable) -> None:
         counters = self.counters
         for x in self.slots(key):
             counters[x] -= 1
+            if counters[x] == 0:
+                del counters[x]
 
     def halve(self) -> None:
-        self.counters = [c >> 1 for c in self.counters]
+        self.counters = {x: c >> 1 for x, c in self.counters.items() if c > 1}
 
 
 def sketch_slots(key: Hashable, width: int, hashes: int) -> list[int]:
