@@ -29,7 +29,7 @@ NONE = -1
 
 def replay_slru(keys, dense, n_unique, sizes, capacity, n_seg=4, seg_size=None):
     """Hits of SLRU over ``dense`` (see :mod:`kvmm.policies._replay`)."""
-    maxima = segment_maxima(int(capacity), n_seg, seg_size)
+    maxima = np.array(segment_maxima(int(capacity), n_seg, seg_size), np.int64)
     return _replay_slru(dense, n_unique, sizes, capacity, maxima)
 
 
@@ -53,18 +53,18 @@ def _replay_slru(dense, n_unique, sizes, capacity, maxima):
     return hits
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def new_keys(n_unique):
     return (np.full(n_unique, NONE, np.int64), np.full(n_unique, NONE, np.int64),
             np.full(n_unique, NONE, np.int64), np.zeros(n_unique, np.int64))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def new_segments(n_seg):
     return np.full(n_seg, NONE, np.int64), np.full(n_seg, NONE, np.int64), np.zeros(n_seg, np.int64)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def push_head(d, s, prev, next_, heads, tails):
     prev[d] = NONE
     next_[d] = heads[s]
@@ -75,7 +75,7 @@ def push_head(d, s, prev, next_, heads, tails):
     heads[s] = d
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def unlink(d, s, prev, next_, heads, tails):
     p = prev[d]
     n = next_[d]
@@ -89,7 +89,7 @@ def unlink(d, s, prev, next_, heads, tails):
         prev[n] = p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slru_insert(d, size, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima):
     """Insert at the head of the lowest segment with room (segment 0 when none has); the caller
     has made room in the whole cache."""
@@ -104,7 +104,7 @@ def slru_insert(d, size, prev, next_, seg_of, size_of, heads, tails, seg_bytes, 
     seg_bytes[s] += size
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slru_victim(heads, tails, seg_bytes):
     """The tail of the lowest segment holding > 0 size units (NONE if all are empty)."""
     for s in range(seg_bytes.size):
@@ -113,7 +113,7 @@ def slru_victim(heads, tails, seg_bytes):
     return NONE
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slru_remove(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes):
     s = seg_of[d]
     unlink(d, s, prev, next_, heads, tails)
@@ -121,14 +121,14 @@ def slru_remove(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes):
     seg_of[d] = NONE
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes):
     d = slru_victim(heads, tails, seg_bytes)
     slru_remove(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes)
     return d
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima):
     """A hit: to the head of the top segment if there already, else one segment up, then cool
     the segments that are over their maximum (which may evict from segment 0)."""

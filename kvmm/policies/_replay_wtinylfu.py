@@ -112,7 +112,7 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
     return hits
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
               maxima, counters, slots, adds):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
@@ -142,7 +142,7 @@ def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_
     return window_bytes
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
                    maxima):
     """Move the window's key ``w`` into main (SLRU_insert: the lowest segment with room, else
@@ -160,7 +160,7 @@ def window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size
     slru_insert(w, wsize, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def sketch_estimate(counters, key_slots):
     """The minimum of the key's counters (libCacheSim's estimate)."""
     low = np.uint32(0xFFFFFFFF)
@@ -170,7 +170,7 @@ def sketch_estimate(counters, key_slots):
     return low
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def sketch_add(counters, key_slots, adds):
     """Increment every counter of the key (libCacheSim's add: all of them, repeats included, not
     only the minima), unless its minimum is saturated (2^32 - 1), which takes that many adds
@@ -182,12 +182,12 @@ def sketch_add(counters, key_slots, adds):
         counters[x] += np.uint32(1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def xxh64_u64(value, seed):
     """XXH64 of the 8 little-endian bytes of ``value`` (uint64) under ``seed``."""
     h = seed + _P5 + np.uint64(8)

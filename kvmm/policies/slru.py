@@ -11,9 +11,6 @@ from typing import Any, Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size
-import numpy as np
-
 __all__ = ["SLRUPolicy", "Segments", "segment_maxima"]
 
 @dataclass
@@ -91,7 +88,8 @@ class SLRUPolicy:
         self._seg.insert(key, size)
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
-        check_size(size)
+        if size is not None:
+            size = as_count(size, "size")
         seg = self._seg
         if as_hashable(key) in seg.dropped:
             old = seg.dropped.pop(key)
@@ -123,7 +121,9 @@ class SLRUPolicy:
         does not change SLRU's choice."""
         n = as_count(n, "n")
         as_count(incoming_size, "incoming_size")
-        return self._seg.victims(n, as_key_set(protected, "protected"))
+        protected = as_key_set(protected, "protected")
+        as_hashable(incoming, "incoming")
+        return self._seg.victims(n, protected)
 
     def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
         """``(access(key), insert(key, size), None, None)`` without the per-event checks, for a
@@ -174,7 +174,7 @@ class Segments:
         self.n_seg, self.seg_size = n_seg, seg_size
         self.fixed = capacity is not None
         self.c = capacity or 0
-        self.maxima = segment_maxima(self.c, n_seg, seg_size).tolist()
+        self.maxima = segment_maxima(self.c, n_seg, seg_size)
         self.segs = [OrderedDict() for _ in self.maxima]
         self.bytes = [0] * len(self.maxima)
         self.where: dict = {}
@@ -184,7 +184,7 @@ class Segments:
         """A capacity learnt (attach) or a resident total larger than the last one seen."""
         if c > self.c:
             self.c = c
-            self.maxima = segment_maxima(c, self.n_seg, self.seg_size).tolist()
+            self.maxima = segment_maxima(c, self.n_seg, self.seg_size)
 
     def used(self) -> int:
         return sum(self.bytes)
@@ -287,7 +287,7 @@ class Segments:
         # A dropped key is in no segment.
         assert not any(k in self.where for k in self.dropped)
         # The maxima are libCacheSim's for the current capacity.
-        assert self.maxima == segment_maxima(self.c, self.n_seg, self.seg_size).tolist()
+        assert self.maxima == segment_maxima(self.c, self.n_seg, self.seg_size)
         # A fixed capacity stays the capacity.
         if capacity is not None:
             assert self.fixed and self.c == capacity
@@ -297,7 +297,7 @@ class Segments:
 MAX_SEGMENTS = 16
 
 
-def segment_maxima(capacity: int, n_seg: int = 4, seg_size=None) -> np.ndarray:
+def segment_maxima(capacity: int, n_seg: int = 4, seg_size=None) -> list[int]:
     """Each segment's maximum in size units, as libCacheSim's ``SLRU_init`` computes them:
     ``capacity // n_seg`` each, or ``int(ratio_i / sum(ratios) * capacity)`` (a double product,
     truncated) when ``seg_size`` gives the ratios (which then also set the number of segments)."""
@@ -305,7 +305,7 @@ def segment_maxima(capacity: int, n_seg: int = 4, seg_size=None) -> np.ndarray:
         n_seg = as_count(n_seg, "n_seg")
         if not 1 <= n_seg <= MAX_SEGMENTS:
             raise BadInputError(f"n_seg must be in [1, {MAX_SEGMENTS}], got {n_seg}")
-        return np.full(n_seg, capacity // n_seg, np.int64)
+        return [capacity // n_seg] * n_seg
     if isinstance(seg_size, (str, bytes)) or not hasattr(seg_size, "__iter__"):
         raise BadInputError(f"seg_size must be a sequence of integer ratios, got {seg_size!r}")
     try:
@@ -315,4 +315,4 @@ def segment_maxima(capacity: int, n_seg: int = 4, seg_size=None) -> np.ndarray:
     if not 1 <= len(ratios) <= MAX_SEGMENTS or sum(ratios) == 0:
         raise BadInputError(f"seg_size must give 1 to {MAX_SEGMENTS} ratios with a positive sum, got {seg_size!r}")
     total = sum(ratios)
-    return np.array([int(r / total * capacity) for r in ratios], np.int64)
+    return [int(r / total * capacity) for r in ratios]

@@ -11,7 +11,6 @@ import numpy as np
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size
 from kvmm.policies.slru import Segments, segment_maxima
 
 __all__ = ["WTinyLFUPolicy", "split_capacity", "sketch_shape", "validate_options"]
@@ -133,7 +132,8 @@ class WTinyLFUPolicy:
         self._sketch.add(key)
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
-        check_size(size)
+        if size is not None:
+            size = as_count(size, "size")
         if as_hashable(key) not in self:
             raise UnknownKeyError(f"WTinyLFUPolicy does not track {key!r}; expected a key passed to on_insert")
         self._access(key, size)
@@ -467,7 +467,7 @@ def split_capacity(capacity: int, window_size: float) -> tuple[int, int, list[in
     rest, main's SLRU segments ``seg-size=1:4``."""
     window = int(capacity * window_size)
     main = capacity - window
-    return window, main, segment_maxima(main, seg_size=(1, 4)).tolist()
+    return window, main, segment_maxima(main, seg_size=(1, 4))
 
 
 def sketch_shape(entries: int, error: float = SKETCH_ERROR) -> tuple[int, int]:
