@@ -193,3 +193,21 @@ class SLRUMachine(RuleBasedStateMachine):
 
 TestSLRUMachine = SLRUMachine.TestCase
 TestSLRUMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+@pytest.mark.parametrize("order, capacity", [("slru", 1000), ("wtinylfu", 13_000)])
+def test_managed_tier_batch_offers_equal_the_replay(block_streams, order, capacity):
+    """The simulator's path (access_or_put_size_many, 100-byte blocks) deletes the keys a hit's
+    cooling drops, request by request as the replay (with 4 x 250 bytes, SLRU's hits can evict)."""
+    from kvmm.policies import WTinyLFUPolicy
+
+    trace = block_streams["conversation"][:6000]
+    tier = ManagedTier(SimulatedTier(capacity), SLRUPolicy() if order == "slru" else WTinyLFUPolicy())
+    got = []
+    for start in range(0, trace.size, 7):  # requests of 7 blocks
+        blocks = trace[start:start + 7]
+        got += tier.access_or_put_size_many(blocks, 100, np.ones(blocks.size, bool)).tolist()
+        assert tier.used_bytes <= capacity and tier.policy.take_dropped() == []
+    tier.check()
+    expected = replay(order, trace, capacity, np.full(trace.size, 100)).tolist()
+    assert got == expected and 0 < sum(got)
