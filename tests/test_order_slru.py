@@ -119,7 +119,8 @@ def test_bad_calls_change_nothing():
         policy.on_insert(k)
     before = (policy.segments(), policy.keys())
     for call, error in ((lambda: policy.on_insert(1), BadInputError), (lambda: policy.on_access(9), UnknownKeyError),
-                        (lambda: policy.on_remove(9), UnknownKeyError), (lambda: policy.on_insert(9, -1), BadInputError)):
+                        (lambda: policy.on_remove(9), UnknownKeyError),
+                        (lambda: policy.on_insert(9, -1), BadInputError)):
         with pytest.raises(error):
             call()
         assert (policy.segments(), policy.keys()) == before

@@ -134,7 +134,8 @@ def test_bad_calls_change_nothing():
         policy.on_insert(k)
     before = (policy.lists(), policy.victims(5))
     for call, error in ((lambda: policy.on_insert(1), BadInputError), (lambda: policy.on_access(9), UnknownKeyError),
-                        (lambda: policy.on_remove(9), UnknownKeyError), (lambda: policy.on_insert(9, -1), BadInputError),
+                        (lambda: policy.on_remove(9), UnknownKeyError),
+                        (lambda: policy.on_insert(9, -1), BadInputError),
                         (lambda: policy.victims(1, incoming_size=-1), BadInputError)):
         with pytest.raises(error):
             call()

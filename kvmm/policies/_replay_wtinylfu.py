@@ -80,6 +80,7 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
     counters = np.zeros(width, np.uint32)
     adds = np.zeros(1, np.int64)
     window_bytes = 0
+    main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
     for i in range(dense.size):
         d = dense[i]
@@ -91,7 +92,7 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
             continue
         if seg_of[d] != NONE:
             hits[i] = True
-            slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            main_used -= slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
             sketch_add(counters, slots[d], adds)
             main_hits += 1
             if main_hits >= max_hits:
@@ -101,9 +102,10 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
         size = sizes[i]
         if size > capacity or size > window_cap or size > main_cap or size > maxima[0]:
             continue  # libCacheSim's WTinyLFU_can_insert
-        while window_bytes + seg_bytes.sum() + size > capacity:
-            window_bytes = evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_of, heads,
-                                     tails, seg_bytes, maxima, counters, slots, adds)
+        while window_bytes + main_used + size > capacity:
+            window_bytes, main_used = evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_,
+                                                seg_of, size_of, heads, tails, seg_bytes, maxima, counters, slots,
+                                                adds)
         push_head(d, 0, prev, next_, win[0:1], win[1:2])
         in_window[d] = True
         size_of[d] = size
@@ -113,40 +115,41 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(window_bytes, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
+def evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
               maxima, counters, slots, adds):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
-    room, then its LRU key competes with main's victim; returns the window's bytes after."""
+    room, then its LRU key competes with main's victim; returns the window's and main's totals
+    after."""
     while window_bytes > 0:
         w = win[1]
         wsize = size_of[w]
-        if seg_bytes.sum() + wsize <= main_cap:
+        if main_used + wsize <= main_cap:
             window_bytes -= wsize
-            window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails,
-                           seg_bytes, maxima)
+            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
+                                       size_of, heads, tails, seg_bytes, maxima)
             sketch_add(counters, slots[w], adds)
             continue
         m = slru_victim(heads, tails, seg_bytes)
         if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
-            slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)
+            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
             window_bytes -= wsize
-            window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails,
-                           seg_bytes, maxima)
+            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
+                                       size_of, heads, tails, seg_bytes, maxima)
         else:
             unlink(w, 0, prev, next_, win[0:1], win[1:2])
             in_window[w] = False
             window_bytes -= wsize
         sketch_add(counters, slots[w], adds)
-        return window_bytes
-    slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)
-    return window_bytes
+        return window_bytes, main_used
+    main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
+    return window_bytes, main_used
 
 
 @njit(cache=True, nogil=True, inline="always")
-def window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
+def window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
                    maxima):
     """Move the window's key ``w`` into main (SLRU_insert: the lowest segment with room, else
-    segment 0 after main evicts until the key fits)."""
+    segment 0 after main evicts until the key fits); returns main's total after."""
     unlink(w, 0, prev, next_, win[0:1], win[1:2])
     in_window[w] = False
     room = False
@@ -155,9 +158,10 @@ def window_to_main(w, wsize, main_cap, win, in_window, prev, next_, seg_of, size
             room = True
             break
     if not room:
-        while seg_bytes.sum() + wsize > main_cap:
-            slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)
+        while main_used + wsize > main_cap:
+            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
     slru_insert(w, wsize, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+    return main_used + wsize
 
 
 @njit(cache=True, nogil=True, inline="always")
