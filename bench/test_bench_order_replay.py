@@ -19,7 +19,7 @@ from bench.conftest import info, libcachesim_trace, size, warm
 from kvmm.policies import replay
 
 ORDERS = {"lru": "LRU", "fifo": "FIFO", "arc": "ARC", "lfu": "LFU", "clock": "Clock", "belady": "Belady",
-          "s3fifo": "S3FIFO", "sieve": "Sieve", "2q": "TwoQ", "lirs": "LIRS"}
+          "s3fifo": "S3FIFO", "sieve": "Sieve", "2q": "TwoQ", "lirs": "LIRS", "slru": "SLRU", "wtinylfu": "WTinyLFU"}
 N = size(3_000_000, 30_000)
 UNIVERSE = size(1_000_000, 10_000)
 CAPACITY = UNIVERSE // 10

@@ -62,6 +62,8 @@ def test_registry_and_factory():
         "sieve",
         "2q",
         "lirs",
+        "slru",
+        "wtinylfu",
     }
     assert isinstance(make_eviction_policy("ARC", capacity=4), ARCPolicy)
     with pytest.raises(BadInputError, match="expected one of"):

@@ -21,6 +21,8 @@ _LAZY = {
     "SIEVEPolicy": "kvmm.policies.sieve",
     "TwoQPolicy": "kvmm.policies.twoq",
     "LIRSPolicy": "kvmm.policies.lirs",
+    "SLRUPolicy": "kvmm.policies.slru",
+    "WTinyLFUPolicy": "kvmm.policies.wtinylfu",
     "EVICTION_POLICIES": "kvmm.policies.eviction",
     "make_eviction_policy": "kvmm.policies.eviction",
     "replay": "kvmm.policies._replay",

@@ -53,6 +53,8 @@ _KERNELS: dict[str, str] = {
     "sieve": "kvmm.policies._replay_sieve:replay_sieve",
     "2q": "kvmm.policies._replay_twoq:replay_twoq",
     "lirs": "kvmm.policies._replay_lirs:replay_lirs",
+    "slru": "kvmm.policies._replay_slru:replay_slru",
+    "wtinylfu": "kvmm.policies._replay_wtinylfu:replay_wtinylfu",
 }
 
 _CHUNK = 1 << 18  # references renumbered per kernel call (the table grows between calls)

@@ -586,16 +586,20 @@ EVICTION_POLICIES: dict[str, Callable[..., Any]] = {
 # Orders in their own modules, registered here (they import only _policy_checks, never this module).
 from kvmm.policies.belady import BeladyPolicy  # noqa: E402 - offline: the simulator refuses it by name
 from kvmm.policies.clock import ClockPolicy  # noqa: E402
-from kvmm.policies.s3fifo import S3FIFOPolicy  # noqa: E402
 from kvmm.policies.lirs import LIRSPolicy  # noqa: E402
+from kvmm.policies.s3fifo import S3FIFOPolicy  # noqa: E402
 from kvmm.policies.sieve import SIEVEPolicy  # noqa: E402
+from kvmm.policies.slru import SLRUPolicy  # noqa: E402
 from kvmm.policies.twoq import TwoQPolicy  # noqa: E402
+from kvmm.policies.wtinylfu import WTinyLFUPolicy  # noqa: E402
 
 EVICTION_POLICIES["clock"] = ClockPolicy
 EVICTION_POLICIES["s3fifo"] = S3FIFOPolicy
 EVICTION_POLICIES["sieve"] = SIEVEPolicy
 EVICTION_POLICIES["2q"] = TwoQPolicy
 EVICTION_POLICIES["lirs"] = LIRSPolicy
+EVICTION_POLICIES["slru"] = SLRUPolicy
+EVICTION_POLICIES["wtinylfu"] = WTinyLFUPolicy
 EVICTION_POLICIES["belady"] = BeladyPolicy
 
 

@@ -25,6 +25,8 @@ Semantics:
 * The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
   when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
   the tier's capacity (``attach(capacity_bytes)``) when it has that method.
+* A policy that evicts on an access (SLRU's and W-TinyLFU's cooling, as libCacheSim's do) lists
+  those keys in ``take_dropped()``; this object deletes them right after the access.
 * Entries already in the backend when the ManagedTier is built (a reopened ``MmapTier``, ...)
   are registered with the policy in the backend's key order.
 * With a shared backend (``RedisTier`` used by several processes) this object only evicts the
@@ -68,6 +70,7 @@ class ManagedTier:
         self._victims_takes_size = "incoming_size" in victims_parameters
         self._insert_takes_size = _takes_second_argument(policy.on_insert)
         self._access_takes_size = _takes_second_argument(policy.on_access)
+        self._take_dropped = getattr(policy, "take_dropped", None)
         if hasattr(policy, "attach"):
             policy.attach(backend.capacity_bytes)
         # An order that evicts even when the tier has room (2Q's Am keeps its own quota) names
@@ -117,6 +120,8 @@ class ManagedTier:
         plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
             self._evict(victim)
+        if self._take_dropped is not None:  # a planned step may evict more than the plan's prefix
+            self._delete_dropped()
         if self._extra_victims is not None:
             plan = plan + self._evict_extra(k, nbytes, protected)
         write(k)
@@ -126,6 +131,8 @@ class ManagedTier:
                 self.policy.on_access(k, nbytes)
             else:
                 self.policy.on_access(k)
+            if self._take_dropped is not None:
+                self._delete_dropped()
         else:
             self._policy_insert(k, nbytes)
         return plan
@@ -157,6 +164,8 @@ class ManagedTier:
             if self._extra_victims is not None:
                 self._evict_extra(k, None)
             self.policy.on_access(k)
+            if self._take_dropped is not None:
+                self._delete_dropped()
         return data
 
     def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
@@ -168,6 +177,8 @@ class ManagedTier:
                 if self._extra_victims is not None:
                     self._evict_extra(k, None)
                 self.policy.on_access(k)
+                if self._take_dropped is not None:
+                    self._delete_dropped()
         return out
 
     def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
@@ -235,6 +246,8 @@ class ManagedTier:
         if hooks is not None and hooks[3] is not None and hasattr(backend, "size_writer_many"):
             return self._offer_batched(ks, flags.tolist(), nbytes, hooks, found)
         on_access, on_insert = hooks[:2] if hooks is not None else (self.policy.on_access, self._policy_insert)
+        if self._take_dropped is not None:
+            on_access = self._access_then_delete_dropped(on_access)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
         hit: list[bool] = []
         for k, w in zip(ks, flags.tolist()):
@@ -297,6 +310,17 @@ class ManagedTier:
                 sizes[k] = nbytes
                 insert(k, nbytes)
         return np.array(hit, dtype=bool)
+
+    def _delete_dropped(self) -> None:
+        """Delete the keys the policy evicted on its own during an access (``take_dropped``)."""
+        for victim in self._take_dropped():
+            self._evict(victim)
+
+    def _access_then_delete_dropped(self, on_access: Any) -> Any:
+        def access(key: Hashable) -> None:
+            on_access(key)
+            self._delete_dropped()
+        return access
 
     def _evict_first(self, need: int, evict_first: Any) -> None:
         """Evict the policy's first victims until ``need`` bytes are freed (none if ``need <= 0``)."""

@@ -1,0 +1,206 @@
+"""numba replay of W-TinyLFU, libCacheSim's ``WTinyLFU`` with its default main cache, an SLRU of
+segments 1:4 (see :class:`kvmm.policies.WTinyLFUPolicy` for the rules), and its frequency
+sketch: libCacheSim's counting Bloom filter (``minimalIncrementCBF``) hashed with XXH64.
+
+The window LRU and the main SLRU's two segments share one ``prev``/``next_`` pair of arrays over
+dense ids (a key is in one list at a time); the sketch hashes the original int64 key, as
+libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
+bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
+``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
+key, before the replay).
+
+Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
+cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kvmm.policies._replay_slru import (NONE, new_keys, new_segments, push_head, slru_evict, slru_hit,
+                                        slru_insert, slru_victim, unlink)
+from kvmm.policies.wtinylfu import sketch_shape, split_capacity
+
+#: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
+PARAMS_WTINYLFU: tuple = (("main_cache", "SLRU"), ("window_size", 0.01))
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_SEED0 = np.uint64(0x12345678)
+_SEED1 = np.uint64(0x12344321)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", window_size=0.01):
+    """Hits of W-TinyLFU over ``keys`` / ``dense`` (see :mod:`kvmm.policies._replay`)."""
+    from kvmm.policies.wtinylfu import validate_options
+
+    validate_options(main_cache, window_size)
+    window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
+    width, hashes = sketch_shape(main_cap)
+    first = np.empty(n_unique, np.int64)
+    first[dense[::-1]] = np.arange(dense.size - 1, -1, -1)  # each distinct key's first reference
+    slots = key_slots(keys.view(np.uint64)[first], width, hashes)
+    if width > 4 * slots.size:
+        # counters only ever change through the keys' slots, so a sketch far wider than the
+        # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
+        # onto the slots used, the same counts in a table of O(distinct keys)
+        used, inverse = np.unique(slots, return_inverse=True)
+        slots, width = inverse.reshape(slots.shape).astype(np.int64), used.size
+    return _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, np.array(maxima, np.int64),
+                   slots, width, 32 * main_cap)
+
+
+@njit(cache=True, nogil=True)
+def key_slots(unique_keys, width, hashes):
+    """Each key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module docstring)."""
+    out = np.empty((unique_keys.size, hashes), np.int64)
+    w = np.uint64(width)
+    for d in range(unique_keys.size):
+        a = xxh64_u64(unique_keys[d], _SEED0) & _LOW32
+        b = xxh64_u64(unique_keys[d], _SEED1) & _LOW32
+        v = a
+        for i in range(hashes):
+            out[d, i] = np.int64(v % w)
+            v = (v + b) & _LOW32  # unsigned 32-bit arithmetic, as libCacheSim's
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slots, width, max_hits):
+    hits = np.zeros(dense.size, np.bool_)
+    prev, next_, seg_of, size_of = new_keys(n_unique)
+    heads, tails, seg_bytes = new_segments(maxima.size)
+    win = np.full(2, NONE, np.int64)  # the window's head and tail
+    in_window = np.zeros(n_unique, np.bool_)
+    counters = np.zeros(width, np.uint32)
+    adds = np.zeros(1, np.int64)
+    window_bytes = 0
+    main_used = 0  # main's total, kept here rather than summed per miss
+    main_hits = 0
+    for i in range(dense.size):
+        d = dense[i]
+        if in_window[d]:
+            hits[i] = True
+            if win[0] != d:
+                unlink(d, 0, prev, next_, win[0:1], win[1:2])
+                push_head(d, 0, prev, next_, win[0:1], win[1:2])
+            continue
+        if seg_of[d] != NONE:
+            hits[i] = True
+            main_used -= slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            sketch_add(counters, slots[d], adds)
+            main_hits += 1
+            if main_hits >= max_hits:
+                main_hits = 0
+                counters >>= np.uint32(1)
+            continue
+        size = sizes[i]
+        if size > capacity or size > window_cap or size > main_cap or size > maxima[0]:
+            continue  # libCacheSim's WTinyLFU_can_insert
+        while window_bytes + main_used + size > capacity:
+            window_bytes, main_used = evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_,
+                                                seg_of, size_of, heads, tails, seg_bytes, maxima, counters, slots,
+                                                adds)
+        push_head(d, 0, prev, next_, win[0:1], win[1:2])
+        in_window[d] = True
+        size_of[d] = size
+        window_bytes += size
+        sketch_add(counters, slots[d], adds)
+    return hits
+
+
+@njit(cache=True, nogil=True, inline="always")
+def evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
+              maxima, counters, slots, adds):
+    """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
+    room, then its LRU key competes with main's victim; returns the window's and main's totals
+    after."""
+    while window_bytes > 0:
+        w = win[1]
+        wsize = size_of[w]
+        if main_used + wsize <= main_cap:
+            window_bytes -= wsize
+            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
+                                       size_of, heads, tails, seg_bytes, maxima)
+            sketch_add(counters, slots[w], adds)
+            continue
+        m = slru_victim(heads, tails, seg_bytes)
+        if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
+            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
+            window_bytes -= wsize
+            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
+                                       size_of, heads, tails, seg_bytes, maxima)
+        else:
+            unlink(w, 0, prev, next_, win[0:1], win[1:2])
+            in_window[w] = False
+            window_bytes -= wsize
+        sketch_add(counters, slots[w], adds)
+        return window_bytes, main_used
+    main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
+    return window_bytes, main_used
+
+
+@njit(cache=True, nogil=True, inline="always")
+def window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
+                   maxima):
+    """Move the window's key ``w`` into main (SLRU_insert: the lowest segment with room, else
+    segment 0 after main evicts until the key fits); returns main's total after."""
+    unlink(w, 0, prev, next_, win[0:1], win[1:2])
+    in_window[w] = False
+    room = False
+    for j in range(maxima.size):
+        if seg_bytes[j] + wsize <= maxima[j]:
+            room = True
+            break
+    if not room:
+        while main_used + wsize > main_cap:
+            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
+    slru_insert(w, wsize, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+    return main_used + wsize
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sketch_estimate(counters, key_slots):
+    """The minimum of the key's counters (libCacheSim's estimate)."""
+    low = np.uint32(0xFFFFFFFF)
+    for x in key_slots:
+        if counters[x] < low:
+            low = counters[x]
+    return low
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sketch_add(counters, key_slots, adds):
+    """Increment every counter of the key (libCacheSim's add: all of them, repeats included, not
+    only the minima), unless its minimum is saturated (2^32 - 1), which takes that many adds
+    (``adds[0]`` counts them, so the check is skipped before)."""
+    adds[0] += 1
+    if adds[0] >= 0xFFFFFFFF and sketch_estimate(counters, key_slots) == np.uint32(0xFFFFFFFF):
+        return
+    for x in key_slots:
+        counters[x] += np.uint32(1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def xxh64_u64(value, seed):
+    """XXH64 of the 8 little-endian bytes of ``value`` (uint64) under ``seed``."""
+    h = seed + _P5 + np.uint64(8)
+    k = _rotl(value * _P2, 31) * _P1
+    h ^= k
+    h = _rotl(h, 27) * _P1 + _P4
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
