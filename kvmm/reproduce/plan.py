@@ -74,11 +74,12 @@ def _frontiers(report, n_requests: int, quick: bool) -> list:
     tiers = [TierCandidate.parse(f"{t}:points={points}") for t in TIERS]
     base = SimConfig(workload="conversation", max_requests=n_requests, load=LOAD, model=MODEL)
     plans = []
+    simulated: dict = {}  # the SLOs pick many of the same points: each is simulated once
     for slo_s in _slos(quick):
         progress = StageProgress(enabled=report.progress_enabled)
         try:
             result = plan("conversation", slo=SLO(slo_s), tiers=tiers, instances=INSTANCES, base=base,
-                          verify=4 if quick else 8, progress=progress)
+                          verify=4 if quick else 8, progress=progress, simulated=simulated)
         finally:
             progress.close()
         plans.append(result)
