@@ -49,12 +49,14 @@ def test_fills_prefer_estimates_no_picked_point_has():
     assert _pick(cost, latency, 6, verify=3, neighbours=0) == [1, 2, 4]  # no distinct one left: repeats, cheapest first
     assert _pick(cost, latency, 6, verify=5, neighbours=0) == [1, 2, 3, 4, 5]
     assert _pick(cost, latency, 6, verify=9, neighbours=1) == [0, 1, 2, 3, 4, 5, 6]
-    # a TPOT estimate makes equal TTFT estimates distinct
+    # another figure (a TPOT estimate, a hit share) makes equal TTFT estimates distinct
     cost_a, lat_a = np.array(cost, dtype=float), np.array(latency, dtype=float)
-    tpot = np.array([0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1])
+    other = np.array([0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1])
     front = pareto(cost_a, lat_a)
-    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 3, 0, tpot=tpot) == [1, 2, 4]
-    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 2, 0, tpot=tpot) == [1, 2]
+    rows = np.column_stack((lat_a, other))
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 3, 0, rows) == [1, 2, 4]
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 2, 0, rows) == [1, 2]
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 4, 0, rows) == [1, 2, 3, 4]
     # nothing meets the bound: the fastest dominated points, distinct estimates first
     assert _pick(cost, latency, 1, verify=3, neighbours=0) == [0, 1, 4]  # 4 (5.5) before 2 (5, repeating 1)
     assert _pick(cost, latency, 1, verify=4, neighbours=0) == [0, 1, 2, 4]
@@ -116,12 +118,13 @@ def test_plan_fills_a_thin_frontier_to_verify_points():
     grid = analytic_grid(base, cands, prices, 1)
     front = set(pareto(grid["usd_h"], grid["ttft"]).tolist())
     order = np.lexsort((np.arange(grid["points"]), grid["ttft"], grid["usd_h"]))
-    # the cheapest dominated points whose (TTFT, TPOT) estimate no frontier point or earlier fill has
-    seen = {(grid["ttft"][j], grid["tpot"][j]) for j in front}
+    # the cheapest dominated points whose estimate (TTFT, TPOT, hit shares) no frontier point or earlier fill has
+    key = lambda j: (grid["ttft"][j], grid["tpot"][j], *grid["hit"][j])  # noqa: E731
+    seen = {key(j) for j in front}
     expect_off = []
     for j in order.tolist():
-        if j not in front and (grid["ttft"][j], grid["tpot"][j]) not in seen:
-            seen.add((grid["ttft"][j], grid["tpot"][j]))
+        if j not in front and key(j) not in seen:
+            seen.add(key(j))
             expect_off.append(j)
     assert len(expect_off) >= 4 - len(p.frontier)  # distinct ones exist here, so no repeats are taken
     expect_off = expect_off[: 4 - len(p.frontier)]

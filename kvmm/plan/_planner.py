@@ -7,9 +7,9 @@
    estimated TTFT p95 (no other point is both cheaper and faster).
 2. **Verified**: the ``verify`` cheapest points the estimate says meet the SLO (frontier points
    first; when the frontier has fewer, the cheapest dominated points estimated to meet it fill
-   up to ``verify``, preferring estimates no picked point has: a fill repeating one, such as a
-   larger pool past the trace's reuse, tells nothing new and is taken only when no other
-   remains), plus ``neighbours`` frontier points on each side of the estimated SLO
+   up to ``verify``, preferring estimates (TTFT, TPOT, hit shares) no picked point has: a fill
+   repeating one, such as a larger pool past the trace's reuse, tells nothing new and is taken
+   only when no other remains), plus ``neighbours`` frontier points on each side of the estimated SLO
    boundary: the dearest ones cheaper than the first of them (estimated to miss: the estimate
    may be pessimistic) and the cheapest frontier points dearer than those picked (the estimate
    may be optimistic: if the picked ones miss in simulation, a dearer one may meet it).  They are
@@ -63,7 +63,8 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     frontier = [points[int(j)] for j in front]
     say("analytic", 1, 1)
     t1 = time.perf_counter()
-    pick = pick_for_verification(cost, lat, meets, front, verify, neighbours, tpot=grid["tpot"][keep])
+    estimates = np.column_stack((lat, grid["tpot"][keep], grid["hit"][keep]))
+    pick = pick_for_verification(cost, lat, meets, front, verify, neighbours, estimates)
     picked = [points[j] if j in points else
               replace(_point(grid, int(keep[j]), slo, base, cands, prices, instances), on_frontier=False) for j in pick]
     results = _simulate([p.config() for p in picked], executor, say, simulated)
@@ -216,19 +217,20 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
 
 # ---------------------------------------------------------------------- stage 2
 def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarray, front: np.ndarray, verify: int,
-                          neighbours: int, tpot: np.ndarray | None = None) -> list[int]:
+                          neighbours: int, estimates: np.ndarray | None = None) -> list[int]:
     """Indices (into ``cost``, ``latency``, ``meets``: the points within the budget) of the points
     to simulate, cheapest first (see the module docstring); ``front`` is their frontier,
-    cheapest first.  Dominated points filling a thin frontier are taken with an estimate
-    (``latency``, and ``tpot`` when given) that no point already picked has, in preference
-    order; points repeating a picked estimate (e.g. a larger pool past the trace's reuse) only
-    when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
+    cheapest first.  Dominated points filling a thin frontier are taken, in preference order,
+    with an estimate that no point already picked has: ``estimates`` is a (G, k) array of what
+    the analytic stage says of each point (the planner: TTFT, TPOT and the hit share per tier),
+    ``latency`` alone when None; points repeating a picked row (e.g. a larger pool past the
+    trace's reuse: the same hits, the same estimate) only when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
     lower index.  Runtime complexity: O(G log G)."""
     front = [int(j) for j in front]
     on_front = set(front)
 
     def estimate(j: int) -> tuple:
-        return (float(latency[j]), None if tpot is None else float(tpot[j]))
+        return (float(latency[j]),) if estimates is None else tuple(float(x) for x in estimates[j])
     order = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), latency, cost))]  # cheapest first
     if meets.any():
         chosen = [j for j in front if meets[j]][:verify]
