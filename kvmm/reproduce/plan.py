@@ -18,7 +18,9 @@ of the trace.
 
 from __future__ import annotations
 
+import os
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.sim.config import GiB, SimConfig
@@ -57,15 +59,16 @@ def reproduce(report) -> None:
         "tiers are read over the rdma400 fabric.  Prices: the documented defaults (docs/cost.md): H200 at $3.5 per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
-    with warnings.catch_warnings():
+    # one pool for every simulation of the section: its workers load the simulator's kernels once
+    with warnings.catch_warnings(), ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         warnings.simplefilter("ignore", QueueGrowthWarning)  # overload shows in the tables (TTFT, queues)
-        plans = _frontiers(report, plan_requests, quick)
-        _equal_cost(report, trace, quick)
+        plans = _frontiers(report, plan_requests, quick, pool)
+        _equal_cost(report, trace, quick, pool)
     _plot(report, plans)
 
 
 # --------------------------------------------------------------------------- experiment 1
-def _frontiers(report, n_requests: int, quick: bool) -> list:
+def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
     from kvmm.plan import SLO, TierCandidate, plan
     from kvmm.plan._cli import StageProgress
     from kvmm.plan.writers import plan_summary, point_label
@@ -79,7 +82,7 @@ def _frontiers(report, n_requests: int, quick: bool) -> list:
         progress = StageProgress(enabled=report.progress_enabled)
         try:
             result = plan("conversation", slo=SLO(slo_s), tiers=tiers, instances=INSTANCES, base=base,
-                          verify=4 if quick else 8, progress=progress, simulated=simulated)
+                          verify=4 if quick else 8, progress=progress, simulated=simulated, executor=pool)
         finally:
             progress.close()
         plans.append(result)
@@ -128,7 +131,7 @@ def _mark(plan, point) -> str:
 
 
 # --------------------------------------------------------------------------- experiment 2
-def _equal_cost(report, trace, quick: bool) -> None:
+def _equal_cost(report, trace, quick: bool, pool) -> None:
     from kvmm.reproduce.cluster import _window
     from kvmm.sim._sweep import sweep
     from kvmm.tiers.spec import PRESETS
@@ -149,7 +152,7 @@ def _equal_cost(report, trace, quick: bool) -> None:
             keys.append(case)
             configs.append(_design_config(w, *case[1:]))
     with report.progress(len(configs), "plan: equal cost") as bar:
-        results = sweep(configs, max_workers=2, progress=bar.update)
+        results = sweep(configs, pool, progress=bar.update)
     grouped: dict = {}
     for key, r in zip(keys, results):
         grouped.setdefault(key, []).append(r)
