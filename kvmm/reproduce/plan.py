@@ -13,7 +13,8 @@ Two experiments, every assumption stated in the report text:
 Spread: a run of the simulator is deterministic (``priority_seed`` only draws priority classes,
 and there is no high-priority class here), so experiment 2 is spread over disjoint slices of
 the trace (mean ± std).  The planner runs once per SLO: its frontier is a deterministic function
-of the trace.
+of the trace.  The two plans share their simulations (``plan(..., simulated=)``: a point both
+pick is simulated once), and the section's every simulation runs in one process pool.
 """
 
 from __future__ import annotations
