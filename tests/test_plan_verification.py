@@ -1,14 +1,17 @@
 """Which points stage 2 simulates (kvmm.plan._planner.pick_for_verification): the ``verify``
 cheapest estimated to meet the SLO, ``neighbours`` frontier points on each side of the estimated
-SLO boundary, and dominated points filling a frontier thinner than ``verify``."""
+SLO boundary, and dominated points filling a frontier thinner than ``verify`` (distinct estimates
+first); and the ``simulated`` mapping that lets plans share their simulations."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
-from kvmm.plan import SLO, plan
+from kvmm.errors import BadInputError
+from kvmm.plan import SLO, plan, simulation_key
 from kvmm.plan._planner import _checked, analytic_grid, pareto, pick_for_verification
 from kvmm.sim import SimConfig
 
@@ -37,6 +40,51 @@ def test_a_thin_frontier_is_filled_with_the_cheapest_dominated_points_that_meet(
     # nothing meets: the fastest frontier points, then the fastest dominated ones up to verify
     assert _pick(cost, latency, 1, verify=3, neighbours=0) == [0, 1, 4]
     assert _pick(cost, latency, 1, verify=1, neighbours=1) == [0, 1]
+
+
+def test_fills_prefer_estimates_no_picked_point_has():
+    cost = [1, 2, 3, 4, 5, 6, 7]
+    latency = [10, 5, 5, 5, 5.5, 5, 5.5]  # frontier: 0, 1; 2, 3, 5 repeat 1's estimate, 6 repeats 4's
+    assert _pick(cost, latency, 6, verify=2, neighbours=0) == [1, 4]  # not 2, the cheapest: it repeats 1
+    assert _pick(cost, latency, 6, verify=3, neighbours=0) == [1, 2, 4]  # no distinct one left: repeats, cheapest first
+    assert _pick(cost, latency, 6, verify=5, neighbours=0) == [1, 2, 3, 4, 5]
+    assert _pick(cost, latency, 6, verify=9, neighbours=1) == [0, 1, 2, 3, 4, 5, 6]
+    # another figure (a TPOT estimate, a hit share) makes equal TTFT estimates distinct
+    cost_a, lat_a = np.array(cost, dtype=float), np.array(latency, dtype=float)
+    other = np.array([0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1])
+    front = pareto(cost_a, lat_a)
+    rows = np.column_stack((lat_a, other))
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 3, 0, rows) == [1, 2, 4]
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 2, 0, rows) == [1, 2]
+    assert pick_for_verification(cost_a, lat_a, lat_a <= 6, front, 4, 0, rows) == [1, 2, 3, 4]
+    # nothing meets the bound: the fastest dominated points, distinct estimates first
+    assert _pick(cost, latency, 1, verify=3, neighbours=0) == [0, 1, 4]  # 4 (5.5) before 2 (5, repeating 1)
+    assert _pick(cost, latency, 1, verify=4, neighbours=0) == [0, 1, 2, 4]
+
+
+def test_simulated_results_are_reused_across_plans():
+    tiers = ["nvme:0-2TiB:points=6"]
+    cache: dict = {}
+    ticks = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
+                     simulated=cache)
+        assert len(cache) == len(first.verified) == len({q.capacities for q in first.verified})
+        assert set(cache) == {simulation_key(q.config()) for q in first.verified}
+        again = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
+                     simulated=cache, progress=lambda stage, done, total: ticks.append((stage, done, total)))
+        fresh = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool)
+    n = len(first.verified)
+    assert ("verify", n, n) in ticks and ("verify", 0, n) not in ticks  # nothing left to simulate
+    assert [q.sim for q in again.verified] == [cache[simulation_key(q.config())] for q in again.verified]
+    assert all(a.sim is b.sim for a, b in zip(again.verified, first.verified))  # the very objects, not re-run
+    assert [q.sim_ttft_p95_s for q in fresh.verified] == [q.sim_ttft_p95_s for q in again.verified]
+    assert len(cache) == n
+
+
+def test_simulated_must_be_a_mapping():
+    with pytest.raises(BadInputError, match="simulated must be a dict"):
+        plan("conversation", slo=SLO(1.0), tiers=["nvme:0-2TiB:points=3"], base=_base(), simulated=[])
 
 
 def _base() -> SimConfig:
@@ -70,7 +118,16 @@ def test_plan_fills_a_thin_frontier_to_verify_points():
     grid = analytic_grid(base, cands, prices, 1)
     front = set(pareto(grid["usd_h"], grid["ttft"]).tolist())
     order = np.lexsort((np.arange(grid["points"]), grid["ttft"], grid["usd_h"]))
-    expect_off = [j for j in order.tolist() if j not in front][: 4 - len(p.frontier)]
+    # the cheapest dominated points whose estimate (TTFT, TPOT, hit shares) no frontier point or earlier fill has
+    key = lambda j: (grid["ttft"][j], grid["tpot"][j], *grid["hit"][j])  # noqa: E731
+    seen = {key(j) for j in front}
+    expect_off = []
+    for j in order.tolist():
+        if j not in front and key(j) not in seen:
+            seen.add(key(j))
+            expect_off.append(j)
+    assert len(expect_off) >= 4 - len(p.frontier)  # distinct ones exist here, so no repeats are taken
+    expect_off = expect_off[: 4 - len(p.frontier)]
     caps = lambda j: tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))  # noqa: E731
     assert sorted(q.capacities for q in p.verified if not q.on_frontier) == sorted(caps(j) for j in expect_off)
     assert sorted(q.capacities for q in p.verified if q.on_frontier) == sorted(q.capacities for q in p.frontier)

@@ -8,6 +8,7 @@ import pytest
 
 from kvmm.errors import BadInputError
 from kvmm.plan import SLO, Plan
+from tests.plan_helpers import TiB, point
 from kvmm.plan.writers import draw_frontier, plan_markdown, point_label, write_plan
 from kvmm.sim.config_json import load_config
 from tests.plan_helpers import met_plan, missed_plan
@@ -48,9 +49,11 @@ def test_plan_md_states_the_decision_reasons_frontier_and_errors(tmp_path):
     assert [r[-1] for r in frontier] == ["", "", "chosen"]
     assert [r[1:3] for r in frontier] == [["0", "0"], ["2 TiB", "0"], ["2 TiB", "32 TiB"]]
     assert [r[5] for r in frontier] == ["", "2.5", "1.5"]  # sim p95 only where verified
-    errors = table_rows(text, "| dram/instance | layer3.5 shared | est p95")
+    errors = table_rows(text, "| dram/instance | layer3.5 shared | on frontier | est p95")
     # (est - sim) / sim: (1.8 - 2.5) / 2.5 and (1.2 - 1.5) / 1.5
     assert [r[-1] for r in errors] == ["-28.0 %", "-20.0 %"]
+    assert [r[2] for r in errors] == ["yes", "yes"]
+    assert "off the frontier" not in text
     breakdown = table_rows(text, "| tier | GiB provisioned")
     assert breakdown == [["gpu", "", "7"], ["dram", "4,096", "4"], ["layer3.5", "32,768", "1"], ["total", "", "12"]]
     assert "kvmm simulate --config config.json" in text and "![frontier](frontier.png)" in text
@@ -118,3 +121,39 @@ def test_point_label_and_markdown_without_figure():
     text = plan_markdown(plan, figure=False, config_written=False)
     assert "![frontier]" not in text and "kvmm simulate --config" not in text
     assert re.search(r"analytic 0\.25 s, verify 3\.00 s", text)
+
+
+def _plan_with_an_off_frontier_point() -> Plan:
+    """met_plan plus a dominated verified point (dram 4 TiB: dearer than b, estimated as fast)."""
+    plan = met_plan()
+    b, c = plan.verified
+    d = point((4 * TiB, 0), (0.45, 0.0), 1.8, 14.0, sim=1.7)
+    d.on_frontier = False
+    return Plan(slo=plan.slo, chosen=c, closest=None, config=c.config(), frontier=plan.frontier, verified=[b, c, d],
+                points_evaluated=9, reasons=plan.reasons, timings_s=plan.timings_s)
+
+
+def test_plan_md_marks_verified_points_off_the_frontier():
+    text = plan_markdown(_plan_with_an_off_frontier_point())
+    errors = table_rows(text, "| dram/instance | layer3.5 shared | on frontier | est p95")
+    assert [r[:3] for r in errors] == [["2 TiB", "0", "yes"], ["2 TiB", "32 TiB", "yes"], ["4 TiB", "0", "no"]]
+    assert errors[2][3:] == ["1.8", "1.7", "+5.9 %"]  # (1.8 - 1.7) / 1.7
+    assert [r[1] for r in table_rows(text, "| # |")] == ["0", "2 TiB", "2 TiB"]  # the frontier table: frontier only
+    assert "1 simulated point(s) off the frontier" in text
+
+
+def test_the_figure_draws_off_frontier_points_with_their_own_markers():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    draw_frontier(_plan_with_an_off_frontier_point(), None, ax=ax)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["simulated"].get_xdata()) == [2.5, 1.5]  # the frontier's verified points only
+    est, sim = lines["off the frontier (estimated)"], lines["off the frontier (simulated)"]
+    assert (list(est.get_xdata()), list(est.get_ydata())) == ([1.8], [14.0])
+    assert (list(sim.get_xdata()), list(sim.get_ydata())) == ([1.7], [14.0])
+    assert est.get_marker() == sim.get_marker() == "D" != lines["simulated"].get_marker()
+    assert "off the frontier (simulated)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)

@@ -18,6 +18,7 @@ _LAZY = {
     "PlanPoint": "kvmm.plan.core",
     "TierCandidate": "kvmm.plan.core",
     "SLO": "kvmm.plan.core",
+    "simulation_key": "kvmm.plan.core",
 }
 
 __all__ = sorted(_LAZY)

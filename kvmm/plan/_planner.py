@@ -7,15 +7,18 @@
    estimated TTFT p95 (no other point is both cheaper and faster).
 2. **Verified**: the ``verify`` cheapest points the estimate says meet the SLO (frontier points
    first; when the frontier has fewer, the cheapest dominated points estimated to meet it fill
-   up to ``verify``), plus ``neighbours`` frontier points on each side of the estimated SLO
+   up to ``verify``, preferring estimates (TTFT, TPOT, hit shares) no picked point has: a fill
+   repeating one, such as a larger pool past the trace's reuse, tells nothing new and is taken
+   only when no other remains), plus ``neighbours`` frontier points on each side of the estimated SLO
    boundary: the dearest ones cheaper than the first of them (estimated to miss: the estimate
    may be pessimistic) and the cheapest frontier points dearer than those picked (the estimate
    may be optimistic: if the picked ones miss in simulation, a dearer one may meet it).  They are
    simulated as they are (``PlanPoint.config()``) through :func:`kvmm.sim.sweep`.  The cheapest
    verified point whose *simulated* p95 meets the SLO is chosen; when none does, the verified
    point nearest to it is ``closest``.  When no point is estimated to meet the SLO, the
-   ``verify + neighbours`` fastest frontier points are simulated (the fastest dominated points
-   filling up to ``verify`` on a thin frontier).
+   ``verify + neighbours`` fastest frontier points are simulated (the fastest dominated points,
+   distinct estimates first, filling up to ``verify`` on a thin frontier).  A ``simulated``
+   mapping (config key -> SimResult) shared across calls skips configs simulated before.
 
 Cost ranks points by USD per hour: the workload is fixed, so USD per million tokens follows the
 hourly price up to the run's duration (reported for each point, estimated and simulated).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import MutableMapping
 from dataclasses import replace
 from typing import Any
 
@@ -37,8 +41,10 @@ __all__ = ["run_plan", "analytic_grid"]
 
 
 def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, budget: Any, verify: int,
-             neighbours: int, executor: Any, base: Any, progress: Any) -> Plan:
+             neighbours: int, executor: Any, base: Any, progress: Any, simulated: Any = None) -> Plan:
     slo, cands, prices, base = _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress)
+    if simulated is not None and not isinstance(simulated, MutableMapping):
+        raise BadInputError(f"simulated must be a dict (config key -> SimResult) or None, got {type(simulated).__name__}")
     say = progress if progress is not None else (lambda stage, done, total: None)
     t0 = time.perf_counter()
     say("analytic", 0, 1)
@@ -57,10 +63,11 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     frontier = [points[int(j)] for j in front]
     say("analytic", 1, 1)
     t1 = time.perf_counter()
-    pick = pick_for_verification(cost, lat, meets, front, verify, neighbours)
+    estimates = np.column_stack((lat, grid["tpot"][keep], grid["hit"][keep]))
+    pick = pick_for_verification(cost, lat, meets, front, verify, neighbours, estimates)
     picked = [points[j] if j in points else
               replace(_point(grid, int(keep[j]), slo, base, cands, prices, instances), on_frontier=False) for j in pick]
-    results = _simulate([p.config() for p in picked], executor, say)
+    results = _simulate([p.config() for p in picked], executor, say, simulated)
     tokens = _tokens(grid["trace"])
     for p, r in zip(picked, results):
         p.sim = r
@@ -210,17 +217,24 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
 
 # ---------------------------------------------------------------------- stage 2
 def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarray, front: np.ndarray, verify: int,
-                          neighbours: int) -> list[int]:
+                          neighbours: int, estimates: np.ndarray | None = None) -> list[int]:
     """Indices (into ``cost``, ``latency``, ``meets``: the points within the budget) of the points
     to simulate, cheapest first (see the module docstring); ``front`` is their frontier,
-    cheapest first.  Deterministic: ties in cost go to the faster point, then the lower index.
-    Runtime complexity: O(G log G)."""
+    cheapest first.  Dominated points filling a thin frontier are taken, in preference order,
+    with an estimate that no point already picked has: ``estimates`` is a (G, k) array of what
+    the analytic stage says of each point (the planner: TTFT, TPOT and the hit share per tier),
+    ``latency`` alone when None; points repeating a picked row (e.g. a larger pool past the
+    trace's reuse: the same hits, the same estimate) only when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
+    lower index.  Runtime complexity: O(G log G)."""
     front = [int(j) for j in front]
     on_front = set(front)
+
+    def estimate(j: int) -> tuple:
+        return (float(latency[j]),) if estimates is None else tuple(float(x) for x in estimates[j])
     order = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), latency, cost))]  # cheapest first
     if meets.any():
         chosen = [j for j in front if meets[j]][:verify]
-        chosen += [j for j in order if meets[j] and j not in on_front][: verify - len(chosen)]
+        chosen += _fills([j for j in order if meets[j] and j not in on_front], verify - len(chosen), chosen, estimate)
         first = min(cost[j] for j in chosen)
         last = max(front.index(j) for j in chosen if j in on_front) if any(j in on_front for j in chosen) else -1
         cheaper = [j for j in front if cost[j] < first][-neighbours:] if neighbours else []
@@ -229,20 +243,54 @@ def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarr
     else:  # nothing is estimated to meet it: the fastest points, to find the closest
         chosen = front[-(verify + neighbours):]
         fastest = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), cost, latency))]
-        chosen += [j for j in fastest if j not in on_front][: max(0, verify - len(chosen))]
+        chosen += _fills([j for j in fastest if j not in on_front], verify - len(chosen), chosen, estimate)
     return sorted(set(chosen), key=lambda j: (cost[j], latency[j], j))
 
 
-def _simulate(configs: list, executor: Any, say: Any) -> list:
+def _fills(candidates: list, n: int, picked: list, estimate: Any) -> list:
+    """Up to ``n`` of ``candidates`` (in their preference order): first those whose estimate
+    no point picked so far (``picked``, then the fills) has, then, only when too few remain,
+    the others in order.  O(len(candidates))."""
+    if n <= 0:
+        return []
+    seen = {estimate(j) for j in picked}
+    distinct, repeats = [], []
+    for j in candidates:
+        key = estimate(j)
+        if key in seen:
+            repeats.append(j)
+        else:
+            seen.add(key)
+            distinct.append(j)
+            if len(distinct) == n:
+                break
+    return (distinct + repeats)[:n]
+
+
+def _simulate(configs: list, executor: Any, say: Any, simulated: Any = None) -> list:
+    """The SimResult of every config, in order: those in ``simulated`` (keyed by
+    :func:`~kvmm.plan.core.simulation_key`) reused, the others swept (each distinct config
+    once) and added to it."""
+    from kvmm.plan.core import simulation_key
     from kvmm.sim import sweep
 
-    done = [0]
-    say("verify", 0, len(configs))
+    keys = [simulation_key(c) for c in configs] if simulated is not None else list(range(len(configs)))
+    known = {k: simulated[k] for k in keys if k in simulated} if simulated is not None else {}
+    todo: dict = {}
+    for k, c in zip(keys, configs):
+        if k not in known:
+            todo.setdefault(k, c)
+    done = [len(configs) - len(todo)]
+    say("verify", done[0], len(configs))
 
     def tick(n: int) -> None:
         done[0] += n
         say("verify", done[0], len(configs))
-    return sweep(configs, executor, progress=tick)
+    fresh = dict(zip(todo, sweep(list(todo.values()), executor, progress=tick)))
+    if simulated is not None:
+        simulated.update(fresh)
+    known.update(fresh)
+    return [known[k] for k in keys]
 
 
 def _tokens(trace: Any) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from kvmm.errors import BadInputError
 
-__all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan"]
+__all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan", "simulation_key"]
 
 GIB = 2**30
 #: the most capacity points one candidate may ask for (the grid is the product over candidates)
@@ -306,18 +306,35 @@ class Plan:
 
 def plan(trace: Any, *, slo: SLO, tiers: Any, prices: Any = None, instances: int = 1, budget: float | None = None,
          verify: int = 8, neighbours: int = 2, executor: Any = None, base: Any = None,
-         progress: Callable[[str, int, int], None] | None = None) -> Plan:
+         progress: Callable[[str, int, int], None] | None = None, simulated: Any = None) -> Plan:
     """Size the tiers for ``trace`` so that TTFT p95 meets ``slo`` at the lowest cost.
 
-    See :mod:`kvmm.plan._planner` for the method (docs/plan.md).  Runtime complexity: one
-    O(n log n) stack-distance pass over the trace's n block references (SHARDS-sampled when n
-    is large), O(G x T) for the G-point capacity grid over T tiers, plus up to ``verify + 2 x
-    neighbours`` simulations.
+    See :mod:`kvmm.plan._planner` for the method (docs/plan.md).  ``simulated``: None, or a
+    mutable mapping (a plain ``dict``) from a config's key (:func:`simulation_key`: its
+    :func:`~kvmm.sim.config_json.config_to_json` text) to its :class:`~kvmm.sim.SimResult`,
+    shared across calls: a picked point whose config is in it is not simulated again, and every
+    new simulation is added to it.  Pass the same dict to plans of one trace at several SLOs
+    (they pick many of the same points); a run is deterministic, so a reused result is the one
+    a new run would give.  Runtime complexity: one O(n log n) stack-distance pass over the
+    trace's n block references (SHARDS-sampled when n is large), O(G x T) for the G-point
+    capacity grid over T tiers, plus up to ``verify + 2 x neighbours`` simulations (fewer when
+    ``simulated`` holds some).
     """
     from kvmm.plan._planner import run_plan
 
     return run_plan(trace, slo=slo, tiers=tiers, prices=prices, instances=instances, budget=budget, verify=verify,
-                    neighbours=neighbours, executor=executor, base=base, progress=progress)
+                    neighbours=neighbours, executor=executor, base=base, progress=progress, simulated=simulated)
+
+
+def simulation_key(config: Any) -> str:
+    """The key of ``config`` in :func:`plan`'s ``simulated`` mapping: its
+    :func:`~kvmm.sim.config_json.config_to_json` dict as JSON text with sorted keys (equal
+    configs, equal keys).  Runtime complexity: O(size of the config; an inline trace's arrays)."""
+    import json
+
+    from kvmm.sim.config_json import config_to_json
+
+    return json.dumps(config_to_json(config), sort_keys=True)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -6,10 +6,13 @@
   configuration meets the SLO" with the closest one), the chosen point's cost breakdown (GiB
   and USD per hour per tier, USD per million tokens), the cost-vs-latency frontier as a table
   (every point's capacities, hit ratios, estimated and, where verified, simulated p95 TTFT),
-  and the estimate-vs-simulation error of every verified point;
+  and the estimate-vs-simulation error of every verified point, with a column saying whether it
+  is on the frontier (the planner also verifies dominated points when the frontier is thin:
+  ``PlanPoint.on_frontier`` False);
 * ``frontier.png``: USD per hour against p95 TTFT, the frontier's estimated points (hollow,
-  joined), the verified points' simulated p95 (filled, an arrow from each estimate), the chosen
-  point ringed and the SLO as a vertical line.  Needs matplotlib (the ``plot`` extra); without
+  joined), the verified points' simulated p95 (filled squares, an arrow from each estimate; a
+  verified point off the frontier: its estimate a hollow grey diamond, its simulation a filled
+  purple diamond), the chosen point ringed and the SLO as a vertical line.  Needs matplotlib (the ``plot`` extra); without
   it the file is skipped, ``plan.md`` says so and a line goes to ``stream``;
 * ``config.json``: the chosen point's :class:`~kvmm.sim.SimConfig`
   (:func:`kvmm.sim.config_json.save_config`), which ``kvmm simulate --config DIR/config.json``
@@ -125,6 +128,11 @@ def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True
     parts.append("The cost-vs-estimated-latency Pareto frontier, cheapest first (est: the analytic estimate; "
                  "sim: the simulator, for the verified points).\n")
     parts.append(_frontier_table(plan))
+    off = [p for p in plan.verified if not _on_frontier(p)]
+    if off:
+        parts.append(f"{len(off)} simulated point(s) off the frontier (dominated by the estimate, simulated because "
+                     "the frontier has too few estimated to meet the SLO) are not in this table; see \"on frontier\" "
+                     "under Estimate vs simulation.\n")
     if figure:
         parts.append("![frontier](frontier.png)\n")
     else:
@@ -132,7 +140,7 @@ def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True
     parts.append("## Estimate vs simulation\n")
     errors = plan.errors()
     if errors:
-        parts.append(_errors_table(errors, _tier_columns(_points(plan))))
+        parts.append(_errors_table(errors, _tier_columns(_points(plan)), [_on_frontier(p) for p in plan.verified]))
     else:
         parts.append("No point was simulated.\n")
     return "\n".join(parts)
@@ -159,9 +167,16 @@ def draw_frontier(plan: Any, path, *, ax=None) -> Path | None:
     for p in verified:
         ax.annotate("", xy=(p.sim_ttft_p95_s, p.usd_per_hour), xytext=(p.est_ttft_p95_s, p.usd_per_hour),
                     arrowprops=dict(arrowstyle="->", color="0.6", lw=0.8))
-    if verified:
-        ax.plot([p.sim_ttft_p95_s for p in verified], [p.usd_per_hour for p in verified], "s", color="tab:orange",
+    on = [p for p in verified if _on_frontier(p)]
+    off = [p for p in verified if not _on_frontier(p)]
+    if on:
+        ax.plot([p.sim_ttft_p95_s for p in on], [p.usd_per_hour for p in on], "s", color="tab:orange",
                 label="simulated")
+    if off:  # dominated by the estimate: its estimate is not on the frontier line, so drawn too
+        ax.plot([p.est_ttft_p95_s for p in off], [p.usd_per_hour for p in off], "D", mfc="none", color="0.5",
+                label="off the frontier (estimated)")
+        ax.plot([p.sim_ttft_p95_s for p in off], [p.usd_per_hour for p in off], "D", color="tab:purple",
+                label="off the frontier (simulated)")
     if plan.chosen is not None:
         c = plan.chosen
         ax.plot([_ttft(c)], [c.usd_per_hour], "o", ms=13, mfc="none", mec="tab:green", mew=2, label="chosen")
@@ -252,16 +267,21 @@ def _frontier_table(plan: Any) -> str:
                          "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
 
 
-def _errors_table(errors: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
+def _errors_table(errors: Sequence[dict], columns: Sequence[tuple[str, str]], on_frontier: Sequence[bool]) -> str:
     from kvmm.report import format_table
 
     rows = []
-    for e in errors:
+    for e, on in zip(errors, on_frontier):
         rel = e.get("rel_error")
-        rows.append((*[_gib_text(c / GIB) for c in e["capacities"]], round(float(e["est_ttft_p95_s"]), 3),
-                     _opt(e.get("sim_ttft_p95_s")), _percent(rel)))
-    return format_table([*[n + suffix for n, suffix in columns], "est p95 TTFT s", "sim p95 TTFT s",
+        rows.append((*[_gib_text(c / GIB) for c in e["capacities"]], "yes" if on else "no",
+                     round(float(e["est_ttft_p95_s"]), 3), _opt(e.get("sim_ttft_p95_s")), _percent(rel)))
+    return format_table([*[n + suffix for n, suffix in columns], "on frontier", "est p95 TTFT s", "sim p95 TTFT s",
                          "error (est - sim) / sim"], rows)
+
+
+def _on_frontier(point: Any) -> bool:
+    """Is this (verified) point on the frontier?  ``PlanPoint.on_frontier``; True when absent."""
+    return bool(getattr(point, "on_frontier", True))
 
 
 def _percent(value) -> str:

@@ -13,12 +13,15 @@ Two experiments, every assumption stated in the report text:
 Spread: a run of the simulator is deterministic (``priority_seed`` only draws priority classes,
 and there is no high-priority class here), so experiment 2 is spread over disjoint slices of
 the trace (mean ± std).  The planner runs once per SLO: its frontier is a deterministic function
-of the trace.
+of the trace.  The two plans share their simulations (``plan(..., simulated=)``: a point both
+pick is simulated once), and the section's every simulation runs in one process pool.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.sim.config import GiB, SimConfig
@@ -57,15 +60,16 @@ def reproduce(report) -> None:
         "tiers are read over the rdma400 fabric.  Prices: the documented defaults (docs/cost.md): H200 at $3.5 per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
-    with warnings.catch_warnings():
+    # one pool for every simulation of the section: its workers load the simulator's kernels once
+    with warnings.catch_warnings(), ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         warnings.simplefilter("ignore", QueueGrowthWarning)  # overload shows in the tables (TTFT, queues)
-        plans = _frontiers(report, plan_requests, quick)
-        _equal_cost(report, trace, quick)
+        plans = _frontiers(report, plan_requests, quick, pool)
+        _equal_cost(report, trace, quick, pool)
     _plot(report, plans)
 
 
 # --------------------------------------------------------------------------- experiment 1
-def _frontiers(report, n_requests: int, quick: bool) -> list:
+def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
     from kvmm.plan import SLO, TierCandidate, plan
     from kvmm.plan._cli import StageProgress
     from kvmm.plan.writers import plan_summary, point_label
@@ -74,11 +78,12 @@ def _frontiers(report, n_requests: int, quick: bool) -> list:
     tiers = [TierCandidate.parse(f"{t}:points={points}") for t in TIERS]
     base = SimConfig(workload="conversation", max_requests=n_requests, load=LOAD, model=MODEL)
     plans = []
+    simulated: dict = {}  # the SLOs pick many of the same points: each is simulated once
     for slo_s in _slos(quick):
         progress = StageProgress(enabled=report.progress_enabled)
         try:
             result = plan("conversation", slo=SLO(slo_s), tiers=tiers, instances=INSTANCES, base=base,
-                          verify=4 if quick else 8, progress=progress)
+                          verify=4 if quick else 8, progress=progress, simulated=simulated, executor=pool)
         finally:
             progress.close()
         plans.append(result)
@@ -127,7 +132,7 @@ def _mark(plan, point) -> str:
 
 
 # --------------------------------------------------------------------------- experiment 2
-def _equal_cost(report, trace, quick: bool) -> None:
+def _equal_cost(report, trace, quick: bool, pool) -> None:
     from kvmm.reproduce.cluster import _window
     from kvmm.sim._sweep import sweep
     from kvmm.tiers.spec import PRESETS
@@ -148,7 +153,7 @@ def _equal_cost(report, trace, quick: bool) -> None:
             keys.append(case)
             configs.append(_design_config(w, *case[1:]))
     with report.progress(len(configs), "plan: equal cost") as bar:
-        results = sweep(configs, max_workers=2, progress=bar.update)
+        results = sweep(configs, pool, progress=bar.update)
     grouped: dict = {}
     for key, r in zip(keys, results):
         grouped.setdefault(key, []).append(r)
