@@ -180,7 +180,7 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
              "budget / price in all, read over the rdma400 fabric.  Per GiB the shared tiers are 20 to 130 times "
              "cheaper than DRAM (docs/cost.md), so at equal cost they hold far more of the reuse working set; what "
              "DRAM keeps is bandwidth and latency.  Two routings: round-robin (what the planner assumes) and "
-             f"prefix-aware (the {router} router with load_weight {params['load_weight']:g}: each request goes where "
+             f"prefix-aware (the {router} router with load_weight {plain_number(params['load_weight'])}: each request goes where "
              "its longest prefix is held, less 4 blocks per queued or running request).  Without affinity a private "
              "tier only helps a request that lands where its prefix was computed; with it, the GPU pools themselves "
              "hit more (the hit ratio counts GPU hits too), so compare each design with the no-KV-tier row of the "
