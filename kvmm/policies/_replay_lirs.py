@@ -47,6 +47,7 @@ NONE = -1
 # is passed, so the kernel passes two.  Columns: links of S, Q, NH (prev towards the head, next
 # towards the tail), membership, S's flags, sizes.
 _SP, _SN, _QP, _QN, _NP, _NN, _IN_S, _IN_Q, _IN_NH, _IS_LIR, _RES, _S_SIZE, _Q_SIZE = range(13)
+_COLUMNS = 13
 # the global array: [2*list] head and [2*list+1] tail of S (0), Q (1), NH (2); then the counters
 _LIR, _HIR, _OCC, _SBYTES = 6, 7, 8, 9
 
@@ -54,7 +55,11 @@ _LIR, _HIR, _OCC, _SBYTES = 6, 7, 8, 9
 def replay_lirs(keys, dense, n_unique, sizes, capacity, hirs_ratio):
     """Hits of LIRS over ``dense`` (see :mod:`kvmm.policies._replay`)."""
     hirs_limit = lirs_limits(int(capacity), check_hirs_ratio(hirs_ratio))[0]
-    return _replay_lirs(dense, n_unique, sizes, capacity, np.int64(hirs_limit), np.int64(capacity - hirs_limit))
+    # int32 rows where ids and stored sizes (<= capacity) fit: half the memory of int64, and the
+    # kernel is bound by random accesses to the table
+    dtype = np.int32 if max(int(n_unique), int(capacity)) < 2**31 - 1 else np.int64
+    node = np.zeros((n_unique, _COLUMNS), dtype)
+    return _replay_lirs(dense, node, sizes, capacity, np.int64(hirs_limit), np.int64(capacity - hirs_limit))
 
 
 def lirs_limits(capacity: int, hirs_ratio: float) -> tuple[int, int]:
@@ -74,9 +79,8 @@ def check_hirs_ratio(hirs_ratio) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _replay_lirs(dense, n_unique, sizes, capacity, hirs_limit, lirs_limit):
+def _replay_lirs(dense, node, sizes, capacity, hirs_limit, lirs_limit):
     hits = np.zeros(dense.size, np.bool_)
-    node = np.zeros((n_unique, 13), np.int64)
     node[:, :6] = NONE
     g = np.zeros(10, np.int64)
     g[:6] = NONE
