@@ -2,8 +2,8 @@
 and :class:`kvmm.policies.S3FIFOPolicy` for the rules, including where libCacheSim differs from the
 paper).
 
-State over dense ids: ``where`` (0 absent, 1 small, 2 main), a per-key frequency and size; the
-small and main queues are ring buffers of ids (both only ever pop their oldest and push at the
+State over dense ids: a node row per key, its queue (0 absent, 1 small, 2 main), frequency and
+size; the small and main queues are ring buffers of ids (both only ever pop their oldest and push at the
 new end, and a key is in at most one of them, so ``n_unique + 1`` slots each suffice); the ghost
 queue is a doubly linked list (a ghost hit removes a key from its middle).
 Runtime complexity: O(1) amortised per reference (a main-queue eviction reinserts each entry at
@@ -31,16 +31,23 @@ def replay_s3fifo(keys, dense, n_unique, sizes, capacity, small_size_ratio, ghos
 
     small_cap, main_cap, ghost_cap, threshold = check_replay_options(
         int(capacity), small_size_ratio, ghost_size_ratio, move_to_main_threshold)
-    return _replay(dense, n_unique, sizes, np.int64(capacity), np.int64(small_cap), np.int64(main_cap),
+    # one row per key (queue, frequency, size), int32 where the stored sizes (<= capacity) and the
+    # frequencies (<= references) fit: a hit reads one small row (the kernel is bound by random
+    # accesses)
+    fits = max(int(capacity), int(dense.size)) < 2**31 - 1
+    node = np.zeros((n_unique, 3), np.int32 if fits else np.int64)
+    return _replay(dense, node, sizes, np.int64(capacity), np.int64(small_cap), np.int64(main_cap),
                    np.int64(ghost_cap), np.int64(threshold))
 
 
+_WHERE, _FREQ, _SIZE = 0, 1, 2  # node columns
+
+
 @njit(cache=True, nogil=True)
-def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, threshold):
+def _replay(dense, node, sizes, capacity, small_cap, main_cap, ghost_cap, threshold):
+    # node[:, _SIZE]: a resident's or a ghost's size (a key is never both)
+    n_unique = node.shape[0]
     hits = np.zeros(dense.size, np.bool_)
-    where = np.zeros(n_unique, np.int8)
-    freq = np.zeros(n_unique, np.int64)
-    size_of = np.zeros(n_unique, np.int64)  # a resident's or a ghost's size (a key is never both)
     slots = n_unique + 1
     small = np.empty(slots, np.int64)  # ring buffers: [first, first + count) mod slots, oldest first
     main = np.empty(slots, np.int64)
@@ -59,16 +66,16 @@ def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, th
     has_evicted = False
     for i in range(dense.size):
         d = dense[i]
-        if where[d] != ABSENT:
+        if node[d, _WHERE] != ABSENT:
             hits[i] = True
-            freq[d] += 1
+            node[d, _FREQ] += 1
             continue
         size = sizes[i]
         # find: a miss removes the key from the ghost queue (it is a ghost hit)
         hit_on_ghost = False
         if in_ghost[d]:
             in_ghost[d] = False
-            ghost_used -= size_of[d]
+            ghost_used -= node[d, _SIZE]
             o = g_older[d]
             n = g_newer[d]
             if o == NONE:
@@ -93,14 +100,14 @@ def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, th
                     if m_first == slots:
                         m_first = 0
                     m_count -= 1
-                    f = freq[v]
+                    f = node[v, _FREQ]
                     if f >= 1:
                         main[(m_first + m_count) % slots] = v
                         m_count += 1
-                        freq[v] = min(f, 3) - 1
+                        node[v, _FREQ] = min(f, 3) - 1
                     else:
-                        main_used -= size_of[v]
-                        where[v] = ABSENT
+                        main_used -= node[v, _SIZE]
+                        node[v, _WHERE] = ABSENT
                         break
             else:
                 # evict_small: move accessed entries to main, evict the first other one to the ghost
@@ -110,16 +117,16 @@ def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, th
                     if s_first == slots:
                         s_first = 0
                     s_count -= 1
-                    small_used -= size_of[v]
-                    if freq[v] >= threshold:
+                    small_used -= node[v, _SIZE]
+                    if node[v, _FREQ] >= threshold:
                         main[(m_first + m_count) % slots] = v
                         m_count += 1
-                        main_used += size_of[v]
-                        where[v] = MAIN
-                        freq[v] = 0
+                        main_used += node[v, _SIZE]
+                        node[v, _WHERE] = MAIN
+                        node[v, _FREQ] = 0
                     else:
-                        where[v] = ABSENT
-                        vs = size_of[v]
+                        node[v, _WHERE] = ABSENT
+                        vs = node[v, _SIZE]
                         if ghost_cap > 0 and vs <= ghost_cap:  # the ghost FIFO's own get
                             while ghost_used + vs > ghost_cap:
                                 g = g_oldest
@@ -129,7 +136,7 @@ def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, th
                                 else:
                                     g_older[g_oldest] = NONE
                                 in_ghost[g] = False
-                                ghost_used -= size_of[g]
+                                ghost_used -= node[g, _SIZE]
                             in_ghost[v] = True
                             ghost_used += vs
                             g_older[v] = g_newest
@@ -147,16 +154,16 @@ def _replay(dense, n_unique, sizes, capacity, small_cap, main_cap, ghost_cap, th
             continue  # libCacheSim refuses an entry as large as the small queue (after the evictions)
         else:
             to_main = not has_evicted and small_used >= small_cap
-        size_of[d] = size
-        freq[d] = 0
+        node[d, _SIZE] = size
+        node[d, _FREQ] = 0
         if to_main:
             main[(m_first + m_count) % slots] = d
             m_count += 1
             main_used += size
-            where[d] = MAIN
+            node[d, _WHERE] = MAIN
         else:
             small[(s_first + s_count) % slots] = d
             s_count += 1
             small_used += size
-            where[d] = SMALL
+            node[d, _WHERE] = SMALL
     return hits

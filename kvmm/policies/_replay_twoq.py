@@ -36,7 +36,14 @@ def replay_twoq(keys, dense, n_unique, sizes, capacity, a_in_size_ratio, a_out_s
     """Hits of 2Q over ``dense`` (see :mod:`kvmm.policies._replay`)."""
     a_in_size_ratio, a_out_size_ratio = check_twoq_ratios(a_in_size_ratio, a_out_size_ratio)
     in_quota, out_quota = quotas(int(capacity), a_in_size_ratio, a_out_size_ratio)
-    return _replay_twoq(dense, n_unique, sizes, capacity, np.int64(in_quota), np.int64(out_quota))
+    node = np.empty((n_unique, 4), node_dtype(n_unique, in_quota))
+    return _replay_twoq(dense, node, sizes, capacity, np.int64(in_quota), np.int64(out_quota))
+
+
+def node_dtype(n_unique: int, largest_stored: int) -> type:
+    """int32 for a node table whose ids and stored sizes fit in it (half the memory of int64: the
+    kernel is bound by random accesses to the table, and a smaller one stays in cache), else int64."""
+    return np.int32 if max(int(n_unique), int(largest_stored)) < 2**31 - 1 else np.int64
 
 
 def quotas(capacity: int, a_in_size_ratio: float, a_out_size_ratio: float) -> tuple[int, int]:
@@ -45,15 +52,14 @@ def quotas(capacity: int, a_in_size_ratio: float, a_out_size_ratio: float) -> tu
 
 
 # per-key columns of the node table: one row per key, so a key's links, size and queue share a
-# cache line (the kernel is bound by random memory accesses)
+# cache line (the kernel is bound by random memory accesses); int32 where ids and sizes fit
 _PREV, _NEXT, _SIZE, _WHERE = 0, 1, 2, 3
 _HEAD, _TAIL, _USED = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
-def _replay_twoq(dense, n_unique, sizes, capacity, in_quota, out_quota):
+def _replay_twoq(dense, node, sizes, capacity, in_quota, out_quota):
     hits = np.zeros(dense.size, np.bool_)
-    node = np.empty((n_unique, 4), np.int64)
     node[:, _PREV] = NONE  # towards the head (newer)
     node[:, _NEXT] = NONE  # towards the tail (older)
     node[:, _SIZE] = 0
