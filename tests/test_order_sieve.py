@@ -13,39 +13,21 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SIEVEPolicy, make_eviction_policy, replay
 from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.sieve import replay_sieve_naive
 
 
 def libcachesim_hits(keys, capacity, sizes):
-    lcs = pytest.importorskip("libcachesim")
-    cache = lcs.Sieve(cache_size=capacity, hashpower=16)
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    return order_parity.libcachesim_hits("Sieve", keys, capacity, sizes)
 
 
 def managed_tier_hits(keys, capacity, sizes):
-    tier = ManagedTier(SimulatedTier(capacity), SIEVEPolicy())
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(SIEVEPolicy(), keys, capacity, sizes)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = [trace.blocks_of(i).astype(np.int64) for i in range(min(600, trace.num_requests))]
-    return out
+    return order_parity.mooncake_request_blocks()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -72,10 +54,7 @@ def test_managed_tier_batch_offers_equal_the_replay(block_streams, capacity):
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: misses never inserted
     sizes = size_of[keys]
     ours = replay("sieve", keys, capacity, sizes).tolist()
     assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
@@ -88,9 +67,7 @@ def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(capacity):
 @settings(max_examples=150, deadline=None)
 @given(capacity=st.integers(1, 14), refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=150))
 def test_hypothesis_streams_agree_everywhere(capacity, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # one size per key: a key keeps the size it was inserted with
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("sieve", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == replay_sieve_naive(keys, capacity, sizes)
     assert ours == libcachesim_hits(keys, capacity, sizes)
