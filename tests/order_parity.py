@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from kvmm.tiers import ManagedTier, SimulatedTier
 from kvmm.traces import load_mooncake
@@ -102,3 +103,30 @@ def hypothesis_stream(refs):
 def managed_tier_hits_admitted(policy, keys, capacity, sizes):
     """:func:`managed_tier_hits` for an order with ``admits(size)`` (SLRU, W-TinyLFU)."""
     return managed_tier_hits(policy, keys, capacity, sizes, miss=store_if_admitted)
+
+
+def evict_a_planned_prefix(policy, tracked, data, n, **incoming):
+    """A state-machine step: ``victims(n, protected, **incoming)`` (``protected`` up to 3 drawn
+    ``tracked`` keys) answers the same twice, lists ``min(n, unprotected)`` distinct unprotected
+    keys; a drawn prefix of it is removed (``on_remove``) and returned."""
+    protected = set(data.draw(st.lists(st.sampled_from(sorted(tracked)), max_size=3)))
+    plan = policy.victims(n, protected, **incoming)
+    assert plan == policy.victims(n, protected, **incoming)  # asking twice: same answer
+    assert len(plan) == len(set(plan)) == min(n, len(set(tracked) - protected))
+    assert not set(plan) & protected
+    removed = plan[:data.draw(st.integers(0, len(plan)))]
+    for key in removed:
+        policy.on_remove(key)
+    return removed
+
+
+def simulate_rows(order, capsys):
+    """The JSON rows of ``kvmm simulate`` (60 requests, load 0.8) over one 8 GiB DRAM tier that
+    evicts with ``order`` by name."""
+    import json
+
+    from kvmm.cli import main
+
+    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", f"dram:8GiB:{order}:write-all",
+                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]

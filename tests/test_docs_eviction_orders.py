@@ -2,30 +2,19 @@
 followed by a ```text block prints exactly that text; the table names every registered order
 with its options and defaults."""
 
-import contextlib
 import dataclasses
-import io
 import re
 from pathlib import Path
 
+from tests.doc_blocks import python_blocks, run_python_blocks
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "eviction_orders.md"
-# a python block, and the text block right after it (its printed output) when there is one
-BLOCK = re.compile(r"```python\n(.*?)```\s*(?:```text\n(.*?)```)?", re.S)
-
-
-def blocks() -> list[tuple[str, str | None]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(DOC.read_text(encoding="utf-8"))]
 
 
 def test_every_python_block_runs_and_prints_what_the_page_shows():
-    found = blocks()
-    assert len(found) >= 3 and all(out is not None for _, out in found)
-    namespace: dict = {"__name__": "eviction_orders_docs"}
-    for i, (code, shown) in enumerate(found):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"{DOC} block {i}", "exec"), namespace)
-        assert out.getvalue().splitlines() == shown.splitlines(), f"block {i}"
+    found = python_blocks(DOC)
+    assert len(found) >= 3 and all(out is not None for _, out in found)  # every example shows its output
+    run_python_blocks(DOC, "eviction_orders_docs")
 
 
 def table_rows() -> dict[str, tuple[str, str]]:

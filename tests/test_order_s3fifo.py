@@ -209,13 +209,7 @@ class S3FIFOPlanMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sizes)
     @rule(data=st.data(), n=st.integers(1, 6), incoming=st.integers(0, 25))
     def evict_prefix(self, data, n, incoming):
-        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.sizes)), max_size=3)))
-        plan = self.policy.victims(n, protected, incoming=incoming)
-        assert plan == self.policy.victims(n, protected, incoming=incoming)  # asking twice: same answer
-        assert len(plan) == len(set(plan)) == min(n, len(set(self.sizes) - protected))
-        assert not set(plan) & protected
-        for key in plan[:data.draw(st.integers(0, len(plan)))]:
-            self.policy.on_remove(key)
+        for key in order_parity.evict_a_planned_prefix(self.policy, self.sizes, data, n, incoming=incoming):
             del self.sizes[key]
 
     @invariant()
@@ -231,13 +225,7 @@ TestS3FIFOPlanMachine.settings = settings(max_examples=60, stateful_step_count=3
 
 
 def test_runs_in_the_simulator_by_name(capsys):
-    import json
-
-    from kvmm.cli import main
-
-    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:s3fifo:write-all",
-                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rows = order_parity.simulate_rows("s3fifo", capsys)
     assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
 
 

@@ -157,13 +157,7 @@ class SIEVEPlanMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tracked)
     @rule(data=st.data(), n=st.integers(1, 6))
     def evict_prefix(self, data, n):
-        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.tracked)), max_size=3)))
-        plan = self.policy.victims(n, protected)
-        assert plan == self.policy.victims(n, protected)  # asking twice: same answer
-        assert len(plan) == len(set(plan)) == min(n, len(self.tracked - protected))
-        assert not set(plan) & protected
-        for key in plan[:data.draw(st.integers(0, len(plan)))]:
-            self.policy.on_remove(key)
+        for key in order_parity.evict_a_planned_prefix(self.policy, self.tracked, data, n):
             self.tracked.remove(key)
 
     @invariant()
@@ -178,13 +172,7 @@ TestSIEVEPlanMachine.settings = settings(max_examples=60, stateful_step_count=30
 
 
 def test_runs_in_the_simulator_by_name(capsys):
-    import json
-
-    from kvmm.cli import main
-
-    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:sieve:write-all",
-                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rows = order_parity.simulate_rows("sieve", capsys)
     assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
 
 
