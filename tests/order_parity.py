@@ -130,3 +130,26 @@ def simulate_rows(order, capsys):
     assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", f"dram:8GiB:{order}:write-all",
                  "--staging", "on-demand", "--json", "--no-progress"]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def feed_with_deletes(cache, policy, keys, rng, capacity, next_uses=None):
+    """Feed ``keys`` to libCacheSim's ``cache`` (one unit-size ``get`` each; ``next_uses`` their
+    ``next_access_vtime``) and to ``policy`` as a cache of ``capacity`` entries (a miss evicts the
+    first victim when full); after each insert at a reference ``i % 7 == 3``, one resident key
+    drawn from ``rng`` is deleted from both (libCacheSim's ``remove``, the policy's ``on_remove``)."""
+    lcs = pytest.importorskip("libcachesim")
+    for i, key in enumerate(keys):
+        request = lcs.Request(obj_size=1, obj_id=key, clock_time=i)
+        if next_uses is not None:
+            request.next_access_vtime = next_uses[i]
+        cache.get(request)
+        if key in policy:
+            policy.on_access(key)
+            continue
+        if len(policy) == capacity:
+            policy.on_remove(policy.victims(1)[0])
+        policy.on_insert(key)
+        if i % 7 == 3:
+            gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
+            assert cache.remove(gone)
+            policy.on_remove(gone)

@@ -123,20 +123,7 @@ def test_hits_do_not_depend_on_the_tie_break_but_evictions_follow_libcachesims_h
         cache = lcs.Belady(cache_size=10, hashpower=8)
         policy = BeladyPolicy.from_trace(trace)
         stop = int(rng.integers(20, 120))
-        for i, key in enumerate(trace[:stop]):
-            request = lcs.Request(obj_size=1, obj_id=key, clock_time=i)
-            request.next_access_vtime = nxt[i]
-            cache.get(request)
-            if key in policy:
-                policy.on_access(key)
-                continue
-            if len(policy) == 10:
-                policy.on_remove(policy.victims(1)[0])
-            policy.on_insert(key)
-            if i % 7 == 3:  # an explicit delete: libCacheSim's remove, the policy's on_remove
-                gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
-                assert cache.remove(gone)
-                policy.on_remove(gone)
+        order_parity.feed_with_deletes(cache, policy, trace[:stop], rng, 10, next_uses=nxt)
         request = lcs.Request(obj_size=1, obj_id=10**6, clock_time=stop)
         theirs = []
         while cache.get_n_obj():

@@ -123,18 +123,7 @@ def test_victim_order_is_libcachesims_eviction_sequence(options):
         trace = rng.zipf(1.3, 150) % 25
         cache = lcs.Clock(cache_size=10, hashpower=8, **options)
         policy = ClockPolicy(**options)
-        for i, key in enumerate(trace.tolist()[: int(rng.integers(20, 150))]):
-            cache.get(lcs.Request(obj_size=1, obj_id=key, clock_time=i))
-            if key in policy:
-                policy.on_access(key)
-                continue
-            if len(policy) == 10:
-                policy.on_remove(policy.victims(1)[0])
-            policy.on_insert(key)
-            if i % 7 == 3:
-                gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
-                assert cache.remove(gone)
-                policy.on_remove(gone)
+        order_parity.feed_with_deletes(cache, policy, trace.tolist()[: int(rng.integers(20, 150))], rng, 10)
         expected = policy.victims(len(policy))
         theirs = []
         present = set(policy.keys())
