@@ -153,3 +153,17 @@ def feed_with_deletes(cache, policy, keys, rng, capacity, next_uses=None):
             gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
             assert cache.remove(gone)
             policy.on_remove(gone)
+
+
+def batch_offer_hits(policy, requests, capacity, *, check_each=False):
+    """The simulator's path: one ``access_or_put_size_many`` of unit-size blocks per request of
+    ``requests`` through ``ManagedTier(SimulatedTier(capacity), policy)``; the hits in order.
+    ``check()`` runs at the end (``check_each``: after every request)."""
+    tier = ManagedTier(SimulatedTier(capacity), policy)
+    hits = []
+    for blocks in requests:
+        hits.extend(tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)).tolist())
+        if check_each:
+            tier.check()
+    tier.check()
+    return hits

@@ -13,7 +13,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, ClockPolicy, make_eviction_policy, replay
-from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
 from tests.naive.clock import ClockModel, replay_clock_naive
 
@@ -62,11 +61,8 @@ def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity, options
 def test_batched_offers_through_managed_tier_equal_libcachesim(block_streams):
     # access_or_put_size_many drives ClockPolicy's fast hooks (no batch eviction: see fast_hooks)
     capacity = 300
-    tier = ManagedTier(SimulatedTier(capacity), ClockPolicy())
-    ours = []
-    for blocks in order_parity.mooncake_request_blocks()["conversation"]:
-        ours.extend(tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)).tolist())
-        tier.check()
+    ours = order_parity.batch_offer_hits(ClockPolicy(), order_parity.mooncake_request_blocks()["conversation"], capacity,
+                                         check_each=True)
     keys = block_streams["conversation"]
     assert ours == replay("clock", keys, capacity).tolist()
     assert ClockPolicy().fast_hooks()[2:] == (None, None)
