@@ -15,9 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, BeladyPolicy, make_eviction_policy, replay
 from kvmm.policies.belady import NEVER
-from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
 from kvmm.traces.oracle import ORACLE_GENERAL_DTYPE, next_access_vtime
+from tests import order_parity
 from tests.naive.belady import LibpqueueHeap, next_use_naive, replay_belady_farthest, replay_belady_naive
 
 lcs = pytest.importorskip("libcachesim")
@@ -26,41 +25,28 @@ lcs = pytest.importorskip("libcachesim")
 def libcachesim_hits(keys, capacity, sizes):
     """libCacheSim's Belady, one Request at a time; next_access_vtime is the index of the key's
     next reference (INT64_MAX: none), as its oracleGeneral reader supplies it."""
-    cache = lcs.Belady(cache_size=capacity, hashpower=12)  # a small table: fast to build; it grows
-    hits = []
-    for i, (key, size, nxt) in enumerate(zip(keys, sizes, next_use_naive(list(keys)))):
-        request = lcs.Request(obj_size=int(size), obj_id=int(key), clock_time=i)
-        request.next_access_vtime = nxt
-        hits.append(bool(cache.get(request)))
-    return hits
+    # a small table: fast to build; it grows
+    return order_parity.libcachesim_hits("Belady", keys, capacity, sizes, hashpower=12,
+                                         next_uses=next_use_naive(list(keys)))
 
 
 def managed_tier_hits(keys, capacity, sizes):
     policy = BeladyPolicy.from_trace(np.asarray(keys, np.int64))
-    tier = ManagedTier(SimulatedTier(capacity), policy)
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
+
+    def store_or_skip(tier, key, size):
+        if size <= capacity:
+            tier.put_size(key, size)
         else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-            else:
-                policy.advance()  # the tier never sees this reference
-    tier.check()
+            policy.advance()  # the tier never sees this reference
+
+    hits = order_parity.managed_tier_hits(policy, keys, capacity, sizes, miss=store_or_skip)
     assert policy.position == len(keys)
     return hits
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return order_parity.mooncake_block_streams()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -79,10 +65,7 @@ def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(blo
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 5000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity, n=5000)  # keys 0-4 larger than the cache: misses never inserted
     sizes = size_of[keys]
     ours = replay("belady", keys, capacity, sizes).tolist()
     assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
@@ -113,9 +96,7 @@ def test_libcachesim_trace_reader_supplies_the_same_next_uses(tmp_path):
 @settings(max_examples=150, deadline=None)
 @given(capacity=st.integers(0, 12), refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
 def test_replay_equals_the_naive_references_and_libcachesim(capacity, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # a key keeps the size it was inserted with
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("belady", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == replay_belady_naive(keys, capacity, sizes)
     if capacity > 0:
@@ -142,20 +123,7 @@ def test_hits_do_not_depend_on_the_tie_break_but_evictions_follow_libcachesims_h
         cache = lcs.Belady(cache_size=10, hashpower=8)
         policy = BeladyPolicy.from_trace(trace)
         stop = int(rng.integers(20, 120))
-        for i, key in enumerate(trace[:stop]):
-            request = lcs.Request(obj_size=1, obj_id=key, clock_time=i)
-            request.next_access_vtime = nxt[i]
-            cache.get(request)
-            if key in policy:
-                policy.on_access(key)
-                continue
-            if len(policy) == 10:
-                policy.on_remove(policy.victims(1)[0])
-            policy.on_insert(key)
-            if i % 7 == 3:  # an explicit delete: libCacheSim's remove, the policy's on_remove
-                gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
-                assert cache.remove(gone)
-                policy.on_remove(gone)
+        order_parity.feed_with_deletes(cache, policy, trace[:stop], rng, 10, next_uses=nxt)
         request = lcs.Request(obj_size=1, obj_id=10**6, clock_time=stop)
         theirs = []
         while cache.get_n_obj():

@@ -13,41 +13,24 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, ClockPolicy, make_eviction_policy, replay
-from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.clock import ClockModel, replay_clock_naive
 
 lcs = pytest.importorskip("libcachesim")
 
 
 def libcachesim_hits(keys, capacity, sizes, **options):
-    cache = lcs.Clock(cache_size=capacity, hashpower=12, **options)  # a small table: fast to build; it grows
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    # a small table: fast to build; it grows
+    return order_parity.libcachesim_hits("Clock", keys, capacity, sizes, hashpower=12, **options)
 
 
 def managed_tier_hits(keys, capacity, sizes, **options):
-    tier = ManagedTier(SimulatedTier(capacity), ClockPolicy(**options))
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(ClockPolicy(**options), keys, capacity, sizes)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return order_parity.mooncake_block_streams()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -66,10 +49,7 @@ def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(blo
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 @pytest.mark.parametrize("options", [{}, {"n_bit_counter": 2, "init_freq": 1}])
 def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity, options):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 5000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity, n=5000)  # keys 0-4 larger than the cache: misses never inserted
     sizes = size_of[keys]
     ours = replay("clock", keys, capacity, sizes, **options).tolist()
     assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist(), **options)
@@ -80,14 +60,9 @@ def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity, options
 
 def test_batched_offers_through_managed_tier_equal_libcachesim(block_streams):
     # access_or_put_size_many drives ClockPolicy's fast hooks (no batch eviction: see fast_hooks)
-    trace = load_mooncake("conversation")
     capacity = 300
-    tier = ManagedTier(SimulatedTier(capacity), ClockPolicy())
-    ours = []
-    for i in range(min(600, trace.num_requests)):
-        blocks = trace.blocks_of(i).astype(np.int64)
-        ours.extend(tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)).tolist())
-        tier.check()
+    ours = order_parity.batch_offer_hits(ClockPolicy(), order_parity.mooncake_request_blocks()["conversation"], capacity,
+                                         check_each=True)
     keys = block_streams["conversation"]
     assert ours == replay("clock", keys, capacity).tolist()
     assert ClockPolicy().fast_hooks()[2:] == (None, None)
@@ -97,9 +72,7 @@ def test_batched_offers_through_managed_tier_equal_libcachesim(block_streams):
 @given(capacity=st.integers(0, 12), init_freq=st.integers(0, 4), n_bit_counter=st.integers(1, 3),
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
 def test_replay_equals_the_naive_reference_and_libcachesim(capacity, init_freq, n_bit_counter, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # a key keeps the size it was inserted with
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     options = dict(init_freq=init_freq, n_bit_counter=n_bit_counter)
     ours = replay("clock", np.array(keys, np.int64), capacity, np.array(sizes, np.int64), **options).tolist()
     assert ours == replay_clock_naive(keys, capacity, sizes, **options)
@@ -146,18 +119,7 @@ def test_victim_order_is_libcachesims_eviction_sequence(options):
         trace = rng.zipf(1.3, 150) % 25
         cache = lcs.Clock(cache_size=10, hashpower=8, **options)
         policy = ClockPolicy(**options)
-        for i, key in enumerate(trace.tolist()[: int(rng.integers(20, 150))]):
-            cache.get(lcs.Request(obj_size=1, obj_id=key, clock_time=i))
-            if key in policy:
-                policy.on_access(key)
-                continue
-            if len(policy) == 10:
-                policy.on_remove(policy.victims(1)[0])
-            policy.on_insert(key)
-            if i % 7 == 3:
-                gone = sorted(policy.keys())[int(rng.integers(0, len(policy)))]
-                assert cache.remove(gone)
-                policy.on_remove(gone)
+        order_parity.feed_with_deletes(cache, policy, trace.tolist()[: int(rng.integers(20, 150))], rng, 10)
         expected = policy.victims(len(policy))
         theirs = []
         present = set(policy.keys())

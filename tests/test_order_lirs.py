@@ -17,31 +17,22 @@ from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import LIRSPolicy, make_eviction_policy, replay
 from kvmm.tiers import ManagedTier, SimulatedTier
 from kvmm.policies._replay_lirs import lirs_limits
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.lirs import NaiveLIRS, replay_lirs_naive, replay_lirs_naive_checked
 
 
 def libcachesim_hits(keys, capacity, sizes):
-    lcs = pytest.importorskip("libcachesim")
-    cache = lcs.LIRS(cache_size=capacity, hashpower=12)  # a small table: fast to build
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    # a small table: fast to build
+    return order_parity.libcachesim_hits("LIRS", keys, capacity, sizes, hashpower=12)
+
+
+def store_if_admitted(tier, key, size):
+    if tier.policy.admits(key, size):  # libCacheSim's rule for storing a miss
+        tier.put_size(key, size)
 
 
 def managed_tier_hits(keys, capacity, sizes, **params):
-    policy = LIRSPolicy(**params)
-    tier = ManagedTier(SimulatedTier(capacity), policy)
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if policy.admits(key, size):  # libCacheSim's rule for storing a miss
-                tier.put_size(key, size)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(LIRSPolicy(**params), keys, capacity, sizes, miss=store_if_admitted)
 
 
 def kvmm_reference(keys, capacity, sizes, hirs_ratio=0.01):
@@ -51,11 +42,7 @@ def kvmm_reference(keys, capacity, sizes, hirs_ratio=0.01):
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return order_parity.mooncake_block_streams()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -75,11 +62,9 @@ def test_replay_equals_libcachesim_and_reference_on_mooncake_blocks(block_stream
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_and_reference(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
     hirs_limit = lirs_limits(capacity, 0.01)[0]
-    size_of = rng.integers(1, max(2, 2 * hirs_limit), 900)  # about half too large for the HIR set
-    size_of[:5] = capacity + 1  # larger than the cache: misses never inserted
+    # about half too large for the HIR set; keys 0-4 larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity, max_size=max(2, 2 * hirs_limit))
     sizes = size_of[keys]
     ours = replay("lirs", keys, capacity, sizes).tolist()
     reference, clean = replay_lirs_naive_checked(keys.tolist(), capacity, sizes.tolist())
@@ -99,9 +84,7 @@ def test_byte_sized_replay_equals_libcachesim_and_reference(capacity):
 @given(capacity=st.integers(0, 40),
        refs=st.lists(st.tuples(st.integers(0, 25), st.integers(0, 4)), max_size=200))
 def test_replay_equals_the_reference_and_libcachesim(capacity, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # one size per key (its first reference's)
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("lirs", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     reference, clean = replay_lirs_naive_checked(keys, capacity, sizes)
     assert ours == reference

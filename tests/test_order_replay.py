@@ -11,41 +11,15 @@ from hypothesis import strategies as st
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
 from kvmm.policies._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
-from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
 from tests.naive.replay import replay_naive
+from tests.order_parity import hypothesis_stream, libcachesim_hits, managed_tier_hits, mooncake_block_streams, zipf_keys_and_sizes
 
 ORDERS = {"lru": (LRUPolicy, "LRU"), "fifo": (FIFOPolicy, "FIFO")}
 
 
-def managed_tier_hits(order, keys, capacity, sizes):
-    tier = ManagedTier(SimulatedTier(capacity), ORDERS[order][0]())
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-    return hits
-
-
-def libcachesim_hits(order, keys, capacity, sizes):
-    lcs = pytest.importorskip("libcachesim")
-    cache = getattr(lcs, ORDERS[order][1])(cache_size=capacity)
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
-
-
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return mooncake_block_streams()
 
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
@@ -55,22 +29,19 @@ def test_replay_equals_libcachesim_and_managed_tier_on_mooncake_blocks(block_str
     keys = block_streams[trace]
     ours = replay(order, keys, capacity).tolist()
     ones = [1] * keys.size
-    assert ours == libcachesim_hits(order, keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(order, keys.tolist(), capacity, ones)
+    assert ours == libcachesim_hits(ORDERS[order][1], keys.tolist(), capacity, ones)
+    assert ours == managed_tier_hits(ORDERS[order][0](), keys.tolist(), capacity, ones)
     assert 0 < sum(ours) < keys.size  # both hits and misses happen
 
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_and_managed_tier(order, capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: never inserted
     sizes = size_of[keys]
     ours = replay(order, keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits(order, keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(order, keys.tolist(), capacity, sizes.tolist())
+    assert ours == libcachesim_hits(ORDERS[order][1], keys.tolist(), capacity, sizes.tolist())
+    assert ours == managed_tier_hits(ORDERS[order][0](), keys.tolist(), capacity, sizes.tolist())
     assert not any(h for h, k in zip(ours, keys) if k < 5 and size_of[k] > capacity)
 
 
@@ -78,14 +49,11 @@ def test_byte_sized_replay_equals_libcachesim_and_managed_tier(order, capacity):
 @given(order=st.sampled_from(sorted(ORDERS)), capacity=st.integers(0, 12),
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
 def test_replay_equals_the_naive_reference_and_libcachesim(order, capacity, refs):
-    keys = [k for k, _ in refs]
-    # one size per key (its first reference's): a key keeps the size it was inserted with
-    first_size = dict(refs[::-1])
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay(order, np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == replay_naive(order, keys, capacity, sizes)
     if capacity > 0:
-        assert ours == libcachesim_hits(order, keys, capacity, sizes)
+        assert ours == libcachesim_hits(ORDERS[order][1], keys, capacity, sizes)
 
 
 def test_pinned_small_example():

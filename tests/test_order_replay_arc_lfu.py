@@ -10,42 +10,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.policies import ARCPolicy, LFUPolicy, replay
-from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.replay import replay_arc_naive, replay_lfu_naive
 
 ORDERS = {"arc": (ARCPolicy, "ARC", replay_arc_naive), "lfu": (LFUPolicy, "LFU", replay_lfu_naive)}
 
 
 def managed_tier_hits(order, keys, capacity, sizes):
-    tier = ManagedTier(SimulatedTier(capacity), ORDERS[order][0]())
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-    return hits
+    return order_parity.managed_tier_hits(ORDERS[order][0](), keys, capacity, sizes)
 
 
 def libcachesim_hits(order, keys, capacity, sizes):
-    lcs = pytest.importorskip("libcachesim")
     # a small hash table: building libCacheSim's default 2^24 slots per cache dominates short streams
-    cache = getattr(lcs, ORDERS[order][1])(cache_size=capacity, hashpower=12)
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    return order_parity.libcachesim_hits(ORDERS[order][1], keys, capacity, sizes, hashpower=12)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return order_parity.mooncake_block_streams()
 
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
@@ -63,10 +45,7 @@ def test_replay_equals_libcachesim_and_managed_tier_on_mooncake_blocks(block_str
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(order, capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: never inserted
     sizes = size_of[keys]
     ours = replay(order, keys, capacity, sizes).tolist()
     assert ours == libcachesim_hits(order, keys.tolist(), capacity, sizes.tolist())
@@ -80,10 +59,7 @@ def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(order, capa
 @given(order=st.sampled_from(sorted(ORDERS)), capacity=st.integers(1, 12),
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))
 def test_replay_equals_managed_tier_naive_and_libcachesim(order, capacity, refs):
-    keys = [k for k, _ in refs]
-    # one size per key (its first reference's): a key keeps the size it was inserted with
-    first_size = dict(refs[::-1])
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay(order, np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == managed_tier_hits(order, keys, capacity, sizes)
     if order == "arc" and 0 in sizes:

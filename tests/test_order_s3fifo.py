@@ -14,46 +14,31 @@ from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import S3FIFOPolicy, make_eviction_policy, replay
 from kvmm.policies.s3fifo import queue_sizes
 from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.s3fifo import replay_s3fifo_naive
 
 
 def libcachesim_hits(keys, capacity, sizes, **params):
-    lcs = pytest.importorskip("libcachesim")
-    cache = lcs.S3FIFO(cache_size=capacity, hashpower=16, **params)
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    return order_parity.libcachesim_hits("S3FIFO", keys, capacity, sizes, **params)
+
+
+def store_as_libcachesim(tier, key, size):
+    """A miss stores the entry when the policy's ``admission`` says libCacheSim would (and makes
+    room first, then drops it, when libCacheSim makes room for an entry it then refuses)."""
+    makes_room, stores = tier.policy.admission(key, size)
+    if makes_room:
+        tier.put_size(key, size)
+        if not stores:
+            tier.delete(key)
 
 
 def managed_tier_hits(keys, capacity, sizes, **params):
-    """libCacheSim's get through a ManagedTier: a hit is a get; a miss stores the entry when the
-    policy's ``admission`` says libCacheSim would (and makes room first, then drops it, when
-    libCacheSim makes room for an entry it then refuses)."""
-    policy = S3FIFOPolicy(**params)
-    tier = ManagedTier(SimulatedTier(capacity), policy)
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-            continue
-        hits.append(False)
-        makes_room, stores = policy.admission(key, size)
-        if makes_room:
-            tier.put_size(key, size)
-            if not stores:
-                tier.delete(key)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(S3FIFOPolicy(**params), keys, capacity, sizes, miss=store_as_libcachesim)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = [trace.blocks_of(i).astype(np.int64) for i in range(min(600, trace.num_requests))]
-    return out
+    return order_parity.mooncake_request_blocks()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -71,19 +56,14 @@ def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(blo
 @pytest.mark.parametrize("capacity", [64, 4096])
 def test_managed_tier_batch_offers_equal_the_replay(block_streams, capacity):
     # the simulator's path: one access_or_put_size_many per request (S3-FIFO's fast hooks)
-    tier = ManagedTier(SimulatedTier(capacity), make_eviction_policy("s3fifo"))
-    hits = [tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)) for blocks in block_streams["conversation"]]
-    tier.check()
-    assert np.concatenate(hits).tolist() == replay("s3fifo", np.concatenate(block_streams["conversation"]), capacity).tolist()
+    hits = order_parity.batch_offer_hits(make_eviction_policy("s3fifo"), block_streams["conversation"], capacity)
+    assert hits == replay("s3fifo", np.concatenate(block_streams["conversation"]), capacity).tolist()
 
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache
     small = queue_sizes(capacity, 0.1, 0.9)[0]
-    size_of[:5] = capacity + 1  # larger than the cache
     size_of[5:8] = small  # exactly the small queue: libCacheSim makes room, then refuses it
     size_of[8:11] = small + 1  # larger than the small queue: refused before evicting
     sizes = size_of[keys]
@@ -102,9 +82,7 @@ def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity):
 def test_hypothesis_streams_and_options_agree_everywhere(capacity, ratio, ghost, threshold, refs):
     small, main, _ = queue_sizes(capacity, ratio, ghost)
     assume(small > 0 and main > 0)  # libCacheSim aborts on an empty queue (tested below)
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # one size per key: a key keeps the size it was inserted with
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     params = dict(small_size_ratio=ratio, ghost_size_ratio=ghost, move_to_main_threshold=threshold)
     ours = replay("s3fifo", np.array(keys, np.int64), capacity, np.array(sizes, np.int64), **params).tolist()
     assert ours == replay_s3fifo_naive(keys, capacity, sizes, ratio, ghost, threshold)
@@ -229,13 +207,7 @@ class S3FIFOPlanMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sizes)
     @rule(data=st.data(), n=st.integers(1, 6), incoming=st.integers(0, 25))
     def evict_prefix(self, data, n, incoming):
-        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.sizes)), max_size=3)))
-        plan = self.policy.victims(n, protected, incoming=incoming)
-        assert plan == self.policy.victims(n, protected, incoming=incoming)  # asking twice: same answer
-        assert len(plan) == len(set(plan)) == min(n, len(set(self.sizes) - protected))
-        assert not set(plan) & protected
-        for key in plan[:data.draw(st.integers(0, len(plan)))]:
-            self.policy.on_remove(key)
+        for key in order_parity.evict_a_planned_prefix(self.policy, self.sizes, data, n, incoming=incoming):
             del self.sizes[key]
 
     @invariant()
@@ -251,13 +223,7 @@ TestS3FIFOPlanMachine.settings = settings(max_examples=60, stateful_step_count=3
 
 
 def test_runs_in_the_simulator_by_name(capsys):
-    import json
-
-    from kvmm.cli import main
-
-    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:s3fifo:write-all",
-                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rows = order_parity.simulate_rows("s3fifo", capsys)
     assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
 
 

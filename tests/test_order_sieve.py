@@ -12,40 +12,21 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SIEVEPolicy, make_eviction_policy, replay
-from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.sieve import replay_sieve_naive
 
 
 def libcachesim_hits(keys, capacity, sizes):
-    lcs = pytest.importorskip("libcachesim")
-    cache = lcs.Sieve(cache_size=capacity, hashpower=16)
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    return order_parity.libcachesim_hits("Sieve", keys, capacity, sizes)
 
 
 def managed_tier_hits(keys, capacity, sizes):
-    tier = ManagedTier(SimulatedTier(capacity), SIEVEPolicy())
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= capacity:
-                tier.put_size(key, size)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(SIEVEPolicy(), keys, capacity, sizes)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = [trace.blocks_of(i).astype(np.int64) for i in range(min(600, trace.num_requests))]
-    return out
+    return order_parity.mooncake_request_blocks()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -64,18 +45,13 @@ def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(blo
 @pytest.mark.parametrize("capacity", [64, 4096])
 def test_managed_tier_batch_offers_equal_the_replay(block_streams, capacity):
     # the simulator's path: one access_or_put_size_many per request (SIEVE's fast hooks)
-    tier = ManagedTier(SimulatedTier(capacity), make_eviction_policy("sieve"))
-    hits = [tier.access_or_put_size_many(blocks, 1, np.ones(blocks.size, bool)) for blocks in block_streams["synthetic"]]
-    tier.check()
-    assert np.concatenate(hits).tolist() == replay("sieve", np.concatenate(block_streams["synthetic"]), capacity).tolist()
+    hits = order_parity.batch_offer_hits(make_eviction_policy("sieve"), block_streams["synthetic"], capacity)
+    assert hits == replay("sieve", np.concatenate(block_streams["synthetic"]), capacity).tolist()
 
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # a few keys larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: misses never inserted
     sizes = size_of[keys]
     ours = replay("sieve", keys, capacity, sizes).tolist()
     assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
@@ -88,9 +64,7 @@ def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(capacity):
 @settings(max_examples=150, deadline=None)
 @given(capacity=st.integers(1, 14), refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=150))
 def test_hypothesis_streams_agree_everywhere(capacity, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # one size per key: a key keeps the size it was inserted with
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("sieve", np.array(keys, np.int64), capacity, np.array(sizes, np.int64)).tolist()
     assert ours == replay_sieve_naive(keys, capacity, sizes)
     assert ours == libcachesim_hits(keys, capacity, sizes)
@@ -180,13 +154,7 @@ class SIEVEPlanMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tracked)
     @rule(data=st.data(), n=st.integers(1, 6))
     def evict_prefix(self, data, n):
-        protected = set(data.draw(st.lists(st.sampled_from(sorted(self.tracked)), max_size=3)))
-        plan = self.policy.victims(n, protected)
-        assert plan == self.policy.victims(n, protected)  # asking twice: same answer
-        assert len(plan) == len(set(plan)) == min(n, len(self.tracked - protected))
-        assert not set(plan) & protected
-        for key in plan[:data.draw(st.integers(0, len(plan)))]:
-            self.policy.on_remove(key)
+        for key in order_parity.evict_a_planned_prefix(self.policy, self.tracked, data, n):
             self.tracked.remove(key)
 
     @invariant()
@@ -201,13 +169,7 @@ TestSIEVEPlanMachine.settings = settings(max_examples=60, stateful_step_count=30
 
 
 def test_runs_in_the_simulator_by_name(capsys):
-    import json
-
-    from kvmm.cli import main
-
-    assert main(["simulate", "--requests", "60", "--load", "0.8", "--tier", "dram:8GiB:sieve:write-all",
-                 "--staging", "on-demand", "--json", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rows = order_parity.simulate_rows("sieve", capsys)
     assert len(rows) == 1 and rows[0]["tier_evictions"][0] > 0  # 8 GiB of DRAM filled up and evicted
 
 

@@ -13,7 +13,8 @@ from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SLRUPolicy, make_eviction_policy, replay
 from kvmm.tiers import ManagedTier, SimulatedTier
 from tests.naive.slru import NaiveSLRU, replay_slru_naive, segment_maxima
-from tests.segmented_parity import libcachesim_hits, managed_tier_hits, mooncake_block_streams, zipf_sized_stream
+from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
+from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +66,7 @@ def test_byte_sized_hits_evict_through_cooling():
 @given(capacity=st.integers(1, 40), options=st.sampled_from([{}, {"n_seg": 2}, {"seg_size": (1, 4)}, {"n_seg": 1}]),
        refs=st.lists(st.tuples(st.integers(0, 25), st.integers(0, 12)), max_size=150))
 def test_slru_equals_naive_libcachesim_and_managed_tier_on_generated_streams(capacity, options, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("slru", np.array(keys, np.int64), capacity, np.array(sizes, np.int64), **options).tolist()
     maxima = segment_maxima(capacity, options.get("n_seg", 4), options.get("seg_size"))
     naive = NaiveSLRU(capacity, maxima)

@@ -13,41 +13,27 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import TwoQPolicy, make_eviction_policy, replay
 from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.traces import load_mooncake
+from tests import order_parity
 from tests.naive.twoq import NaiveTwoQ, replay_twoq_naive
 
 
+def store_within_a1in(tier, key, size):
+    if size <= tier.policy.quotas()["A1in"]:  # libCacheSim's TwoQ stores nothing larger than A1in's quota
+        tier.put_size(key, size)
+
+
 def managed_tier_hits(keys, capacity, sizes, **params):
-    policy = TwoQPolicy(**params)
-    tier = ManagedTier(SimulatedTier(capacity), policy)
-    admit = policy.quotas()["A1in"]  # libCacheSim's TwoQ stores nothing larger than A1in's quota
-    hits = []
-    for key, size in zip(keys, sizes):
-        if tier.contains(key):
-            tier.get(key)
-            hits.append(True)
-        else:
-            hits.append(False)
-            if size <= admit:
-                tier.put_size(key, size)
-    tier.check()
-    return hits
+    return order_parity.managed_tier_hits(TwoQPolicy(**params), keys, capacity, sizes, miss=store_within_a1in)
 
 
 def libcachesim_hits(keys, capacity, sizes, **params):
-    lcs = pytest.importorskip("libcachesim")
-    cache = lcs.TwoQ(cache_size=capacity, hashpower=12, **params)  # a small table: fast to build
-    return [bool(cache.get(lcs.Request(obj_size=int(s), obj_id=int(k), clock_time=i)))
-            for i, (k, s) in enumerate(zip(keys, sizes))]
+    # a small table: fast to build
+    return order_parity.libcachesim_hits("TwoQ", keys, capacity, sizes, hashpower=12, **params)
 
 
 @pytest.fixture(scope="module")
 def block_streams():
-    out = {}
-    for name in ("conversation", "synthetic"):
-        trace = load_mooncake(name)
-        out[name] = np.concatenate([trace.blocks_of(i) for i in range(min(600, trace.num_requests))]).astype(np.int64)
-    return out
+    return order_parity.mooncake_block_streams()
 
 
 @pytest.mark.parametrize("trace", ["conversation", "synthetic"])
@@ -64,10 +50,7 @@ def test_replay_equals_libcachesim_managed_tier_and_reference_on_mooncake_blocks
 
 @pytest.mark.parametrize("capacity", [450, 2500, 10_000])
 def test_byte_sized_replay_equals_libcachesim_managed_tier_and_reference(capacity):
-    rng = np.random.default_rng(capacity)
-    keys = rng.zipf(1.2, 6000) % 900
-    size_of = rng.integers(1, 300, 900)
-    size_of[:5] = capacity + 1  # larger than the cache: misses never inserted
+    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # larger than the cache: misses never inserted
     size_of[5:10] = capacity // 4 + 1  # larger than A1in's quota: libCacheSim's TwoQ never stores them
     sizes = size_of[keys]
     ours = replay("2q", keys, capacity, sizes).tolist()
@@ -119,9 +102,7 @@ def test_other_shares_equal_libcachesim(block_streams, params):
 @given(capacity=st.integers(0, 24), a_in=st.sampled_from([0.25, 0.1, 0.5]),
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 6)), max_size=150))
 def test_replay_equals_the_reference_libcachesim_and_managed_tier(capacity, a_in, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])  # one size per key (its first reference's)
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = order_parity.hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("2q", np.array(keys, np.int64), capacity, np.array(sizes, np.int64), a_in_size_ratio=a_in).tolist()
     assert ours == replay_twoq_naive(keys, capacity, sizes, a_in_size_ratio=a_in)
     if capacity > 0:

@@ -14,7 +14,8 @@ from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import WTinyLFUPolicy, make_eviction_policy, replay
 from kvmm.policies.wtinylfu import sketch_shape, sketch_slots, split_capacity
 from tests.naive.wtinylfu import NaiveSketch, NaiveWTinyLFU, replay_wtinylfu_naive, xxh64_u64
-from tests.segmented_parity import libcachesim_hits, managed_tier_hits, mooncake_block_streams, zipf_sized_stream
+from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
+from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +60,7 @@ def test_long_stream_with_sketch_halvings_equals_libcachesim():
 @given(capacity=st.integers(100, 300), window_size=st.sampled_from([0.01, 0.05, 0.2, 0.0]),
        refs=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), max_size=300))
 def test_wtinylfu_equals_naive_libcachesim_and_managed_tier_on_generated_streams(capacity, window_size, refs):
-    keys = [k for k, _ in refs]
-    first_size = dict(refs[::-1])
-    sizes = [first_size[k] for k in keys]
+    keys, sizes = hypothesis_stream(refs)  # one size per key: a key keeps the size it was inserted with
     ours = replay("wtinylfu", np.array(keys, np.int64), capacity, np.array(sizes, np.int64),
                   window_size=window_size).tolist()
     assert ours == replay_wtinylfu_naive(keys, capacity, sizes, window_size)

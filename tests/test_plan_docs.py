@@ -1,19 +1,16 @@
 """Every Python block of docs/plan.md runs, in order, in one namespace (later blocks reuse
 earlier names), and a block followed by a ```text block prints exactly that text."""
 
-import contextlib
-import io
 import re
-import warnings
 from pathlib import Path
 
+from tests.doc_blocks import python_blocks, run_python_blocks
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plan.md"
-# a python block, and the text block right after it (its printed output) when there is one
-BLOCK = re.compile(r"```python\n(.*?)```\s*(?:```text\n(.*?)```)?", re.S)
 
 
 def blocks() -> list[tuple[str, str | None]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(DOC.read_text(encoding="utf-8"))]
+    return python_blocks(DOC)
 
 
 def test_the_page_has_its_sections_and_links():
@@ -29,14 +26,7 @@ def test_the_page_has_its_sections_and_links():
 
 
 def test_every_python_block_runs_and_prints_what_the_page_shows():
-    namespace: dict = {"__name__": "plan_docs"}
-    for i, (code, shown) in enumerate(blocks()):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a QueueGrowthWarning is not part of the output shown
-            exec(compile(code, f"{DOC} block {i}", "exec"), namespace)
-        if shown is not None:
-            assert out.getvalue().splitlines() == shown.splitlines(), f"block {i}"
+    run_python_blocks(DOC, "plan_docs", ignore_warnings=True)  # a QueueGrowthWarning is not part of the output shown
 
 
 def test_the_cli_example_names_only_flags_kvmm_plan_has():

@@ -12,7 +12,7 @@
         storage_plugin.kvmm.tier: mmap            # mmap | redis | arena
         storage_plugin.kvmm.path: /var/cache/kvmm  # mmap: the tier folder
         storage_plugin.kvmm.capacity_bytes: 100000000000
-        storage_plugin.kvmm.eviction: lru         # lru | fifo | lfu | arc | none
+        storage_plugin.kvmm.eviction: lru         # any online order (lru, s3fifo, ...) | none
 
   Other keys: ``url`` and ``prefix`` (redis: server and pool name), ``sync`` (mmap: fsync each
   write), ``on_full`` (``skip``, LMCache's own rule for a full disk: the chunk is not stored and

@@ -16,7 +16,8 @@
   Keys of the extra config (besides the factory's ``backend_name``, ``module_path``,
   ``class_name`` and SGLang's own ``interface_v1``, ``prefetch_threshold``, ...):
   ``tier`` (``mmap`` | ``redis`` | ``arena``), ``path`` (mmap: the tier folder),
-  ``capacity_bytes``, ``eviction`` (``lru`` | ``fifo`` | ``lfu`` | ``arc`` | ``none``),
+  ``capacity_bytes``, ``eviction`` (any online order of :data:`kvmm.policies.EVICTION_POLICIES`,
+  ``lru`` | ``s3fifo`` | ... (not ``belady``), or ``none``),
   ``admission`` (a class of :mod:`kvmm.policies.admission`, e.g. ``"StoreThreshold"``, or
   ``"package.module:Class"``) with ``admission_args`` (``{"k": 2}``), ``url`` and ``prefix``
   (redis: server and pool name), ``sync`` (mmap: fsync each write) and ``on_full``
@@ -24,7 +25,7 @@
   file backend does when its disk budget is spent; ``raise``:
   :class:`~kvmm.errors.CapacityExceededError`, which SGLang's backup thread logs).
 * :func:`make_eviction_strategy` - kvmm's LRU, FIFO and LFU as SGLang radix-cache
-  ``EvictionStrategy`` classes (:mod:`kvmm.integrations.sglang_eviction`); ARC is refused.
+  ``EvictionStrategy`` classes (:mod:`kvmm.integrations.sglang_eviction`); every other order is refused.
 
 SGLang's semantics, read from its ``HiCacheStorage`` and ``HiCacheFile`` (the file backend):
 

@@ -1,4 +1,6 @@
-"""kvmm.policies: eviction orders, stack-distance analysis and working sets, admission filters,
+"""kvmm.policies: eviction orders (LRU, FIFO, LFU, ARC, CLOCK, S3-FIFO, SIEVE, 2Q, LIRS, SLRU,
+W-TinyLFU, offline Belady: :data:`EVICTION_POLICIES`, numba ``replay``; docs/eviction_orders.md),
+stack-distance analysis and working sets, admission filters,
 the TempoKV commitment ledger and staging policies (see DESIGN.md).
 
 Imports are lazy, so ``import kvmm.policies`` compiles nothing; the first use of a name loads

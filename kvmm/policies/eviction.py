@@ -1,4 +1,7 @@
-"""Eviction orders: LRU, FIFO, LFU and ARC, each an :class:`~kvmm.protocols.EvictionPolicy`.
+"""Eviction orders LRU, FIFO, LFU and ARC, each an :class:`~kvmm.protocols.EvictionPolicy`, and the
+registry of all twelve (:data:`EVICTION_POLICIES`: these four plus CLOCK, S3-FIFO, SIEVE, 2Q, LIRS,
+SLRU, W-TinyLFU and the offline Belady, each in its own module; docs/eviction_orders.md lists them
+with their options and where each follows libCacheSim).
 
 A policy only *orders* keys; the structure that owns the data removes them.  The calling
 convention (what :class:`kvmm.tiers.ManagedTier` does):
@@ -604,12 +607,18 @@ EVICTION_POLICIES["belady"] = BeladyPolicy
 
 
 def make_eviction_policy(name: str, **kwargs: Any):
-    """A fresh policy by name (``lru``, ``fifo``, ``lfu``, ``arc``, ``clock``, ``belady``, ...);
+    """A fresh policy by any name of :data:`EVICTION_POLICIES` (``lru``, ``fifo``, ``lfu``, ``arc``,
+    ``clock``, ``s3fifo``, ``sieve``, ``2q``, ``lirs``, ``slru``, ``wtinylfu``, ``belady``; any case);
     ``kwargs`` go to its constructor.
 
-    ARC takes ``capacity`` and ``ghost_limit``, CLOCK ``init_freq`` and ``n_bit_counter``,
-    Belady ``trace`` (its future references); an option the policy does not take
-    is a :class:`BadInputError` naming the ones it does.
+    Options are the policy's constructor fields, libCacheSim's names and defaults where
+    libCacheSim has the order: ARC ``capacity``, ``ghost_limit``; CLOCK ``init_freq``,
+    ``n_bit_counter``; S3-FIFO ``capacity``, ``small_size_ratio``, ``ghost_size_ratio``,
+    ``move_to_main_threshold``; 2Q ``a_in_size_ratio``, ``a_out_size_ratio``, ``capacity``;
+    LIRS ``hirs_ratio``, ``capacity``; SLRU ``capacity``, ``n_seg``, ``seg_size``; W-TinyLFU
+    ``capacity``, ``main_cache``, ``window_size``; Belady ``trace`` (its future references);
+    LRU, FIFO, LFU and SIEVE none.  An option the policy does not take is a
+    :class:`BadInputError` naming the ones it does.
     """
     try:
         factory = EVICTION_POLICIES[name.lower()]

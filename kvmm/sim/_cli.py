@@ -11,7 +11,9 @@ Spelling (each flag's bad part is named in a one-line error)::
 (``kvmm.tiers.spec.LINK_PRESETS``); ``:serial`` sends the KV after the prefill instead of layer by
 layer.  ``--tier PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` (repeatable, fastest first): a tier preset
 (``kvmm.tiers.PRESETS``), a size (``B``, ``KiB``..``TiB``, ``KB``..``TB``; ``-`` keeps the
-preset's), an eviction policy name (``lru``, ``fifo``, ``lfu``, ``arc``) and an admission policy
+preset's), an eviction order name (any of ``kvmm.policies.EVICTION_POLICIES`` but the offline ``belady``:
+``lru``, ``fifo``, ``lfu``, ``arc``, ``clock``, ``s3fifo``, ``sieve``, ``2q``, ``lirs``, ``slru``, ``wtinylfu``;
+see docs/eviction_orders.md) and an admission policy
 name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``--staging``:
 ``on-demand``, ``immediate``, ``immediate-edf``, ``timely``, ``write-through-lru`` or ``all``.
 ``--load none`` replays the trace's own timestamps (times ``--time-scale``).
@@ -48,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", type=float, default=1.0, help="with --load none: multiply inter-arrival times")
     parser.add_argument("--model", default="llama3-8b", help="model spec name (default llama3-8b)")
     parser.add_argument("--tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
-                        help="a lower tier, fastest first (repeatable; default nvme:-:lru:write-all)")
+                        help="a lower tier PRESET[:SIZE[:EVICTION[:ADMISSION]]], fastest first (repeatable; default "
+                             "nvme:-:lru:write-all); EVICTION: any order of kvmm.policies.EVICTION_POLICIES "
+                             "but belady (lru, fifo, lfu, arc, clock, s3fifo, sieve, 2q, lirs, slru, wtinylfu)")
     parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
     parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
                         help="protected staging tier (default cxl:100GiB)")

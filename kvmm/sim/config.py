@@ -46,7 +46,8 @@ class TierLevel:
     """One lower tier of the hierarchy: a :class:`TierSpec` (or preset name) plus its policies.
 
     ``eviction``: a name in :data:`kvmm.policies.EVICTION_POLICIES` (``"lru"``, ``"fifo"``,
-    ``"lfu"``, ``"arc"``) or any EvictionPolicy object; not ``"belady"`` (nor a BeladyPolicy), which
+    ``"lfu"``, ``"arc"``, ``"clock"``, ``"s3fifo"``, ``"sieve"``, ``"2q"``, ``"lirs"``, ``"slru"``,
+    ``"wtinylfu"``: docs/eviction_orders.md) or any EvictionPolicy object; not ``"belady"`` (nor a BeladyPolicy), which
     needs the tier's future reference stream (a BadInputError says so).  ``admission``: a name in
     :data:`ADMISSION_NAMES` or any AdmissionPolicy object.  ``capacity_bytes`` resizes the spec.
 
