@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies._replay_slru import (NONE, new_keys, new_segments, push_head, slru_evict, slru_hit,
-                                        slru_insert, slru_victim, unlink)
+from kvmm.policies._replay_slru import (_BYTES, _HEAD, _MAX, _SEG, _SIZE, _TAIL, NONE, link, new_tables, slru_evict,
+                                        slru_hit, slru_insert, slru_victim, unlink)
 from kvmm.policies.wtinylfu import sketch_shape, split_capacity
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
@@ -51,8 +51,9 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
         # onto the slots used, the same counts in a table of O(distinct keys)
         used, inverse = np.unique(slots, return_inverse=True)
         slots, width = inverse.reshape(slots.shape).astype(np.int64), used.size
-    return _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, np.array(maxima, np.int64),
-                   slots, width, 32 * main_cap)
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1)  # main's segments, then the window
+    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
+                   32 * main_cap)
 
 
 @njit(cache=True, nogil=True)
@@ -71,28 +72,26 @@ def key_slots(unique_keys, width, hashes):
 
 
 @njit(cache=True, nogil=True)
-def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slots, width, max_hits):
+def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits):
     hits = np.zeros(dense.size, np.bool_)
-    prev, next_, seg_of, size_of = new_keys(n_unique)
-    heads, tails, seg_bytes = new_segments(maxima.size)
-    win = np.full(2, NONE, np.int64)  # the window's head and tail
-    in_window = np.zeros(n_unique, np.bool_)
+    window = n_seg  # the window LRU is the list after main's segments
     counters = np.zeros(width, np.uint32)
     adds = np.zeros(1, np.int64)
-    window_bytes = 0
+    max0 = segs[_MAX, 0]
     main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
     for i in range(dense.size):
         d = dense[i]
-        if in_window[d]:
+        s = node[d, _SEG]
+        if s == window:
             hits[i] = True
-            if win[0] != d:
-                unlink(d, 0, prev, next_, win[0:1], win[1:2])
-                push_head(d, 0, prev, next_, win[0:1], win[1:2])
+            if segs[_HEAD, window] != d:
+                unlink(d, node, segs)
+                link(d, window, node, segs)
             continue
-        if seg_of[d] != NONE:
+        if s != NONE:
             hits[i] = True
-            main_used -= slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            main_used -= slru_hit(d, n_seg, node, segs)
             sketch_add(counters, slots[d], adds)
             main_hits += 1
             if main_hits >= max_hits:
@@ -100,67 +99,53 @@ def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slot
                 counters >>= np.uint32(1)
             continue
         size = sizes[i]
-        if size > capacity or size > window_cap or size > main_cap or size > maxima[0]:
+        if size > capacity or size > window_cap or size > main_cap or size > max0:
             continue  # libCacheSim's WTinyLFU_can_insert
-        while window_bytes + main_used + size > capacity:
-            window_bytes, main_used = evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_,
-                                                seg_of, size_of, heads, tails, seg_bytes, maxima, counters, slots,
-                                                adds)
-        push_head(d, 0, prev, next_, win[0:1], win[1:2])
-        in_window[d] = True
-        size_of[d] = size
-        window_bytes += size
+        while segs[_BYTES, window] + main_used + size > capacity:
+            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, adds)
+        node[d, _SIZE] = size
+        link(d, window, node, segs)
         sketch_add(counters, slots[d], adds)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
-              maxima, counters, slots, adds):
+def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, adds):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
-    room, then its LRU key competes with main's victim; returns the window's and main's totals
-    after."""
-    while window_bytes > 0:
-        w = win[1]
-        wsize = size_of[w]
+    room, then its LRU key competes with main's victim; returns main's total after."""
+    while segs[_BYTES, window] > 0:
+        w = segs[_TAIL, window]
+        wsize = node[w, _SIZE]
         if main_used + wsize <= main_cap:
-            window_bytes -= wsize
-            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
-                                       size_of, heads, tails, seg_bytes, maxima)
+            main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
             sketch_add(counters, slots[w], adds)
             continue
-        m = slru_victim(heads, tails, seg_bytes)
+        m = slru_victim(n_seg, segs)
         if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
-            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-            window_bytes -= wsize
-            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
-                                       size_of, heads, tails, seg_bytes, maxima)
+            main_used -= slru_evict(n_seg, node, segs)
+            main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
-            unlink(w, 0, prev, next_, win[0:1], win[1:2])
-            in_window[w] = False
-            window_bytes -= wsize
+            unlink(w, node, segs)
         sketch_add(counters, slots[w], adds)
-        return window_bytes, main_used
-    main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-    return window_bytes, main_used
+        return main_used
+    main_used -= slru_evict(n_seg, node, segs)
+    return main_used
 
 
 @njit(cache=True, nogil=True, inline="always")
-def window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
-                   maxima):
+def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
     """Move the window's key ``w`` into main (SLRU_insert: the lowest segment with room, else
     segment 0 after main evicts until the key fits); returns main's total after."""
-    unlink(w, 0, prev, next_, win[0:1], win[1:2])
-    in_window[w] = False
+    unlink(w, node, segs)
     room = False
-    for j in range(maxima.size):
-        if seg_bytes[j] + wsize <= maxima[j]:
+    for j in range(n_seg):
+        if segs[_BYTES, j] + wsize <= segs[_MAX, j]:
             room = True
             break
     if not room:
         while main_used + wsize > main_cap:
-            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-    slru_insert(w, wsize, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            main_used -= slru_evict(n_seg, node, segs)
+    slru_insert(w, wsize, n_seg, node, segs)
     return main_used + wsize
 
 
