@@ -42,41 +42,68 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
-    first = np.empty(n_unique, np.int64)
-    first[dense[::-1]] = np.arange(dense.size - 1, -1, -1)  # each distinct key's first reference
-    slots = key_slots(keys.view(np.uint64)[first], width, hashes)
+    slots = key_slots(keys.view(np.uint64), dense, n_unique, width, hashes)
     if width > 4 * slots.size:
         # counters only ever change through the keys' slots, so a sketch far wider than the
         # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
         # onto the slots used, the same counts in a table of O(distinct keys)
         used, inverse = np.unique(slots, return_inverse=True)
-        slots, width = inverse.reshape(slots.shape).astype(np.int64), used.size
+        slots, width = inverse.reshape(slots.shape).astype(np.int32), used.size
+    width = renumber_by_first_use(slots, width)
     node, segs = new_tables(n_unique, maxima, len(maxima) + 1)  # main's segments, then the window
+    # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
+    may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
     return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
-                   32 * main_cap)
+                   32 * main_cap, may_saturate)
 
 
 @njit(cache=True, nogil=True)
-def key_slots(unique_keys, width, hashes):
-    """Each key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module docstring)."""
-    out = np.empty((unique_keys.size, hashes), np.int64)
+def key_slots(keys, dense, n_unique, width, hashes):
+    """Each distinct key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module
+    docstring), a row per dense id, hashed at the key's first reference."""
+    out = np.empty((n_unique, hashes), np.int32)
     w = np.uint64(width)
-    for d in range(unique_keys.size):
-        a = xxh64_u64(unique_keys[d], _SEED0) & _LOW32
-        b = xxh64_u64(unique_keys[d], _SEED1) & _LOW32
+    new = 0  # dense ids are numbered in order of first reference: the next one to appear
+    for i in range(dense.size):
+        if new == n_unique:
+            break
+        if dense[i] != new:
+            continue
+        a = xxh64_u64(keys[i], _SEED0) & _LOW32
+        b = xxh64_u64(keys[i], _SEED1) & _LOW32
         v = a
-        for i in range(hashes):
-            out[d, i] = np.int64(v % w)
+        for j in range(hashes):
+            out[new, j] = np.int32(v % w)
             v = (v + b) & _LOW32  # unsigned 32-bit arithmetic, as libCacheSim's
+        new += 1
     return out
 
 
 @njit(cache=True, nogil=True)
-def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits):
+def renumber_by_first_use(slots, width):
+    """Renumber the counters ``slots`` uses ``0..m-1`` in order of first use (row by row, rows in
+    order of first reference), in place; returns ``m``.  Each counter's count is the same under
+    any one-to-one renumbering (adds, minima and halvings act counter by counter), and the keys
+    referenced early and often (a Zipf stream's head) then share a few cache lines of counters
+    instead of a random spread over the whole sketch."""
+    new_of = np.full(width, -1, np.int32)
+    m = 0
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            x = slots[d, j]
+            if new_of[x] < 0:
+                new_of[x] = m
+                m += 1
+            slots[d, j] = new_of[x]
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits,
+            may_saturate):
     hits = np.zeros(dense.size, np.bool_)
     window = n_seg  # the window LRU is the list after main's segments
     counters = np.zeros(width, np.uint32)
-    adds = np.zeros(1, np.int64)
     max0 = segs[_MAX, 0]
     main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
@@ -92,7 +119,7 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
         if s != NONE:
             hits[i] = True
             main_used -= slru_hit(d, n_seg, node, segs)
-            sketch_add(counters, slots[d], adds)
+            sketch_add(counters, slots, d, may_saturate)
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
@@ -102,15 +129,15 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
         if size > capacity or size > window_cap or size > main_cap or size > max0:
             continue  # libCacheSim's WTinyLFU_can_insert
         while segs[_BYTES, window] + main_used + size > capacity:
-            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, adds)
+            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate)
         node[d, _SIZE] = size
         link(d, window, node, segs)
-        sketch_add(counters, slots[d], adds)
+        sketch_add(counters, slots, d, may_saturate)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, adds):
+def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
     room, then its LRU key competes with main's victim; returns main's total after."""
     while segs[_BYTES, window] > 0:
@@ -118,15 +145,15 @@ def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, a
         wsize = node[w, _SIZE]
         if main_used + wsize <= main_cap:
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
-            sketch_add(counters, slots[w], adds)
+            sketch_add(counters, slots, w, may_saturate)
             continue
         m = slru_victim(n_seg, segs)
-        if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
+        if sketch_estimate(counters, slots, w) > sketch_estimate(counters, slots, m):
             main_used -= slru_evict(n_seg, node, segs)
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
             unlink(w, node, segs)
-        sketch_add(counters, slots[w], adds)
+        sketch_add(counters, slots, w, may_saturate)
         return main_used
     main_used -= slru_evict(n_seg, node, segs)
     return main_used
@@ -150,25 +177,25 @@ def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_estimate(counters, key_slots):
-    """The minimum of the key's counters (libCacheSim's estimate)."""
+def sketch_estimate(counters, slots, d):
+    """The minimum of key ``d``'s counters (libCacheSim's estimate)."""
     low = np.uint32(0xFFFFFFFF)
-    for x in key_slots:
-        if counters[x] < low:
-            low = counters[x]
+    for j in range(slots.shape[1]):
+        c = counters[slots[d, j]]
+        if c < low:
+            low = c
     return low
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_add(counters, key_slots, adds):
-    """Increment every counter of the key (libCacheSim's add: all of them, repeats included, not
-    only the minima), unless its minimum is saturated (2^32 - 1), which takes that many adds
-    (``adds[0]`` counts them, so the check is skipped before)."""
-    adds[0] += 1
-    if adds[0] >= 0xFFFFFFFF and sketch_estimate(counters, key_slots) == np.uint32(0xFFFFFFFF):
+def sketch_add(counters, slots, d, may_saturate):
+    """Increment every counter of key ``d`` (libCacheSim's add: all of them, repeats included,
+    not only the minima), unless its minimum is saturated (2^32 - 1), which only a stream long
+    enough (``may_saturate``) can reach, so the check is skipped otherwise."""
+    if may_saturate and sketch_estimate(counters, slots, d) == np.uint32(0xFFFFFFFF):
         return
-    for x in key_slots:
-        counters[x] += np.uint32(1)
+    for j in range(slots.shape[1]):
+        counters[slots[d, j]] += np.uint32(1)
 
 
 @njit(cache=True, nogil=True, inline="always")
