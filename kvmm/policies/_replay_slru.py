@@ -35,14 +35,16 @@ _HEAD, _TAIL, _BYTES, _MAX = 0, 1, 2, 3  # rows of ``segs``
 def replay_slru(keys, dense, n_unique, sizes, capacity, n_seg=4, seg_size=None):
     """Hits of SLRU over ``dense`` (see :mod:`kvmm.policies._replay`)."""
     maxima = segment_maxima(int(capacity), n_seg, seg_size)
-    node, segs = new_tables(n_unique, maxima, len(maxima))
+    node, segs = new_tables(n_unique, maxima, len(maxima), sizes)
     return _replay_slru(dense, sizes, capacity, node, segs, len(maxima))
 
 
-def new_tables(n_unique: int, maxima, n_lists: int) -> tuple[np.ndarray, np.ndarray]:
+def new_tables(n_unique: int, maxima, n_lists: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Empty ``node`` (no key resident) and ``segs`` (``n_lists`` empty lists, the first
-    ``len(maxima)`` of them SLRU segments with those maxima)."""
-    node = np.full((n_unique, 4), NONE, np.int64)
+    ``len(maxima)`` of them SLRU segments with those maxima).  ``node`` is int32 where the ids and
+    ``sizes`` fit (16 bytes a key instead of 32: the replay is bound by random accesses to it)."""
+    narrow = n_unique < 2**31 - 1 and (sizes.size == 0 or int(sizes.max()) < 2**31)
+    node = np.full((n_unique, 4), NONE, np.int32 if narrow else np.int64)
     node[:, _SIZE] = 0
     segs = np.zeros((4, n_lists), np.int64)
     segs[_HEAD] = NONE

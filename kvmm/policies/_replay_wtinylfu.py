@@ -50,7 +50,7 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
         used, inverse = np.unique(slots, return_inverse=True)
         slots, width = inverse.reshape(slots.shape).astype(np.int32), used.size
     width = renumber_by_first_use(slots, width)
-    node, segs = new_tables(n_unique, maxima, len(maxima) + 1)  # main's segments, then the window
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
     # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
     may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
     return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
