@@ -39,3 +39,28 @@ def test_a_forced_int64_table_gives_the_references_hits(monkeypatch, order, naiv
     wide = replay(order, keys, capacity).tolist()
     assert wide == narrow == naive(keys.tolist(), capacity)
     assert 0 < sum(wide) < keys.size
+
+
+def test_wtinylfu_counters_past_uint16_stay_uint32_and_keep_libcachesims_hits(monkeypatch):
+    # a key on every other reference: its counters' bound (2 adds per reference) passes 2^16 - 1,
+    # so they are kept in uint32, the rest in uint16; its main hits also halve the sketch
+    from tests.segmented_parity import libcachesim_hits
+
+    rng = np.random.default_rng(3)
+    keys = rng.zipf(1.1, 80_000) % 3000 + 10
+    keys[::2] = 7
+    width, hashes = wtinylfu_kernels.sketch_shape(990)
+    slots = wtinylfu_kernels.key_slots(keys.view(np.uint64), *_dense(keys), width, hashes)
+    n_hot = wtinylfu_kernels.hot_counters_first(slots, width, np.bincount(_dense(keys)[0]))
+    assert 0 < n_hot < width
+    ours = replay("wtinylfu", keys, 1000).tolist()
+    assert ours == libcachesim_hits("WTinyLFU", keys.tolist(), 1000, [1] * keys.size)
+    monkeypatch.setattr(wtinylfu_kernels, "hot_counters_first", lambda slots, width, refs_of: width)  # all uint32
+    assert replay("wtinylfu", keys, 1000).tolist() == ours
+    assert sum(ours) > 32 * 990  # more main hits than one halving period
+
+
+def _dense(keys):
+    from kvmm.policies._replay import dense_ids
+
+    return dense_ids(keys.astype(np.int64))

@@ -2,12 +2,14 @@
 segments 1:4 (see :class:`kvmm.policies.WTinyLFUPolicy` for the rules), and its frequency
 sketch: libCacheSim's counting Bloom filter (``minimalIncrementCBF``) hashed with XXH64.
 
-The window LRU and the main SLRU's two segments share one ``prev``/``next_`` pair of arrays over
-dense ids (a key is in one list at a time); the sketch hashes the original int64 key, as
-libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
+The window LRU and the main SLRU's two segments are lists of one node table over dense ids (a
+key is in one list at a time; see :mod:`kvmm.policies._replay_slru`); the sketch hashes the
+original int64 key, as libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
 bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
 ``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
-key, before the replay).
+key, before the replay).  The counters are then renumbered (a one-to-one renumbering changes no
+count): those that may pass 2^16 - 1 (bounded from each key's reference count) first, kept in
+uint32, the others in uint16, each group in order of first use, so the sketch's hot part is small.
 
 Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
 cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
@@ -50,11 +52,12 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
         used, inverse = np.unique(slots, return_inverse=True)
         slots, width = inverse.reshape(slots.shape).astype(np.int32), used.size
     width = renumber_by_first_use(slots, width)
-    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
     # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
     may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
+    n_hot = width if may_saturate else hot_counters_first(slots, width, np.bincount(dense, minlength=n_unique))
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
     return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
-                   32 * main_cap, may_saturate)
+                   32 * main_cap, may_saturate, n_hot)
 
 
 @njit(cache=True, nogil=True)
@@ -100,10 +103,12 @@ def renumber_by_first_use(slots, width):
 
 @njit(cache=True, nogil=True)
 def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits,
-            may_saturate):
+            may_saturate, n_hot):
     hits = np.zeros(dense.size, np.bool_)
     window = n_seg  # the window LRU is the list after main's segments
-    counters = np.zeros(width, np.uint32)
+    # the counters that may pass 2^16 - 1 (numbers below n_hot) in uint32, the others in uint16
+    # (half the cache footprint; the replay is bound by the counters' random accesses)
+    counters = (np.zeros(n_hot, np.uint32), np.zeros(width, np.uint16))
     max0 = segs[_MAX, 0]
     main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
@@ -123,7 +128,8 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
-                counters >>= np.uint32(1)
+                counters[0][:] >>= np.uint32(1)
+                counters[1][:] >>= np.uint16(1)
             continue
         size = sizes[i]
         if size > capacity or size > window_cap or size > main_cap or size > max0:
@@ -179,9 +185,11 @@ def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
 @njit(cache=True, nogil=True, inline="always")
 def sketch_estimate(counters, slots, d):
     """The minimum of key ``d``'s counters (libCacheSim's estimate)."""
+    hot, cold = counters
     low = np.uint32(0xFFFFFFFF)
     for j in range(slots.shape[1]):
-        c = counters[slots[d, j]]
+        x = slots[d, j]
+        c = hot[x] if x < hot.size else np.uint32(cold[x])
         if c < low:
             low = c
     return low
@@ -194,8 +202,39 @@ def sketch_add(counters, slots, d, may_saturate):
     enough (``may_saturate``) can reach, so the check is skipped otherwise."""
     if may_saturate and sketch_estimate(counters, slots, d) == np.uint32(0xFFFFFFFF):
         return
+    hot, cold = counters
     for j in range(slots.shape[1]):
-        counters[slots[d, j]] += np.uint32(1)
+        x = slots[d, j]
+        if x < hot.size:
+            hot[x] += np.uint32(1)
+        else:
+            cold[x] += np.uint16(1)
+
+
+@njit(cache=True, nogil=True)
+def hot_counters_first(slots, width, refs_of):
+    """Renumber (in place) the counters that may pass 2^16 - 1 first, the others after in their
+    order; returns how many may.  A counter's bound: 2 adds per reference of each key on it (a
+    hit or an insert, and the key's later exit from the window), once per slot it holds there."""
+    bound = np.zeros(width, np.int64)
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            bound[slots[d, j]] += 2 * refs_of[d]
+    new_of = np.empty(width, np.int32)
+    n_hot = 0
+    for x in range(width):
+        if bound[x] > 0xFFFF:
+            new_of[x] = n_hot
+            n_hot += 1
+    m = n_hot
+    for x in range(width):
+        if bound[x] <= 0xFFFF:
+            new_of[x] = m
+            m += 1
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            slots[d, j] = new_of[slots[d, j]]
+    return n_hot
 
 
 @njit(cache=True, nogil=True, inline="always")
