@@ -1,9 +1,12 @@
 """numba replay of SLRU, libCacheSim's ``SLRU.c`` (see :class:`kvmm.policies.SLRUPolicy` for the
 rules), and the segmented-list kernels W-TinyLFU's main cache reuses.
 
-State over dense ids: one doubly linked list per segment (``heads``/``tails``, ``prev``/``next_``
-shared, since a key is in one segment at a time), ``seg_of`` (-1: not resident), per-key size and
-per-segment byte totals.  ``head`` is the most recent end, the victim side is ``tail``.
+State over dense ids, in two tables (each call to a helper adjusts the reference count of every
+array it is passed, so the state is two arrays, not ten): ``node``, one row per key
+(``_PREV``/``_NEXT`` links, ``_SEG`` its segment, -1: not resident, ``_SIZE``; a row per key puts
+a key's fields in one cache line), and ``segs``, one column per list (``_HEAD``, ``_TAIL``,
+``_BYTES`` its total, ``_MAX`` its maximum).  One link pair per key serves every list, since a key
+is in one at a time.  ``head`` is the most recent end, the victim side is ``tail``.
 
 Worked example, capacity 4 (4 segments of 1), references ``a b a c d e``: a, b fill segments 0
 and 1 (lowest segment with room); the hit on a moves it to segment 1, whose tail b cools down to
@@ -25,143 +28,141 @@ from kvmm.policies.slru import segment_maxima
 PARAMS_SLRU: tuple = (("n_seg", 4), ("seg_size", None))
 
 NONE = -1
+_PREV, _NEXT, _SEG, _SIZE = 0, 1, 2, 3  # columns of ``node``
+_HEAD, _TAIL, _BYTES, _MAX = 0, 1, 2, 3  # rows of ``segs``
 
 
 def replay_slru(keys, dense, n_unique, sizes, capacity, n_seg=4, seg_size=None):
     """Hits of SLRU over ``dense`` (see :mod:`kvmm.policies._replay`)."""
-    maxima = np.array(segment_maxima(int(capacity), n_seg, seg_size), np.int64)
-    return _replay_slru(dense, n_unique, sizes, capacity, maxima)
+    maxima = segment_maxima(int(capacity), n_seg, seg_size)
+    node, segs = new_tables(n_unique, maxima, len(maxima), sizes)
+    return _replay_slru(dense, sizes, capacity, node, segs, len(maxima))
+
+
+def new_tables(n_unique: int, maxima, n_lists: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Empty ``node`` (no key resident) and ``segs`` (``n_lists`` empty lists, the first
+    ``len(maxima)`` of them SLRU segments with those maxima).  ``node`` is int32 where the ids and
+    ``sizes`` fit (16 bytes a key instead of 32: the replay is bound by random accesses to it)."""
+    narrow = n_unique < 2**31 - 1 and (sizes.size == 0 or int(sizes.max()) < 2**31)
+    node = np.full((n_unique, 4), NONE, np.int32 if narrow else np.int64)
+    node[:, _SIZE] = 0
+    segs = np.zeros((4, n_lists), np.int64)
+    segs[_HEAD] = NONE
+    segs[_TAIL] = NONE
+    segs[_MAX, :len(maxima)] = maxima
+    return node, segs
 
 
 @njit(cache=True, nogil=True)
-def _replay_slru(dense, n_unique, sizes, capacity, maxima):
+def _replay_slru(dense, sizes, capacity, node, segs, n_seg):
     hits = np.zeros(dense.size, np.bool_)
-    prev, next_, seg_of, size_of = new_keys(n_unique)
-    heads, tails, seg_bytes = new_segments(maxima.size)
+    max0 = segs[_MAX, 0]
     used = 0  # the segments' total, kept here (a sum per miss costs a third of the replay)
     for i in range(dense.size):
         d = dense[i]
-        if seg_of[d] != NONE:
+        if node[d, _SEG] != NONE:
             hits[i] = True
-            used -= slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            used -= slru_hit(d, n_seg, node, segs)
             continue
         size = sizes[i]
-        if size > capacity or size > maxima[0]:  # libCacheSim's SLRU_can_insert
+        if size > capacity or size > max0:  # libCacheSim's SLRU_can_insert
             continue
         while used + size > capacity:
-            used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-        slru_insert(d, size, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            used -= slru_evict(n_seg, node, segs)
+        slru_insert(d, size, n_seg, node, segs)
         used += size
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def new_keys(n_unique):
-    return (np.full(n_unique, NONE, np.int64), np.full(n_unique, NONE, np.int64),
-            np.full(n_unique, NONE, np.int64), np.zeros(n_unique, np.int64))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def new_segments(n_seg):
-    return np.full(n_seg, NONE, np.int64), np.full(n_seg, NONE, np.int64), np.zeros(n_seg, np.int64)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def push_head(d, s, prev, next_, heads, tails):
-    prev[d] = NONE
-    next_[d] = heads[s]
-    if heads[s] != NONE:
-        prev[heads[s]] = d
+def link(d, s, node, segs):
+    """Push ``d`` at the head of list ``s`` (counting its size in the list's total)."""
+    h = segs[_HEAD, s]
+    node[d, _PREV] = NONE
+    node[d, _NEXT] = h
+    if h != NONE:
+        node[h, _PREV] = d
     else:
-        tails[s] = d
-    heads[s] = d
+        segs[_TAIL, s] = d
+    segs[_HEAD, s] = d
+    node[d, _SEG] = s
+    segs[_BYTES, s] += node[d, _SIZE]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def unlink(d, s, prev, next_, heads, tails):
-    p = prev[d]
-    n = next_[d]
+def unlink(d, node, segs):
+    """Take ``d`` out of its list (and its size out of the list's total)."""
+    s = node[d, _SEG]
+    p = node[d, _PREV]
+    n = node[d, _NEXT]
     if p == NONE:
-        heads[s] = n
+        segs[_HEAD, s] = n
     else:
-        next_[p] = n
+        node[p, _NEXT] = n
     if n == NONE:
-        tails[s] = p
+        segs[_TAIL, s] = p
     else:
-        prev[n] = p
+        node[n, _PREV] = p
+    segs[_BYTES, s] -= node[d, _SIZE]
+    node[d, _SEG] = NONE
 
 
 @njit(cache=True, nogil=True, inline="always")
-def slru_insert(d, size, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima):
+def slru_insert(d, size, n_seg, node, segs):
     """Insert at the head of the lowest segment with room (segment 0 when none has); the caller
     has made room in the whole cache."""
     s = 0
-    for j in range(maxima.size):
-        if seg_bytes[j] + size <= maxima[j]:
+    for j in range(n_seg):
+        if segs[_BYTES, j] + size <= segs[_MAX, j]:
             s = j
             break
-    push_head(d, s, prev, next_, heads, tails)
-    seg_of[d] = s
-    size_of[d] = size
-    seg_bytes[s] += size
+    node[d, _SIZE] = size
+    link(d, s, node, segs)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def slru_victim(heads, tails, seg_bytes):
+def slru_victim(n_seg, segs):
     """The tail of the lowest segment holding > 0 size units (NONE if all are empty)."""
-    for s in range(seg_bytes.size):
-        if seg_bytes[s] > 0:
-            return tails[s]
+    for s in range(n_seg):
+        if segs[_BYTES, s] > 0:
+            return segs[_TAIL, s]
     return NONE
 
 
 @njit(cache=True, nogil=True, inline="always")
-def slru_remove(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes):
-    s = seg_of[d]
-    unlink(d, s, prev, next_, heads, tails)
-    seg_bytes[s] -= size_of[d]
-    seg_of[d] = NONE
+def slru_evict(n_seg, node, segs):
+    """Evict SLRU's victim; returns its size."""
+    d = slru_victim(n_seg, segs)
+    unlink(d, node, segs)
+    return node[d, _SIZE]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes):
-    d = slru_victim(heads, tails, seg_bytes)
-    slru_remove(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes)
-    return d
-
-
-@njit(cache=True, nogil=True, inline="always")
-def slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima):
+def slru_hit(d, n_seg, node, segs):
     """A hit: to the head of the top segment if there already, else one segment up, then cool
     the segments that are over their maximum (which may evict from segment 0); returns the size
     units evicted."""
-    s = seg_of[d]
-    top = maxima.size - 1
+    s = node[d, _SEG]
+    top = n_seg - 1
     freed = 0
     if s == top:
-        if heads[s] != d:
-            unlink(d, s, prev, next_, heads, tails)
-            push_head(d, s, prev, next_, heads, tails)
+        if segs[_HEAD, s] != d:
+            unlink(d, node, segs)
+            link(d, s, node, segs)
         return freed
-    unlink(d, s, prev, next_, heads, tails)
-    seg_bytes[s] -= size_of[d]
-    push_head(d, s + 1, prev, next_, heads, tails)
-    seg_of[d] = s + 1
-    seg_bytes[s + 1] += size_of[d]
+    unlink(d, node, segs)
+    link(d, s + 1, node, segs)
     # libCacheSim's SLRU_cool, recursion unrolled: moving segment j's tail down may overfill
     # segment j-1, which is cooled first (depth first), segment 0 by evicting.
     j = s + 1
     while True:
-        if seg_bytes[j] > maxima[j]:
+        if segs[_BYTES, j] > segs[_MAX, j]:
             if j == 0:
-                freed += size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
+                freed += slru_evict(n_seg, node, segs)
                 continue
-            t = tails[j]
-            unlink(t, j, prev, next_, heads, tails)
-            seg_bytes[j] -= size_of[t]
-            push_head(t, j - 1, prev, next_, heads, tails)
-            seg_of[t] = j - 1
-            seg_bytes[j - 1] += size_of[t]
+            t = segs[_TAIL, j]
+            unlink(t, node, segs)
+            link(t, j - 1, node, segs)
             j -= 1  # cool the segment below until it fits, then come back up
             continue
         if j == s + 1:

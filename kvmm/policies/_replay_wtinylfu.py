@@ -2,12 +2,14 @@
 segments 1:4 (see :class:`kvmm.policies.WTinyLFUPolicy` for the rules), and its frequency
 sketch: libCacheSim's counting Bloom filter (``minimalIncrementCBF``) hashed with XXH64.
 
-The window LRU and the main SLRU's two segments share one ``prev``/``next_`` pair of arrays over
-dense ids (a key is in one list at a time); the sketch hashes the original int64 key, as
-libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
+The window LRU and the main SLRU's two segments are lists of one node table over dense ids (a
+key is in one list at a time; see :mod:`kvmm.policies._replay_slru`); the sketch hashes the
+original int64 key, as libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
 bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
 ``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
-key, before the replay).
+key, before the replay).  The counters are then renumbered (a one-to-one renumbering changes no
+count): those that may pass 2^16 - 1 (bounded from each key's reference count) first, kept in
+uint32, the others in uint16, each group in order of first use, so the sketch's hot part is small.
 
 Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
 cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
@@ -18,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies._replay_slru import (NONE, new_keys, new_segments, push_head, slru_evict, slru_hit,
-                                        slru_insert, slru_victim, unlink)
+from kvmm.policies._replay_slru import (_BYTES, _HEAD, _MAX, _SEG, _SIZE, _TAIL, NONE, link, new_tables, slru_evict,
+                                        slru_hit, slru_insert, slru_victim, unlink)
 from kvmm.policies.wtinylfu import sketch_shape, split_capacity
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
@@ -42,148 +44,197 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
-    first = np.empty(n_unique, np.int64)
-    first[dense[::-1]] = np.arange(dense.size - 1, -1, -1)  # each distinct key's first reference
-    slots = key_slots(keys.view(np.uint64)[first], width, hashes)
+    slots = key_slots(keys.view(np.uint64), dense, n_unique, width, hashes)
     if width > 4 * slots.size:
         # counters only ever change through the keys' slots, so a sketch far wider than the
         # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
         # onto the slots used, the same counts in a table of O(distinct keys)
         used, inverse = np.unique(slots, return_inverse=True)
-        slots, width = inverse.reshape(slots.shape).astype(np.int64), used.size
-    return _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, np.array(maxima, np.int64),
-                   slots, width, 32 * main_cap)
+        slots, width = inverse.reshape(slots.shape).astype(np.int32), used.size
+    width = renumber_by_first_use(slots, width)
+    # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
+    may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
+    n_hot = width if may_saturate else hot_counters_first(slots, width, np.bincount(dense, minlength=n_unique))
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
+    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
+                   32 * main_cap, may_saturate, n_hot)
 
 
 @njit(cache=True, nogil=True)
-def key_slots(unique_keys, width, hashes):
-    """Each key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module docstring)."""
-    out = np.empty((unique_keys.size, hashes), np.int64)
+def key_slots(keys, dense, n_unique, width, hashes):
+    """Each distinct key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module
+    docstring), a row per dense id, hashed at the key's first reference."""
+    out = np.empty((n_unique, hashes), np.int32)
     w = np.uint64(width)
-    for d in range(unique_keys.size):
-        a = xxh64_u64(unique_keys[d], _SEED0) & _LOW32
-        b = xxh64_u64(unique_keys[d], _SEED1) & _LOW32
+    new = 0  # dense ids are numbered in order of first reference: the next one to appear
+    for i in range(dense.size):
+        if new == n_unique:
+            break
+        if dense[i] != new:
+            continue
+        a = xxh64_u64(keys[i], _SEED0) & _LOW32
+        b = xxh64_u64(keys[i], _SEED1) & _LOW32
         v = a
-        for i in range(hashes):
-            out[d, i] = np.int64(v % w)
+        for j in range(hashes):
+            out[new, j] = np.int32(v % w)
             v = (v + b) & _LOW32  # unsigned 32-bit arithmetic, as libCacheSim's
+        new += 1
     return out
 
 
 @njit(cache=True, nogil=True)
-def _replay(dense, n_unique, sizes, capacity, window_cap, main_cap, maxima, slots, width, max_hits):
+def renumber_by_first_use(slots, width):
+    """Renumber the counters ``slots`` uses ``0..m-1`` in order of first use (row by row, rows in
+    order of first reference), in place; returns ``m``.  Each counter's count is the same under
+    any one-to-one renumbering (adds, minima and halvings act counter by counter), and the keys
+    referenced early and often (a Zipf stream's head) then share a few cache lines of counters
+    instead of a random spread over the whole sketch."""
+    new_of = np.full(width, -1, np.int32)
+    m = 0
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            x = slots[d, j]
+            if new_of[x] < 0:
+                new_of[x] = m
+                m += 1
+            slots[d, j] = new_of[x]
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits,
+            may_saturate, n_hot):
     hits = np.zeros(dense.size, np.bool_)
-    prev, next_, seg_of, size_of = new_keys(n_unique)
-    heads, tails, seg_bytes = new_segments(maxima.size)
-    win = np.full(2, NONE, np.int64)  # the window's head and tail
-    in_window = np.zeros(n_unique, np.bool_)
-    counters = np.zeros(width, np.uint32)
-    adds = np.zeros(1, np.int64)
-    window_bytes = 0
+    window = n_seg  # the window LRU is the list after main's segments
+    # the counters that may pass 2^16 - 1 (numbers below n_hot) in uint32, the others in uint16
+    # (half the cache footprint; the replay is bound by the counters' random accesses)
+    counters = (np.zeros(n_hot, np.uint32), np.zeros(width, np.uint16))
+    max0 = segs[_MAX, 0]
     main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
     for i in range(dense.size):
         d = dense[i]
-        if in_window[d]:
+        s = node[d, _SEG]
+        if s == window:
             hits[i] = True
-            if win[0] != d:
-                unlink(d, 0, prev, next_, win[0:1], win[1:2])
-                push_head(d, 0, prev, next_, win[0:1], win[1:2])
+            if segs[_HEAD, window] != d:
+                unlink(d, node, segs)
+                link(d, window, node, segs)
             continue
-        if seg_of[d] != NONE:
+        if s != NONE:
             hits[i] = True
-            main_used -= slru_hit(d, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
-            sketch_add(counters, slots[d], adds)
+            main_used -= slru_hit(d, n_seg, node, segs)
+            sketch_add(counters, slots, d, may_saturate)
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
-                counters >>= np.uint32(1)
+                counters[0][:] >>= np.uint32(1)
+                counters[1][:] >>= np.uint16(1)
             continue
         size = sizes[i]
-        if size > capacity or size > window_cap or size > main_cap or size > maxima[0]:
+        if size > capacity or size > window_cap or size > main_cap or size > max0:
             continue  # libCacheSim's WTinyLFU_can_insert
-        while window_bytes + main_used + size > capacity:
-            window_bytes, main_used = evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_,
-                                                seg_of, size_of, heads, tails, seg_bytes, maxima, counters, slots,
-                                                adds)
-        push_head(d, 0, prev, next_, win[0:1], win[1:2])
-        in_window[d] = True
-        size_of[d] = size
-        window_bytes += size
-        sketch_add(counters, slots[d], adds)
+        while segs[_BYTES, window] + main_used + size > capacity:
+            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate)
+        node[d, _SIZE] = size
+        link(d, window, node, segs)
+        sketch_add(counters, slots, d, may_saturate)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(window_bytes, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
-              maxima, counters, slots, adds):
+def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
-    room, then its LRU key competes with main's victim; returns the window's and main's totals
-    after."""
-    while window_bytes > 0:
-        w = win[1]
-        wsize = size_of[w]
+    room, then its LRU key competes with main's victim; returns main's total after."""
+    while segs[_BYTES, window] > 0:
+        w = segs[_TAIL, window]
+        wsize = node[w, _SIZE]
         if main_used + wsize <= main_cap:
-            window_bytes -= wsize
-            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
-                                       size_of, heads, tails, seg_bytes, maxima)
-            sketch_add(counters, slots[w], adds)
+            main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
+            sketch_add(counters, slots, w, may_saturate)
             continue
-        m = slru_victim(heads, tails, seg_bytes)
-        if sketch_estimate(counters, slots[w]) > sketch_estimate(counters, slots[m]):
-            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-            window_bytes -= wsize
-            main_used = window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of,
-                                       size_of, heads, tails, seg_bytes, maxima)
+        m = slru_victim(n_seg, segs)
+        if sketch_estimate(counters, slots, w) > sketch_estimate(counters, slots, m):
+            main_used -= slru_evict(n_seg, node, segs)
+            main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
-            unlink(w, 0, prev, next_, win[0:1], win[1:2])
-            in_window[w] = False
-            window_bytes -= wsize
-        sketch_add(counters, slots[w], adds)
-        return window_bytes, main_used
-    main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-    return window_bytes, main_used
+            unlink(w, node, segs)
+        sketch_add(counters, slots, w, may_saturate)
+        return main_used
+    main_used -= slru_evict(n_seg, node, segs)
+    return main_used
 
 
 @njit(cache=True, nogil=True, inline="always")
-def window_to_main(w, wsize, main_used, main_cap, win, in_window, prev, next_, seg_of, size_of, heads, tails, seg_bytes,
-                   maxima):
+def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
     """Move the window's key ``w`` into main (SLRU_insert: the lowest segment with room, else
     segment 0 after main evicts until the key fits); returns main's total after."""
-    unlink(w, 0, prev, next_, win[0:1], win[1:2])
-    in_window[w] = False
+    unlink(w, node, segs)
     room = False
-    for j in range(maxima.size):
-        if seg_bytes[j] + wsize <= maxima[j]:
+    for j in range(n_seg):
+        if segs[_BYTES, j] + wsize <= segs[_MAX, j]:
             room = True
             break
     if not room:
         while main_used + wsize > main_cap:
-            main_used -= size_of[slru_evict(prev, next_, seg_of, size_of, heads, tails, seg_bytes)]
-    slru_insert(w, wsize, prev, next_, seg_of, size_of, heads, tails, seg_bytes, maxima)
+            main_used -= slru_evict(n_seg, node, segs)
+    slru_insert(w, wsize, n_seg, node, segs)
     return main_used + wsize
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_estimate(counters, key_slots):
-    """The minimum of the key's counters (libCacheSim's estimate)."""
+def sketch_estimate(counters, slots, d):
+    """The minimum of key ``d``'s counters (libCacheSim's estimate)."""
+    hot, cold = counters
     low = np.uint32(0xFFFFFFFF)
-    for x in key_slots:
-        if counters[x] < low:
-            low = counters[x]
+    for j in range(slots.shape[1]):
+        x = slots[d, j]
+        c = hot[x] if x < hot.size else np.uint32(cold[x])
+        if c < low:
+            low = c
     return low
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_add(counters, key_slots, adds):
-    """Increment every counter of the key (libCacheSim's add: all of them, repeats included, not
-    only the minima), unless its minimum is saturated (2^32 - 1), which takes that many adds
-    (``adds[0]`` counts them, so the check is skipped before)."""
-    adds[0] += 1
-    if adds[0] >= 0xFFFFFFFF and sketch_estimate(counters, key_slots) == np.uint32(0xFFFFFFFF):
+def sketch_add(counters, slots, d, may_saturate):
+    """Increment every counter of key ``d`` (libCacheSim's add: all of them, repeats included,
+    not only the minima), unless its minimum is saturated (2^32 - 1), which only a stream long
+    enough (``may_saturate``) can reach, so the check is skipped otherwise."""
+    if may_saturate and sketch_estimate(counters, slots, d) == np.uint32(0xFFFFFFFF):
         return
-    for x in key_slots:
-        counters[x] += np.uint32(1)
+    hot, cold = counters
+    for j in range(slots.shape[1]):
+        x = slots[d, j]
+        if x < hot.size:
+            hot[x] += np.uint32(1)
+        else:
+            cold[x] += np.uint16(1)
+
+
+@njit(cache=True, nogil=True)
+def hot_counters_first(slots, width, refs_of):
+    """Renumber (in place) the counters that may pass 2^16 - 1 first, the others after in their
+    order; returns how many may.  A counter's bound: 2 adds per reference of each key on it (a
+    hit or an insert, and the key's later exit from the window), once per slot it holds there."""
+    bound = np.zeros(width, np.int64)
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            bound[slots[d, j]] += 2 * refs_of[d]
+    new_of = np.empty(width, np.int32)
+    n_hot = 0
+    for x in range(width):
+        if bound[x] > 0xFFFF:
+            new_of[x] = n_hot
+            n_hot += 1
+    m = n_hot
+    for x in range(width):
+        if bound[x] <= 0xFFFF:
+            new_of[x] = m
+            m += 1
+    for d in range(slots.shape[0]):
+        for j in range(slots.shape[1]):
+            slots[d, j] = new_of[slots[d, j]]
+    return n_hot
 
 
 @njit(cache=True, nogil=True, inline="always")
