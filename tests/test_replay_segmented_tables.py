@@ -12,7 +12,7 @@ import kvmm.policies._replay_wtinylfu as wtinylfu_kernels
 from kvmm.policies import replay
 from tests.naive.slru import replay_slru_naive
 from tests.naive.wtinylfu import replay_wtinylfu_naive
-from tests.segmented_parity import zipf_sized_stream
+from tests.order_parity import zipf_sized_stream
 
 
 def test_sizes_past_int32_take_the_int64_table_and_keep_slrus_hits():
@@ -44,7 +44,7 @@ def test_a_forced_int64_table_gives_the_references_hits(monkeypatch, order, naiv
 def test_wtinylfu_counters_past_uint16_stay_uint32_and_keep_libcachesims_hits(monkeypatch):
     # a key on every other reference: its counters' bound (2 adds per reference) passes 2^16 - 1,
     # so they are kept in uint32, the rest in uint16; its main hits also halve the sketch
-    from tests.segmented_parity import libcachesim_hits
+    from tests.order_parity import libcachesim_hits
 
     rng = np.random.default_rng(3)
     keys = rng.zipf(1.1, 80_000) % 3000 + 10
