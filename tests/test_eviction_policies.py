@@ -19,6 +19,23 @@ def test_lfu_counts_and_lru_tie_break():
     assert policy.victims(3) == ["b", "c", "a"]
 
 
+def test_lfu_touch_moves_the_tie_break_and_keeps_the_count():
+    policy = LFUPolicy()
+    for k in "abcd":
+        policy.on_insert(k)
+    policy.on_access("d")
+    policy.touch("a")  # an uncounted reference: a is now the most recent of count 1
+    assert policy.victims(4) == ["b", "c", "a", "d"]
+    assert [policy.frequency(k) for k in "abcd"] == [1, 1, 1, 2]
+    policy.touch("d")  # alone at count 2: nothing moves
+    assert policy.victims(4) == ["b", "c", "a", "d"] and policy.frequency("d") == 2
+    policy.check()
+    before = (dict(policy._rank), list(policy._order.items()))
+    with pytest.raises(UnknownKeyError):
+        policy.touch("z")
+    assert (dict(policy._rank), list(policy._order.items())) == before  # a refused touch changes nothing
+
+
 def test_fifo_ignores_access_and_lru_honours_it():
     fifo, lru = FIFOPolicy(), LRUPolicy()
     for p in (fifo, lru):

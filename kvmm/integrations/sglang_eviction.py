@@ -19,12 +19,14 @@ Which kvmm policies this can express, and which not:
 
 * LRU, FIFO: exactly SGLang's own ``lru`` and ``fifo`` (the tests replay 1500 requests of the
   Mooncake conversation trace through a real RadixCache and compare every eviction);
-* LFU: SGLang's ``lfu`` orders by ``(hit_count, last_access_time)``; kvmm's LFU by (count, last
-  counted access), fed count = 1 + ``hit_count``.  They differ in one case: a touch SGLang does
-  not count (``match_prefix`` stamps the last-access time of the node it splits, and of every
-  node a match passes, without a hit) moves SGLang's tie-break among equal counts but not
-  kvmm's, which knows no recency apart from a use.  On the tests' replay that changes the
-  evictions of 2 of 1500 requests (pinned there); the other 1498 are SGLang's exactly.
+* LFU: SGLang's ``lfu`` orders by ``(hit_count, last_access_time)``; kvmm's LFU by (count, most
+  recent reference), fed count = 1 + ``hit_count``.  A touch SGLang does not count
+  (``match_prefix`` stamps the last-access time of the node it splits, and of every node a match
+  passes, without a hit) is fed as :meth:`LFUPolicy.touch <kvmm.policies.LFUPolicy.touch>`: the
+  node becomes the most recent of its count, its count unchanged.  So kvmm's LFU strategy is
+  SGLang's ``lfu`` exactly (the tests replay the same 1500 requests and compare every eviction).
+  Without ``touch`` (a caller that counts every reference) kvmm's LFU breaks ties by the last
+  counted use only; on that replay the two would differ on 2 of 1500 requests.
 * ARC: refused.  ARC keeps ghost lists of keys it has evicted and adapts its target size on a
   ghost hit, and its victim depends on the entry coming in; SGLang gives a strategy neither
   (a node it evicts is gone, and ``evict`` names no incoming node), and a per-node priority fixed
@@ -67,7 +69,7 @@ class KvmmEvictionStrategy(EvictionStrategy):
 
     new_policy: ClassVar[Callable[[], Any]]
     #: whether a touch without a count (a moved last-access time, no hit) is a use: True for
-    #: recency orders; False for LFU, whose count is SGLang's hit_count
+    #: recency orders; False for LFU, whose count is SGLang's hit_count (it gets ``touch``)
     touch_is_use: ClassVar[bool] = True
 
     def __init__(self) -> None:
@@ -100,7 +102,7 @@ class KvmmEvictionStrategy(EvictionStrategy):
         for node_id in [i for i in self._seen if i not in present]:
             self.policy.on_remove(node_id)
             del self._seen[node_id]
-        events = []  # (time, 0 insert / 1 access, node id, accesses)
+        events = []  # (time, 0 insert / 1 access / 2 uncounted touch, node id, accesses)
         for node in nodes:
             before = self._seen.get(node.id)
             if before is None:
@@ -113,11 +115,15 @@ class KvmmEvictionStrategy(EvictionStrategy):
             accesses = grown if grown > 0 else int(touched and self.touch_is_use)
             if accesses:
                 events.append((when, 1, node.id, accesses))
+            elif touched:  # LFU: an uncounted touch moves the tie-break only
+                events.append((when, 2, node.id, 0))
             self._seen[node.id] = (node.last_access_time, node.hit_count)
         events.sort()
         for _, kind, node_id, accesses in events:
             if kind == 0:
                 self.policy.on_insert(node_id)
+            elif kind == 2:
+                self.policy.touch(node_id)
             else:
                 for _ in range(accesses):
                     self.policy.on_access(node_id)

@@ -165,6 +165,18 @@ class LFUPolicy:
         require_present(self._rank, key, self)
         del self._order[self._rank.pop(key)]
 
+    def touch(self, key: Hashable) -> None:
+        """A reference the caller does not count as a use: the key becomes the most recent of
+        its count (the tie-break) and keeps its count.  SGLang's LFU works this way (a match
+        that passes or splits a radix node stamps its last-access time, not its hit count); a
+        caller with only counted uses never needs it.  Runtime complexity: O(log n)."""
+        require_present(self._rank, key, self)
+        hits, _ = self._rank[key]
+        del self._order[self._rank[key]]
+        rank = (hits, next(self._tick))
+        self._rank[key] = rank
+        self._order[rank] = key
+
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         as_count(incoming_size, "incoming_size")
