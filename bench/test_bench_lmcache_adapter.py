@@ -98,7 +98,7 @@ def test_kvmm_lru_cache_policy(benchmark, trace):
     out = benchmark.pedantic(replay, setup=replay_with("kvmm_lru", trace), rounds=size(5, 1), iterations=1)
     info(benchmark, "kvmm", "KvmmLRU as LMCache cache_policy", N_REQUESTS, "requests")
     evicted = sum(len(r[2]) for r in out)
-    assert evicted > 0 or N_REQUESTS < 100  # the full size evicts
+    assert evicted > 0  # the capacity is below the working set at every size: evictions are timed too
 
 
 def test_lmcache_lru_cache_policy(benchmark, trace):
