@@ -76,6 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without LMCache
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
+from kvmm.integrations import _framed_value as framed_value
 from kvmm.integrations._policy_factory import policy_factory
 from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy
@@ -435,20 +436,14 @@ def _encode_chunk(key: CacheEngineKey, memory_obj: Any) -> np.ndarray:
     prefix = _header_prefix(tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."),
                             int(memory_obj.get_memory_format().value))
     data = tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
-    out = np.empty(prefix.size + data.size, dtype=np.uint8)
-    out[:prefix.size] = prefix
-    out[prefix.size:] = data
-    return out
+    return framed_value.join(prefix, data)
 
 
 @functools.lru_cache(maxsize=256)
 def _header_prefix(shape: tuple, dtype: str, fmt: int) -> np.ndarray:
     """Magic, header length and JSON header of a chunk of this shape, dtype and format (the same
     bytes for every chunk of a model: built once)."""
-    header = json.dumps({"shape": list(shape), "dtype": dtype, "fmt": fmt}).encode()
-    prefix = np.frombuffer(_MAGIC + len(header).to_bytes(4, "little") + header, np.uint8)
-    prefix.flags.writeable = False
-    return prefix
+    return framed_value.header_prefix(_MAGIC, json.dumps({"shape": list(shape), "dtype": dtype, "fmt": fmt}).encode())
 
 
 @functools.lru_cache(maxsize=256)
@@ -461,12 +456,8 @@ def _parse_header(header: bytes) -> tuple:
 
 def _decode_chunk(k: str, raw: np.ndarray, key_dtype: Any) -> tuple:
     try:
-        buf = raw.view(np.uint8).reshape(-1)
-        if bytes(buf[:8]) != _MAGIC:
-            raise ValueError("no kvmm chunk header")
-        n = int.from_bytes(bytes(buf[8:12]), "little")
-        shape, dtype, fmt = _parse_header(bytes(buf[12:12 + n]))
-        payload = buf[12 + n:]
+        header, payload = framed_value.split(raw, _MAGIC, "chunk")
+        shape, dtype, fmt = _parse_header(header)
         expected = shape.numel() * dtype.itemsize
         if payload.size != expected:
             raise ValueError(f"{payload.size} payload bytes, the header's shape needs {expected}")

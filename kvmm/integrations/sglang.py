@@ -75,6 +75,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without SGLang
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
+from kvmm.integrations import _framed_value as framed_value
 from kvmm.integrations._policy_factory import load_admission
 from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.integrations.sglang_eviction import STRATEGY_NAMES, make_eviction_strategy, register_eviction_strategies
@@ -323,25 +324,16 @@ def _encode_page(key: str, value: Any, expected: tuple | None) -> np.ndarray:
                              f"a page of the host pool holds {nbytes}")
     header = json.dumps({"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}).encode()
     data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-    out = np.empty(len(_MAGIC) + 4 + len(header) + data.size, dtype=np.uint8)
-    out[:8] = np.frombuffer(_MAGIC, np.uint8)
-    out[8:12] = np.frombuffer(len(header).to_bytes(4, "little"), np.uint8)
-    out[12:12 + len(header)] = np.frombuffer(header, np.uint8)
-    out[12 + len(header):] = data
-    return out
+    return framed_value.join(framed_value.header_prefix(_MAGIC, header), data)
 
 
 def _decode_page(k: str, raw: np.ndarray) -> tuple:
     try:
-        buf = raw.view(np.uint8).reshape(-1)
-        if bytes(buf[:8]) != _MAGIC:
-            raise ValueError("no kvmm page header")
-        n = int.from_bytes(bytes(buf[8:12]), "little")
-        header = json.loads(bytes(buf[12:12 + n]))
+        header, payload = framed_value.split(raw, _MAGIC, "page")
+        header = json.loads(header)
         dtype, shape = getattr(torch, header["dtype"]), torch.Size(header["shape"])
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"unknown dtype {header['dtype']!r}")
-        payload = buf[12 + n:]
         if payload.size != shape.numel() * dtype.itemsize:
             raise ValueError(f"{payload.size} payload bytes, the header's shape needs {shape.numel() * dtype.itemsize}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
