@@ -44,6 +44,12 @@ def stream(request):
     return "conversation", keys, max(np.unique(keys).size // 10, 10)
 
 
+def test_every_replay_order_is_timed_beside_libcachesim():
+    from kvmm.policies import REPLAY_ORDERS
+
+    assert set(ORDERS) == set(REPLAY_ORDERS)  # a new order gets its libCacheSim baseline here
+
+
 @pytest.mark.parametrize("order", sorted(ORDERS))
 def test_kvmm_replay(benchmark, stream, order):
     name, keys, capacity = stream
