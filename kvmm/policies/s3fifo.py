@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
-from kvmm.errors import BadInputError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size, require_absent
+from kvmm.errors import BadInputError
+from kvmm.policies._policy_checks import check_size, require_absent, require_present
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 
@@ -150,8 +150,7 @@ class S3FIFOPolicy:
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         check_size(size)
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         self._access_unchecked(key)
         if size is not None:  # an overwrite: the entry now has the new size
             queue = self._small if key in self._small else self._main
@@ -170,8 +169,7 @@ class S3FIFOPolicy:
         self._ghost_hit = _NO_KEY
 
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
             self._apply_step(plan)
@@ -232,8 +230,7 @@ class S3FIFOPolicy:
         return {"small": list(self._small), "main": list(self._main), "ghost": list(self._ghost)}
 
     def frequency(self, key: Hashable) -> int:
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         return self._freq[key]
 
     def keys(self) -> list[Hashable]:

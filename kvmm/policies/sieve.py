@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
-from kvmm.errors import UnknownKeyError
-from kvmm.policies._policy_checks import check_size, require_absent
+from kvmm.policies._policy_checks import check_size, require_absent, require_present
 
 __all__ = ["SIEVEPolicy"]
 
@@ -85,8 +84,7 @@ class SIEVEPolicy:
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         check_size(size)
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         self._access_unchecked(key)
 
     def _access_unchecked(self, key: Hashable) -> None:
@@ -95,8 +93,7 @@ class SIEVEPolicy:
         self._pending = None
 
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
             _, cleared = plan.steps[plan.done]
@@ -146,8 +143,7 @@ class SIEVEPolicy:
         return out
 
     def visited(self, key: Hashable) -> bool:
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         return self._nodes[key][_VISITED]
 
     def hand(self) -> tuple[bool, Hashable]:
