@@ -57,26 +57,12 @@ from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.policies._policy_checks import check_size, require_absent, require_present
+from kvmm.policies._policy_checks import Sentinel, check_size, require_absent, require_present
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 
-class _Sentinel:
-    """A marker that copies and pickles as itself (policies are deep-copied per engine backend)."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name  # copy and pickle: the module-level object of that name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-_NO_KEY = _Sentinel("_NO_KEY")  # no ghost hit pending (None is a valid key)
+_NO_KEY = Sentinel(__name__, "_NO_KEY")  # no ghost hit pending (None is a valid key)
 _MOVE = 0  # a plan's move: small -> main with frequency 0
 _REINSERT = 1  # a plan's move: main's oldest -> main's new end with min(f, 3) - 1
 

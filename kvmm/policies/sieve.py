@@ -28,27 +28,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
-from kvmm.policies._policy_checks import check_size, require_absent, require_present
+from kvmm.policies._policy_checks import Sentinel, check_size, require_absent, require_present
 
 __all__ = ["SIEVEPolicy"]
 
 _NEWER, _OLDER, _VISITED = 0, 1, 2  # fields of a node: [newer key, older key, visited]
-class _Sentinel:
-    """A marker that copies and pickles as itself (policies are deep-copied per engine backend)."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name  # copy and pickle: the module-level object of that name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-_END = _Sentinel("_END")  # no neighbour / hand unset (None is a valid key)
+_END = Sentinel(__name__, "_END")  # no neighbour / hand unset (None is a valid key)
 
 
 @dataclass
