@@ -3,6 +3,7 @@ orders in their own modules), kept apart so those modules import them without a 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Hashable, Iterable, Iterator
 
 from kvmm._validate import as_count, as_hashable, as_key_set
@@ -39,3 +40,24 @@ def require_present(table: Any, key: Hashable, policy: Any) -> None:
 def require_absent(table: Any, key: Hashable, policy: Any) -> None:
     if as_hashable(key) in table:
         raise BadInputError(f"{type(policy).__name__} already tracks {key!r}; call on_access for a present key")
+
+
+class Sentinel:
+    """A module-level marker (``NAME = Sentinel(__name__, "NAME")``) that copies and pickles as
+    itself (policies are deep-copied per engine backend; None is a valid key, so not a marker)."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    def __reduce__(self) -> tuple:
+        return _module_attribute, (self.module, self.name)  # copy and pickle: the module's object
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _module_attribute(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)

@@ -56,27 +56,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
-from kvmm.errors import BadInputError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size, require_absent
+from kvmm.errors import BadInputError
+from kvmm.policies._policy_checks import Sentinel, check_size, require_absent, require_present
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 
-class _Sentinel:
-    """A marker that copies and pickles as itself (policies are deep-copied per engine backend)."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name  # copy and pickle: the module-level object of that name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-_NO_KEY = _Sentinel("_NO_KEY")  # no ghost hit pending (None is a valid key)
+_NO_KEY = Sentinel(__name__, "_NO_KEY")  # no ghost hit pending (None is a valid key)
 _MOVE = 0  # a plan's move: small -> main with frequency 0
 _REINSERT = 1  # a plan's move: main's oldest -> main's new end with min(f, 3) - 1
 
@@ -150,8 +136,7 @@ class S3FIFOPolicy:
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         check_size(size)
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         self._access_unchecked(key)
         if size is not None:  # an overwrite: the entry now has the new size
             queue = self._small if key in self._small else self._main
@@ -170,8 +155,7 @@ class S3FIFOPolicy:
         self._ghost_hit = _NO_KEY
 
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
             self._apply_step(plan)
@@ -232,8 +216,7 @@ class S3FIFOPolicy:
         return {"small": list(self._small), "main": list(self._main), "ghost": list(self._ghost)}
 
     def frequency(self, key: Hashable) -> int:
-        if as_hashable(key) not in self._freq:
-            raise UnknownKeyError(f"S3FIFOPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._freq, key, self)
         return self._freq[key]
 
     def keys(self) -> list[Hashable]:

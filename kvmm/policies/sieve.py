@@ -28,28 +28,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
-from kvmm.errors import UnknownKeyError
-from kvmm.policies._policy_checks import check_size, require_absent
+from kvmm.policies._policy_checks import Sentinel, check_size, require_absent, require_present
 
 __all__ = ["SIEVEPolicy"]
 
 _NEWER, _OLDER, _VISITED = 0, 1, 2  # fields of a node: [newer key, older key, visited]
-class _Sentinel:
-    """A marker that copies and pickles as itself (policies are deep-copied per engine backend)."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name  # copy and pickle: the module-level object of that name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-_END = _Sentinel("_END")  # no neighbour / hand unset (None is a valid key)
+_END = Sentinel(__name__, "_END")  # no neighbour / hand unset (None is a valid key)
 
 
 @dataclass
@@ -85,8 +70,7 @@ class SIEVEPolicy:
 
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         check_size(size)
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         self._access_unchecked(key)
 
     def _access_unchecked(self, key: Hashable) -> None:
@@ -95,8 +79,7 @@ class SIEVEPolicy:
         self._pending = None
 
     def on_remove(self, key: Hashable) -> None:
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
             _, cleared = plan.steps[plan.done]
@@ -146,8 +129,7 @@ class SIEVEPolicy:
         return out
 
     def visited(self, key: Hashable) -> bool:
-        if as_hashable(key) not in self._nodes:
-            raise UnknownKeyError(f"SIEVEPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self._nodes, key, self)
         return self._nodes[key][_VISITED]
 
     def hand(self) -> tuple[bool, Hashable]:

@@ -12,6 +12,7 @@ import numpy as np
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies.slru import Segments, segment_maxima
+from kvmm.policies._policy_checks import require_absent, require_present
 
 __all__ = ["WTinyLFUPolicy", "split_capacity", "sketch_shape", "validate_options"]
 
@@ -116,8 +117,7 @@ class WTinyLFUPolicy:
     # -- events -------------------------------------------------------------------------------
     def on_insert(self, key: Hashable, size: int = 1) -> None:
         size = as_count(size, "size")
-        if as_hashable(key) in self:
-            raise BadInputError(f"WTinyLFUPolicy already tracks {key!r}; call on_access for a present key")
+        require_absent(self, key, self)
         self._insert_unchecked(key, size)
 
     def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:
@@ -134,8 +134,7 @@ class WTinyLFUPolicy:
     def on_access(self, key: Hashable, size: int | None = None) -> None:
         if size is not None:
             size = as_count(size, "size")
-        if as_hashable(key) not in self:
-            raise UnknownKeyError(f"WTinyLFUPolicy does not track {key!r}; expected a key passed to on_insert")
+        require_present(self, key, self)
         self._access(key, size)
 
     def _access(self, key: Hashable, size: int | None = None) -> None:
