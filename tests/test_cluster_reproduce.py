@@ -6,37 +6,18 @@ figures are not asserted (the section measures them).
 
 from __future__ import annotations
 
-import io
 import math
 import re
 
 import pytest
 
-from kvmm.report import SECTIONS, Report, run_sections
+from kvmm.report import SECTIONS
+from tests.report_helpers import markdown_table, run_quick_section
 
 
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("repro-cluster")
-    report = Report(out=out, quick=True, progress_enabled=False, stream=io.StringIO(), only=["cluster"])
-    assert run_sections(report, only=["cluster"]) == ["cluster"]
-    path = report.write()
-    return path.read_text(encoding="utf-8"), report
-
-
-def _table(md: str, title_start: str) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the Markdown table whose ``###`` title starts with ``title_start``."""
-    block = md.split("### " + title_start, 1)
-    assert len(block) == 2, f"no table titled {title_start!r}"
-    lines = []
-    for ln in block[1].splitlines()[1:]:
-        if ln.startswith("|"):
-            lines.append(ln)
-        elif lines:  # the table ended
-            break
-    headers = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
-    return headers, rows
+    return run_quick_section(tmp_path_factory, "cluster")
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf", re.IGNORECASE)
@@ -59,9 +40,9 @@ def test_section_is_registered():
     assert ("cluster", "kvmm.reproduce.cluster") in SECTIONS
 
 
-def test_shared_vs_private_table(quick_report):
+def test_shared_vs_privatemarkdown_table(quick_report):
     md, _ = quick_report
-    headers, rows = _table(md, "Shared pool vs private tiers")
+    headers, rows = markdown_table(md, "Shared pool vs private tiers")
     for h in ("instances", "lower tier", "hit ratio %", "TTFT p50 s", "TTFT p95 s", "USD / M input tok", "USD / M output tok"):
         assert h in headers
     assert sorted({int(r[0]) for r in rows}) == [4, 8, 16]
@@ -71,7 +52,7 @@ def test_shared_vs_private_table(quick_report):
 
 def test_router_table_has_all_six_routers_and_a_load_aware_setting(quick_report):
     md, _ = quick_report
-    headers, rows = _table(md, "Routers at N = 8")
+    headers, rows = markdown_table(md, "Routers at N = 8")
     for h in ("hit ratio %", "TTFT p50 s", "TTFT p95 s", "requests max/mean", "queue max/mean"):
         assert h in headers
     names = [r[0] for r in rows]
@@ -84,9 +65,9 @@ def test_router_table_has_all_six_routers_and_a_load_aware_setting(quick_report)
     assert all(_numbers(r[imbalance])[0] >= 1.0 for r in rows)  # max / mean is never below 1
 
 
-def test_fill_table(quick_report):
+def test_fillmarkdown_table(quick_report):
     md, _ = quick_report
-    headers, rows = _table(md, "Write-through vs write-back")
+    headers, rows = markdown_table(md, "Write-through vs write-back")
     assert "DRAM demoted blocks" in headers and "pool demoted blocks" in headers and "pool block hits" in headers
     assert [r[0].split(",")[0] for r in rows] == ["DRAM write-through", "DRAM write-back inclusive",
                                                   "DRAM write-back inclusive", "DRAM write-back exclusive"]
@@ -95,9 +76,9 @@ def test_fill_table(quick_report):
     assert _numbers(rows[0][demoted])[0] == 0.0  # write-through demotes nothing
 
 
-def test_parastor_table(quick_report):
+def test_parastormarkdown_table(quick_report):
     md, _ = quick_report
-    headers, rows = _table(md, "ParaStor / Mooncake claim")
+    headers, rows = markdown_table(md, "ParaStor / Mooncake claim")
     assert [r[0].split(" ")[0] for r in rows] == ["no", "DFS", "DRAM"]
     assert "vs no offload" in headers and "vs DRAM pool" in headers
     _assert_finite_fixed(rows, range(1, len(headers)))

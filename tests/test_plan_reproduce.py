@@ -5,39 +5,22 @@ measured values are not asserted (the section measures them)."""
 
 from __future__ import annotations
 
-import io
 import math
 import re
 
 import pytest
 
-from kvmm.report import SECTIONS, Report, run_sections
+from kvmm.report import SECTIONS
 from kvmm.reproduce import plan as section
 from kvmm.tiers.spec import PRESETS
+from tests.report_helpers import markdown_table, run_quick_section
 
 GiB = 2**30
 
 
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("repro-plan")
-    report = Report(out=out, quick=True, progress_enabled=False, stream=io.StringIO(), only=["plan"])
-    assert run_sections(report, only=["plan"]) == ["plan"]
-    path = report.write()
-    return path.read_text(encoding="utf-8"), report
-
-
-def _table(md: str, title_start: str) -> tuple[list[str], list[list[str]]]:
-    block = md.split("### " + title_start, 1)
-    assert len(block) == 2, f"no table titled {title_start!r}"
-    lines = []
-    for ln in block[1].splitlines()[1:]:
-        if ln.startswith("|"):
-            lines.append(ln)
-        elif lines:
-            break
-    headers = [c.strip() for c in lines[0].strip("|").split("|")]
-    return headers, [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    return run_quick_section(tmp_path_factory, "plan")
 
 
 def _numbers(cell: str) -> list[float]:
@@ -51,7 +34,7 @@ def test_section_is_registered():
 def test_the_frontier_at_two_slos(quick_report):
     md, _ = quick_report
     for slo in section._slos(True):
-        headers, rows = _table(md, f"Frontier at p95 TTFT <= {slo:g} s")
+        headers, rows = markdown_table(md, f"Frontier at p95 TTFT <= {slo:g} s")
         assert headers[:6] == ["#", "capacities", "hit ratio per tier (dram / layer3.5 / nvme)", "est p95 TTFT s",
                                "sim p95 TTFT s", "USD / h"]
         assert rows and [r[0] for r in rows] == [str(i + 1) for i in range(len(rows))]
@@ -66,7 +49,7 @@ def test_the_frontier_at_two_slos(quick_report):
 
 def test_the_equal_cost_question(quick_report):
     md, _ = quick_report
-    headers, rows = _table(md, "The first article's question, at equal cost")
+    headers, rows = markdown_table(md, "The first article's question, at equal cost")
     assert headers[:4] == ["KV tier budget", "routing", "design", "capacity it buys"]
     expected = [("none", r, "no KV tier") for r in section.ROUTINGS] + [
         (f"${b:g}/h", r, d[0]) for b in section.QUICK_BUDGETS for r in section.ROUTINGS for d in section.DESIGNS]

@@ -1,0 +1,31 @@
+"""Helpers of the report-section tests: run one section in quick mode, read its Markdown tables."""
+
+from __future__ import annotations
+
+import io
+
+from kvmm.report import Report, run_sections
+
+
+def run_quick_section(tmp_path_factory, name: str):
+    """Run report section ``name`` alone in quick mode; its Markdown text and the Report."""
+    out = tmp_path_factory.mktemp("repro-" + name)
+    report = Report(out=out, quick=True, progress_enabled=False, stream=io.StringIO(), only=[name])
+    assert run_sections(report, only=[name]) == [name]
+    path = report.write()
+    return path.read_text(encoding="utf-8"), report
+
+
+def markdown_table(md: str, title_start: str) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the Markdown table whose ``###`` title starts with ``title_start``."""
+    block = md.split("### " + title_start, 1)
+    assert len(block) == 2, f"no table titled {title_start!r}"
+    lines = []
+    for ln in block[1].splitlines()[1:]:
+        if ln.startswith("|"):
+            lines.append(ln)
+        elif lines:  # the table ended
+            break
+    headers = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    return headers, rows
