@@ -220,3 +220,14 @@ def test_byte_capacity_sketch_is_sparse_and_the_replay_compacts_it():
     assert ours == managed_tier_hits(policy, keys.tolist(), capacity, sizes.tolist())
     assert policy._sketch.width > 70_000_000 and len(policy._sketch.counters) <= 400 * 10
     assert 0 < sum(ours)
+
+
+def test_counters_past_uint16_spill_into_overflow_and_equal_libcachesim():
+    # main 9,900: no halving before 316,800 main hits, so key 0's counters pass 2^16 - 1 (the
+    # replay's uint16 counters continue in their uint32 overflow array) while other keys compete
+    rng = np.random.default_rng(3)
+    keys = np.where(rng.random(80_000) < 0.9, 0, rng.integers(1, 30_000, 80_000)).astype(np.int64)
+    ours = replay("wtinylfu", keys, 10_000).tolist()
+    assert (keys == 0).sum() > 70_000
+    assert ours == replay_wtinylfu_naive(keys.tolist(), 10_000)
+    assert ours == libcachesim_hits("WTinyLFU", keys.tolist(), 10_000, [1] * keys.size)

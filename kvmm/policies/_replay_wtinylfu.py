@@ -7,9 +7,23 @@ key is in one list at a time; see :mod:`kvmm.policies._replay_slru`); the sketch
 original int64 key, as libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
 bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
 ``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
-key, before the replay).  The counters are then renumbered (a one-to-one renumbering changes no
-count): those that may pass 2^16 - 1 (bounded from each key's reference count) first, kept in
-uint32, the others in uint16, each group in order of first use, so the sketch's hot part is small.
+key, before the replay).
+
+Where the time goes, and what the kernel does about it (each step changes no hit or miss):
+
+* every reference to a main key adds to ``hashes`` (10) counters scattered over a sketch of
+  ~14 counters per main entry, and every miss touches three keys' counters (the new key's add,
+  the window victim's estimate and add, main's victim's estimate), so the replay is bound by the
+  latency of those scattered accesses.  The stream is known in advance, so the kernel prefetches:
+  the node row and the counter slots of the key ``_AHEAD_ROWS`` references ahead, that key's
+  counters ``_AHEAD_COUNTERS`` ahead, and at each miss the counters of the next window victims;
+* counters are uint16 (half the footprint of libCacheSim's uint32); one that reaches 0xFFFF
+  keeps counting in a uint32 overflow array (``counts[x] == 0xFFFF``: the value is
+  ``0xFFFF + overflow[x]``), which only the hottest keys' counters ever touch;
+* counters only grow between halvings, so main's victim's estimate, once read, is a lower bound
+  until that victim changes or the sketch halves: a window victim whose estimate does not exceed
+  it loses without reading the victim's counters again (the common case: most window victims
+  were referenced once).
 
 Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
 cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
@@ -20,12 +34,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies._replay_slru import (_BYTES, _HEAD, _MAX, _SEG, _SIZE, _TAIL, NONE, link, new_tables, slru_evict,
-                                        slru_hit, slru_insert, slru_victim, unlink)
+from kvmm.policies._replay_slru import (_BYTES, _HEAD, _MAX, _NEXT, _PREV, _SEG, _SIZE, _TAIL, NONE, link, new_tables,
+                                        slru_evict, slru_hit, slru_insert, slru_victim, unlink)
+from kvmm.policies._stack_kernels import prefetch
 from kvmm.policies.wtinylfu import sketch_shape, split_capacity
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
 PARAMS_WTINYLFU: tuple = (("main_cache", "SLRU"), ("window_size", 0.01))
+
+_AHEAD_ROWS = 16  # references ahead whose node row and counter slots are prefetched
+_AHEAD_COUNTERS = 8  # references ahead whose counters are prefetched (their slots are in cache by then)
+_SPILL = np.uint16(0xFFFF)  # a uint16 counter at this value continues in the overflow array
+_SATURATED = np.uint32(0xFFFFFFFF)  # libCacheSim's uint32 counter maximum
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -44,20 +64,25 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
-    slots = key_slots(keys.view(np.uint64), dense, n_unique, width, hashes)
+    slots, width = counter_slots(keys.view(np.uint64), dense, n_unique, width, hashes)
+    # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
+    may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
+    counts, overflow = np.zeros(width, np.uint16), np.zeros(width, np.uint32)
+    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, counts, overflow,
+                   32 * main_cap, may_saturate)
+
+
+def counter_slots(words: np.ndarray, dense: np.ndarray, n_unique: int, width: int, hashes: int):
+    """``(slots, width)``: each distinct key's ``hashes`` counters, a row per dense id."""
+    slots = key_slots(words, dense, n_unique, width, hashes)
     if width > 4 * slots.size:
         # counters only ever change through the keys' slots, so a sketch far wider than the
         # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
         # onto the slots used, the same counts in a table of O(distinct keys)
         used, inverse = np.unique(slots, return_inverse=True)
-        slots, width = inverse.reshape(slots.shape).astype(np.int32), used.size
-    width = renumber_by_first_use(slots, width)
-    # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
-    may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
-    n_hot = width if may_saturate else hot_counters_first(slots, width, np.bincount(dense, minlength=n_unique))
-    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
-    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, width,
-                   32 * main_cap, may_saturate, n_hot)
+        return inverse.reshape(slots.shape).astype(np.int32), used.size
+    return slots, width
 
 
 @njit(cache=True, nogil=True)
@@ -83,36 +108,29 @@ def key_slots(keys, dense, n_unique, width, hashes):
 
 
 @njit(cache=True, nogil=True)
-def renumber_by_first_use(slots, width):
-    """Renumber the counters ``slots`` uses ``0..m-1`` in order of first use (row by row, rows in
-    order of first reference), in place; returns ``m``.  Each counter's count is the same under
-    any one-to-one renumbering (adds, minima and halvings act counter by counter), and the keys
-    referenced early and often (a Zipf stream's head) then share a few cache lines of counters
-    instead of a random spread over the whole sketch."""
-    new_of = np.full(width, -1, np.int32)
-    m = 0
-    for d in range(slots.shape[0]):
-        for j in range(slots.shape[1]):
-            x = slots[d, j]
-            if new_of[x] < 0:
-                new_of[x] = m
-                m += 1
-            slots[d, j] = new_of[x]
-    return m
-
-
-@njit(cache=True, nogil=True)
-def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, width, max_hits,
-            may_saturate, n_hot):
+def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, counts, overflow, max_hits,
+            may_saturate):
     hits = np.zeros(dense.size, np.bool_)
     window = n_seg  # the window LRU is the list after main's segments
-    # the counters that may pass 2^16 - 1 (numbers below n_hot) in uint32, the others in uint16
-    # (half the cache footprint; the replay is bound by the counters' random accesses)
-    counters = (np.zeros(n_hot, np.uint32), np.zeros(width, np.uint16))
     max0 = segs[_MAX, 0]
+    node_words = node.reshape(node.size)  # the same memory, flat, for the prefetches
+    row = node.shape[1]
+    # main's victim and a lower bound of its estimate (-1: none known); see the module docstring
+    bound = np.array([NONE, 0], np.int64)
     main_used = 0  # main's total, kept here rather than summed per miss
     main_hits = 0
-    for i in range(dense.size):
+    n = dense.size
+    for i in range(n):
+        if i + _AHEAD_ROWS < n:
+            ahead = dense[i + _AHEAD_ROWS]
+            prefetch(node_words, ahead * row)
+            prefetch(slots[ahead], 0)
+        if i + _AHEAD_COUNTERS < n:
+            ahead = dense[i + _AHEAD_COUNTERS]
+            prefetch_counters(counts, slots, ahead)
+            # its list neighbours, which a hit relinks (their row is in cache by now)
+            prefetch(node_words, max(node[ahead, _PREV], 0) * row)
+            prefetch(node_words, max(node[ahead, _NEXT], 0) * row)
         d = dense[i]
         s = node[d, _SEG]
         if s == window:
@@ -124,26 +142,41 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
         if s != NONE:
             hits[i] = True
             main_used -= slru_hit(d, n_seg, node, segs)
-            sketch_add(counters, slots, d, may_saturate)
+            # the next keys the hits cool down a segment: the top segment's tail's predecessor
+            t = segs[_TAIL, n_seg - 1]
+            if t != NONE:
+                prefetch(node_words, max(node[t, _PREV], 0) * row)
+            sketch_add(counts, overflow, slots, d, may_saturate)
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
-                counters[0][:] >>= np.uint32(1)
-                counters[1][:] >>= np.uint16(1)
+                halve(counts, overflow)
+                bound[0] = NONE  # halving lowers counts: the bound no longer holds
             continue
         size = sizes[i]
         if size > capacity or size > window_cap or size > main_cap or size > max0:
             continue  # libCacheSim's WTinyLFU_can_insert
         while segs[_BYTES, window] + main_used + size > capacity:
-            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate)
+            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, slots,
+                                  may_saturate, bound)
         node[d, _SIZE] = size
         link(d, window, node, segs)
-        sketch_add(counters, slots, d, may_saturate)
+        sketch_add(counts, overflow, slots, d, may_saturate)
+        # the next misses' window victims: the tail's predecessors (unless hits reorder them)
+        w = segs[_TAIL, window]
+        if w != NONE:
+            w = node[w, _PREV]
+            if w != NONE:
+                prefetch_counters(counts, slots, w)
+                w = node[w, _PREV]
+                if w != NONE:
+                    prefetch(node_words, w * row)
+                    prefetch(slots[w], 0)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, may_saturate):
+def evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, slots, may_saturate, bound):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
     room, then its LRU key competes with main's victim; returns main's total after."""
     while segs[_BYTES, window] > 0:
@@ -151,15 +184,19 @@ def evict_one(main_used, main_cap, window, n_seg, node, segs, counters, slots, m
         wsize = node[w, _SIZE]
         if main_used + wsize <= main_cap:
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
-            sketch_add(counters, slots, w, may_saturate)
+            sketch_add(counts, overflow, slots, w, may_saturate)
             continue
         m = slru_victim(n_seg, segs)
-        if sketch_estimate(counters, slots, w) > sketch_estimate(counters, slots, m):
+        estimate_w = sketch_estimate(counts, overflow, slots, w)
+        if bound[0] != m or estimate_w > bound[1]:  # the bound does not decide: read m's counters
+            bound[0] = m
+            bound[1] = sketch_estimate(counts, overflow, slots, m)
+        if estimate_w > bound[1]:
             main_used -= slru_evict(n_seg, node, segs)
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
             unlink(w, node, segs)
-        sketch_add(counters, slots, w, may_saturate)
+        sketch_add(counts, overflow, slots, w, may_saturate)
         return main_used
     main_used -= slru_evict(n_seg, node, segs)
     return main_used
@@ -183,58 +220,59 @@ def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_estimate(counters, slots, d):
+def sketch_estimate(counts, overflow, slots, d):
     """The minimum of key ``d``'s counters (libCacheSim's estimate)."""
-    hot, cold = counters
-    low = np.uint32(0xFFFFFFFF)
+    low = _SATURATED
     for j in range(slots.shape[1]):
         x = slots[d, j]
-        c = hot[x] if x < hot.size else np.uint32(cold[x])
+        c = np.uint32(counts[x])
+        if c == _SPILL:
+            c = np.uint32(_SPILL) + overflow[x]
         if c < low:
             low = c
     return low
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_add(counters, slots, d, may_saturate):
+def sketch_add(counts, overflow, slots, d, may_saturate):
     """Increment every counter of key ``d`` (libCacheSim's add: all of them, repeats included,
     not only the minima), unless its minimum is saturated (2^32 - 1), which only a stream long
-    enough (``may_saturate``) can reach, so the check is skipped otherwise."""
-    if may_saturate and sketch_estimate(counters, slots, d) == np.uint32(0xFFFFFFFF):
+    enough (``may_saturate``) can reach, so the check is skipped otherwise.  A counter that is not
+    a minimum wraps at 2^32, as libCacheSim's uint32 does."""
+    if may_saturate and sketch_estimate(counts, overflow, slots, d) == _SATURATED:
         return
-    hot, cold = counters
     for j in range(slots.shape[1]):
         x = slots[d, j]
-        if x < hot.size:
-            hot[x] += np.uint32(1)
+        c = counts[x]
+        if c != _SPILL:
+            counts[x] = c + np.uint16(1)
+        elif overflow[x] == _SATURATED - np.uint32(_SPILL):
+            counts[x] = 0  # 2^32 - 1 + 1 wraps to 0
+            overflow[x] = 0
         else:
-            cold[x] += np.uint16(1)
+            overflow[x] += np.uint32(1)
 
 
 @njit(cache=True, nogil=True)
-def hot_counters_first(slots, width, refs_of):
-    """Renumber (in place) the counters that may pass 2^16 - 1 first, the others after in their
-    order; returns how many may.  A counter's bound: 2 adds per reference of each key on it (a
-    hit or an insert, and the key's later exit from the window), once per slot it holds there."""
-    bound = np.zeros(width, np.int64)
-    for d in range(slots.shape[0]):
-        for j in range(slots.shape[1]):
-            bound[slots[d, j]] += 2 * refs_of[d]
-    new_of = np.empty(width, np.int32)
-    n_hot = 0
-    for x in range(width):
-        if bound[x] > 0xFFFF:
-            new_of[x] = n_hot
-            n_hot += 1
-    m = n_hot
-    for x in range(width):
-        if bound[x] <= 0xFFFF:
-            new_of[x] = m
-            m += 1
-    for d in range(slots.shape[0]):
-        for j in range(slots.shape[1]):
-            slots[d, j] = new_of[slots[d, j]]
-    return n_hot
+def halve(counts, overflow):
+    """Every counter halved (libCacheSim's decay)."""
+    for x in range(counts.size):
+        c = counts[x]
+        if c != _SPILL:
+            counts[x] = c >> np.uint16(1)
+            continue
+        value = (np.uint32(_SPILL) + overflow[x]) >> np.uint32(1)
+        if value < np.uint32(_SPILL):
+            counts[x] = np.uint16(value)
+            overflow[x] = 0
+        else:
+            overflow[x] = value - np.uint32(_SPILL)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_counters(counts, slots, d):
+    for j in range(slots.shape[1]):
+        prefetch(counts, slots[d, j])
 
 
 @njit(cache=True, nogil=True, inline="always")
