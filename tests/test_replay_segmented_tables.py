@@ -41,26 +41,17 @@ def test_a_forced_int64_table_gives_the_references_hits(monkeypatch, order, naiv
     assert 0 < sum(wide) < keys.size
 
 
-def test_wtinylfu_counters_past_uint16_stay_uint32_and_keep_libcachesims_hits(monkeypatch):
-    # a key on every other reference: its counters' bound (2 adds per reference) passes 2^16 - 1,
-    # so they are kept in uint32, the rest in uint16; its main hits also halve the sketch
-    from tests.order_parity import libcachesim_hits
-
-    rng = np.random.default_rng(3)
-    keys = rng.zipf(1.1, 80_000) % 3000 + 10
-    keys[::2] = 7
-    width, hashes = wtinylfu_kernels.sketch_shape(990)
-    slots = wtinylfu_kernels.key_slots(keys.view(np.uint64), *_dense(keys), width, hashes)
-    n_hot = wtinylfu_kernels.hot_counters_first(slots, width, np.bincount(_dense(keys)[0]))
-    assert 0 < n_hot < width
-    ours = replay("wtinylfu", keys, 1000).tolist()
-    assert ours == libcachesim_hits("WTinyLFU", keys.tolist(), 1000, [1] * keys.size)
-    monkeypatch.setattr(wtinylfu_kernels, "hot_counters_first", lambda slots, width, refs_of: width)  # all uint32
-    assert replay("wtinylfu", keys, 1000).tolist() == ours
-    assert sum(ours) > 32 * 990  # more main hits than one halving period
-
-
-def _dense(keys):
-    from kvmm.policies._replay import dense_ids
-
-    return dense_ids(keys.astype(np.int64))
+def test_wtinylfu_counters_spill_past_uint16_halve_and_wrap_as_uint32():
+    # a uint16 counter at 0xFFFF continues in the uint32 overflow array: value 0xFFFF + overflow
+    spill, top = 0xFFFF, 0xFFFFFFFF
+    counts = np.array([spill, spill, 5, 3], np.uint16)
+    overflow = np.array([1, top - spill, 0, 0], np.uint32)
+    slots = np.array([[1, 2], [0, 3]], np.int32)
+    assert int(wtinylfu_kernels.sketch_estimate(counts, overflow, slots, 0)) == 5
+    # key 0's minimum (5) is not saturated, so both counters count: counter 1 wraps to 0 as uint32
+    wtinylfu_kernels.sketch_add(counts, overflow, slots, 0, True)
+    assert counts.tolist()[1:3] == [0, 6] and int(overflow[1]) == 0
+    wtinylfu_kernels.sketch_add(counts, overflow, slots, 1, False)  # 0xFFFF + 1 -> 0xFFFF + 2, 3 -> 4
+    assert (int(counts[0]) + int(overflow[0]), int(counts[3])) == (spill + 2, 4)
+    wtinylfu_kernels.halve(counts, overflow)  # 65537 -> 32768 leaves the overflow array
+    assert counts.tolist() == [32768, 0, 3, 2] and overflow.tolist() == [0, 0, 0, 0]
