@@ -27,6 +27,15 @@ def test_sizes_past_int32_take_the_int64_table_and_keep_slrus_hits():
     assert 0 < sum(wide) < keys.size
 
 
+@pytest.mark.parametrize("sizes, row_bytes", [(np.array([1]), 64), (np.array([2**40]), 128)])
+def test_extra_columns_make_rows_of_whole_aligned_cache_lines(sizes, row_bytes):
+    # W-TinyLFU's rows: 4 link fields + 10 counter slots, padded to 16 elements on a 64-byte boundary
+    node, segs = slru_kernels.new_tables(7, [3], 2, sizes, extra_columns=10)
+    assert node.flags.c_contiguous and node.ctypes.data % 64 == 0 and node.strides[0] == row_bytes
+    assert node.shape == (7, 16) and (node[:, :3] == -1).all() and (node[:, 3:] == 0).all()
+    assert segs[:2].tolist() == [[-1, -1], [-1, -1]]
+
+
 @pytest.mark.parametrize("order, naive", [("slru", replay_slru_naive), ("wtinylfu", replay_wtinylfu_naive)])
 @pytest.mark.parametrize("capacity", [200, 1000])  # W-TinyLFU: a window of 2 and of 10
 def test_a_forced_int64_table_gives_the_references_hits(monkeypatch, order, naive, capacity):
@@ -35,7 +44,7 @@ def test_a_forced_int64_table_gives_the_references_hits(monkeypatch, order, naiv
     module = slru_kernels if order == "slru" else wtinylfu_kernels
     real = module.new_tables
     monkeypatch.setattr(module, "new_tables",
-                        lambda n, maxima, n_lists, sizes: real(n, maxima, n_lists, np.array([2**40])))
+                        lambda n, maxima, n_lists, sizes, **extra: real(n, maxima, n_lists, np.array([2**40]), **extra))
     wide = replay(order, keys, capacity).tolist()
     assert wide == narrow == naive(keys.tolist(), capacity)
     assert 0 < sum(wide) < keys.size
@@ -46,12 +55,13 @@ def test_wtinylfu_counters_spill_past_uint16_halve_and_wrap_as_uint32():
     spill, top = 0xFFFF, 0xFFFFFFFF
     counts = np.array([spill, spill, 5, 3], np.uint16)
     overflow = np.array([1, top - spill, 0, 0], np.uint32)
-    slots = np.array([[1, 2], [0, 3]], np.int32)
-    assert int(wtinylfu_kernels.sketch_estimate(counts, overflow, slots, 0)) == 5
+    # two keys' rows: 4 link fields (unused here), then their 2 counter slots
+    node = np.array([[-1, -1, -1, 0, 1, 2], [-1, -1, -1, 0, 0, 3]], np.int32)
+    assert int(wtinylfu_kernels.sketch_estimate(counts, overflow, node, 2, 0)) == 5
     # key 0's minimum (5) is not saturated, so both counters count: counter 1 wraps to 0 as uint32
-    wtinylfu_kernels.sketch_add(counts, overflow, slots, 0, True)
+    wtinylfu_kernels.sketch_add(counts, overflow, node, 2, 0, True)
     assert counts.tolist()[1:3] == [0, 6] and int(overflow[1]) == 0
-    wtinylfu_kernels.sketch_add(counts, overflow, slots, 1, False)  # 0xFFFF + 1 -> 0xFFFF + 2, 3 -> 4
+    wtinylfu_kernels.sketch_add(counts, overflow, node, 2, 1, False)  # 0xFFFF + 1 -> 0xFFFF + 2, 3 -> 4
     assert (int(counts[0]) + int(overflow[0]), int(counts[3])) == (spill + 2, 4)
     wtinylfu_kernels.halve(counts, overflow)  # 65537 -> 32768 leaves the overflow array
     assert counts.tolist() == [32768, 0, 3, 2] and overflow.tolist() == [0, 0, 0, 0]

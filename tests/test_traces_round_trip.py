@@ -62,7 +62,10 @@ def bailian_traces(draw):
     cols = {"chat_id": np.array(_lengths(draw, n), dtype=np.int64),
             "parent_chat_id": np.array(draw(st.lists(st.integers(-1, 2**62), min_size=n, max_size=n)), dtype=np.int64),
             "turn": np.array(_lengths(draw, n, 1000), dtype=np.int64),
-            "type": np.array(draw(st.lists(st.text(min_size=1, max_size=5), min_size=n, max_size=n)), dtype=np.str_)}
+            # no NUL: numpy's str_ drops trailing NULs, so "\x00" would already be the empty string
+            # the format refuses before the writer sees it
+            "type": np.array(draw(st.lists(st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=5),
+                                           min_size=n, max_size=n)), dtype=np.str_)}
     return _trace(reqs, _lengths(draw, n, 2**50), _lengths(draw, n), _lengths(draw, n), 16, cols)
 
 

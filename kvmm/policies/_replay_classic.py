@@ -16,10 +16,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvmm.policies._stack_kernels import prefetch
+
 PARAMS_LRU: tuple = ()
 PARAMS_FIFO: tuple = ()
 
 NONE = -1
+_RENUMBER_AHEAD = 32  # references ahead whose direct-address entry renumber_direct prefetches
 
 
 def replay_lru(keys, dense, n_unique, sizes, capacity):
@@ -89,9 +92,15 @@ def _replay_list(dense, n_unique, sizes, capacity, move_on_hit):
 def renumber_direct(keys, first_id, out):
     """Dense ids in order of first reference through a direct-address table: ``first_id[key]``
     is the key's id or -1 (all -1 on entry, ``len > max(keys)``); writes ``out``, returns the
-    number of distinct keys.  Runtime complexity: O(n)."""
+    number of distinct keys.  Runtime complexity: O(n).
+
+    The table is larger than the caches for a large key space and the keys are known ahead, so
+    the entry ``_RENUMBER_AHEAD`` references ahead is prefetched (a third off a Zipf stream)."""
     n_unique = 0
-    for i in range(keys.size):
+    n = keys.size
+    for i in range(n):
+        if i + _RENUMBER_AHEAD < n:
+            prefetch(first_id, keys[i + _RENUMBER_AHEAD])
         key = keys[i]
         dense = first_id[key]
         if dense < 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvmm.policies._stack_kernels import prefetch
 from kvmm.policies.slru import segment_maxima
 
 #: libCacheSim's SLRU options: ``n-seg`` (segments, default 4) and ``seg-size`` (the segments'
@@ -29,7 +30,10 @@ PARAMS_SLRU: tuple = (("n_seg", 4), ("seg_size", None))
 
 NONE = -1
 _PREV, _NEXT, _SEG, _SIZE = 0, 1, 2, 3  # columns of ``node``
+_EXTRA = 4  # the first column of a caller's own fields (``new_tables(extra_columns=)``)
 _HEAD, _TAIL, _BYTES, _MAX = 0, 1, 2, 3  # rows of ``segs``
+_AHEAD_ROWS = 16  # references ahead whose node row the replay prefetches
+_AHEAD_NEIGHBOURS = 8  # references ahead whose list neighbours' rows it prefetches (its row is in cache)
 
 
 def replay_slru(keys, dense, n_unique, sizes, capacity, n_seg=4, seg_size=None):
@@ -39,12 +43,22 @@ def replay_slru(keys, dense, n_unique, sizes, capacity, n_seg=4, seg_size=None):
     return _replay_slru(dense, sizes, capacity, node, segs, len(maxima))
 
 
-def new_tables(n_unique: int, maxima, n_lists: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def new_tables(n_unique: int, maxima, n_lists: int, sizes: np.ndarray,
+               extra_columns: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Empty ``node`` (no key resident) and ``segs`` (``n_lists`` empty lists, the first
     ``len(maxima)`` of them SLRU segments with those maxima).  ``node`` is int32 where the ids and
-    ``sizes`` fit (16 bytes a key instead of 32: the replay is bound by random accesses to it)."""
+    ``sizes`` fit (16 bytes a key instead of 32: the replay is bound by random accesses to it).
+
+    ``extra_columns`` (a caller's own per-key fields, from column ``_EXTRA``, zeroed) pad the row
+    to a multiple of 16 elements starting on a 64-byte boundary, so a key's row is whole cache
+    lines (W-TinyLFU: 4 link fields + 10 counter slots = one 64-byte line at int32)."""
     narrow = n_unique < 2**31 - 1 and (sizes.size == 0 or int(sizes.max()) < 2**31)
-    node = np.full((n_unique, 4), NONE, np.int32 if narrow else np.int64)
+    dtype = np.dtype(np.int32 if narrow else np.int64)
+    if extra_columns:
+        node = aligned_zeros(n_unique, -(-(_EXTRA + extra_columns) // 16) * 16, dtype)
+        node[:, :_SIZE] = NONE
+    else:
+        node = np.full((n_unique, 4), NONE, dtype)
     node[:, _SIZE] = 0
     segs = np.zeros((4, n_lists), np.int64)
     segs[_HEAD] = NONE
@@ -58,7 +72,18 @@ def _replay_slru(dense, sizes, capacity, node, segs, n_seg):
     hits = np.zeros(dense.size, np.bool_)
     max0 = segs[_MAX, 0]
     used = 0  # the segments' total, kept here (a sum per miss costs a third of the replay)
-    for i in range(dense.size):
+    node_words = node.reshape(node.size)  # the same memory, flat, for the prefetches
+    row = node.shape[1]
+    n = dense.size
+    for i in range(n):
+        # the stream is known ahead: the rows of the key _AHEAD_ROWS references on, and of the
+        # list neighbours that a hit of the key _AHEAD_NEIGHBOURS on relinks
+        if i + _AHEAD_ROWS < n:
+            prefetch(node_words, dense[i + _AHEAD_ROWS] * row)
+        if i + _AHEAD_NEIGHBOURS < n:
+            ahead = dense[i + _AHEAD_NEIGHBOURS]
+            prefetch(node_words, max(node[ahead, _PREV], 0) * row)
+            prefetch(node_words, max(node[ahead, _NEXT], 0) * row)
         d = dense[i]
         if node[d, _SEG] != NONE:
             hits[i] = True
@@ -168,3 +193,11 @@ def slru_hit(d, n_seg, node, segs):
         if j == s + 1:
             return freed
         j += 1
+
+
+def aligned_zeros(n: int, width: int, dtype: np.dtype) -> np.ndarray:
+    """A zeroed C-contiguous ``(n, width)`` array whose data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    block = np.zeros(n * width + 64 // dtype.itemsize, dtype)  # calloc: pages zeroed as first touched
+    start = (-block.ctypes.data % 64) // dtype.itemsize
+    return block[start:start + n * width].reshape(n, width)

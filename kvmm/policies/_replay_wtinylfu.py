@@ -6,8 +6,8 @@ The window LRU and the main SLRU's two segments are lists of one node table over
 key is in one list at a time; see :mod:`kvmm.policies._replay_slru`); the sketch hashes the
 original int64 key, as libCacheSim hashes ``obj_id``: ``a``, ``b`` = the low 32 bits of XXH64 of its 8 little-endian
 bytes under seeds 0x12345678 and 0x12344321, counter ``i`` of ``hashes`` at
-``(a + i*b) mod 2^32 mod width``, computed once per distinct key (a table of ``hashes`` slots per
-key, before the replay).
+``(a + i*b) mod 2^32 mod width``, computed once per distinct key before the replay and kept in the
+key's node row after its links (columns ``_EXTRA ..``; rows of 16 int32, one 64-byte line).
 
 Where the time goes, and what the kernel does about it (each step changes no hit or miss):
 
@@ -15,8 +15,9 @@ Where the time goes, and what the kernel does about it (each step changes no hit
   ~14 counters per main entry, and every miss touches three keys' counters (the new key's add,
   the window victim's estimate and add, main's victim's estimate), so the replay is bound by the
   latency of those scattered accesses.  The stream is known in advance, so the kernel prefetches:
-  the node row and the counter slots of the key ``_AHEAD_ROWS`` references ahead, that key's
-  counters ``_AHEAD_COUNTERS`` ahead, and at each miss the counters of the next window victims;
+  the row (links and counter slots, one cache line) of the key ``_AHEAD_ROWS`` references ahead,
+  that key's counters ``_AHEAD_COUNTERS`` ahead, and at each miss the counters of the next window
+  victims;
 * counters are uint16 (half the footprint of libCacheSim's uint32); one that reaches 0xFFFF
   keeps counting in a uint32 overflow array (``counts[x] == 0xFFFF``: the value is
   ``0xFFFF + overflow[x]``), which only the hottest keys' counters ever touch;
@@ -34,15 +35,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies._replay_slru import (_BYTES, _HEAD, _MAX, _NEXT, _PREV, _SEG, _SIZE, _TAIL, NONE, link, new_tables,
-                                        slru_evict, slru_hit, slru_insert, slru_victim, unlink)
+from kvmm.policies._replay_slru import (_BYTES, _EXTRA, _HEAD, _MAX, _NEXT, _PREV, _SEG, _SIZE, _TAIL, NONE, link,
+                                        new_tables, slru_evict, slru_hit, slru_insert, slru_victim, unlink)
 from kvmm.policies._stack_kernels import prefetch
 from kvmm.policies.wtinylfu import sketch_shape, split_capacity
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
 PARAMS_WTINYLFU: tuple = (("main_cache", "SLRU"), ("window_size", 0.01))
 
-_AHEAD_ROWS = 16  # references ahead whose node row and counter slots are prefetched
+_AHEAD_ROWS = 16  # references ahead whose node row (links and counter slots) is prefetched
 _AHEAD_COUNTERS = 8  # references ahead whose counters are prefetched (their slots are in cache by then)
 _SPILL = np.uint16(0xFFFF)  # a uint16 counter at this value continues in the overflow array
 _SATURATED = np.uint32(0xFFFFFFFF)  # libCacheSim's uint32 counter maximum
@@ -64,32 +65,36 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
-    slots, width = counter_slots(keys.view(np.uint64), dense, n_unique, width, hashes)
+    # main's segments, then the window; each key's row holds its counter slots after its links
+    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes, extra_columns=hashes)
+    width = counter_slots(keys.view(np.uint64), dense, n_unique, width, hashes, node)
     # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
     may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
-    node, segs = new_tables(n_unique, maxima, len(maxima) + 1, sizes)  # main's segments, then the window
     counts, overflow = np.zeros(width, np.uint16), np.zeros(width, np.uint32)
-    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), slots, counts, overflow,
+    return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), hashes, counts, overflow,
                    32 * main_cap, may_saturate)
 
 
-def counter_slots(words: np.ndarray, dense: np.ndarray, n_unique: int, width: int, hashes: int):
-    """``(slots, width)``: each distinct key's ``hashes`` counters, a row per dense id."""
-    slots = key_slots(words, dense, n_unique, width, hashes)
-    if width > 4 * slots.size:
+def counter_slots(words: np.ndarray, dense: np.ndarray, n_unique: int, width: int, hashes: int,
+                  node: np.ndarray) -> int:
+    """Write each distinct key's ``hashes`` counters into its ``node`` row (columns ``_EXTRA`` ..
+    ``_EXTRA + hashes``); returns the sketch's width (fewer counters after a compaction)."""
+    key_slots(words, dense, n_unique, width, hashes, node)
+    if width > 4 * n_unique * hashes:
         # counters only ever change through the keys' slots, so a sketch far wider than the
         # slots in use (byte capacities: libCacheSim sizes it by main's bytes) is renumbered
         # onto the slots used, the same counts in a table of O(distinct keys)
+        slots = node[:, _EXTRA:_EXTRA + hashes]
         used, inverse = np.unique(slots, return_inverse=True)
-        return inverse.reshape(slots.shape).astype(np.int32), used.size
-    return slots, width
+        slots[...] = inverse.reshape(slots.shape)
+        width = used.size
+    return width
 
 
 @njit(cache=True, nogil=True)
-def key_slots(keys, dense, n_unique, width, hashes):
+def key_slots(keys, dense, n_unique, width, hashes, node):
     """Each distinct key's ``hashes`` counters, ``(a + i*b) mod 2^32 mod width`` (see module
-    docstring), a row per dense id, hashed at the key's first reference."""
-    out = np.empty((n_unique, hashes), np.int32)
+    docstring), into its row of ``node`` from column ``_EXTRA``, hashed at its first reference."""
     w = np.uint64(width)
     new = 0  # dense ids are numbered in order of first reference: the next one to appear
     for i in range(dense.size):
@@ -101,20 +106,20 @@ def key_slots(keys, dense, n_unique, width, hashes):
         b = xxh64_u64(keys[i], _SEED1) & _LOW32
         v = a
         for j in range(hashes):
-            out[new, j] = np.int32(v % w)
+            node[new, _EXTRA + j] = v % w
             v = (v + b) & _LOW32  # unsigned 32-bit arithmetic, as libCacheSim's
         new += 1
-    return out
 
 
 @njit(cache=True, nogil=True)
-def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slots, counts, overflow, max_hits,
+def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, hashes, counts, overflow, max_hits,
             may_saturate):
     hits = np.zeros(dense.size, np.bool_)
     window = n_seg  # the window LRU is the list after main's segments
     max0 = segs[_MAX, 0]
     node_words = node.reshape(node.size)  # the same memory, flat, for the prefetches
     row = node.shape[1]
+    last = _EXTRA + hashes - 1  # a row's last slot: a second cache line where rows are 128 bytes (int64)
     # main's victim and a lower bound of its estimate (-1: none known); see the module docstring
     bound = np.array([NONE, 0], np.int64)
     main_used = 0  # main's total, kept here rather than summed per miss
@@ -123,11 +128,10 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
     for i in range(n):
         if i + _AHEAD_ROWS < n:
             ahead = dense[i + _AHEAD_ROWS]
-            prefetch(node_words, ahead * row)
-            prefetch(slots[ahead], 0)
+            prefetch_row(node_words, ahead, row, last)
         if i + _AHEAD_COUNTERS < n:
             ahead = dense[i + _AHEAD_COUNTERS]
-            prefetch_counters(counts, slots, ahead)
+            prefetch_counters(counts, node, hashes, ahead)
             # its list neighbours, which a hit relinks (their row is in cache by now)
             prefetch(node_words, max(node[ahead, _PREV], 0) * row)
             prefetch(node_words, max(node[ahead, _NEXT], 0) * row)
@@ -146,7 +150,7 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
             t = segs[_TAIL, n_seg - 1]
             if t != NONE:
                 prefetch(node_words, max(node[t, _PREV], 0) * row)
-            sketch_add(counts, overflow, slots, d, may_saturate)
+            sketch_add(counts, overflow, node, hashes, d, may_saturate)
             main_hits += 1
             if main_hits >= max_hits:
                 main_hits = 0
@@ -157,26 +161,26 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, slo
         if size > capacity or size > window_cap or size > main_cap or size > max0:
             continue  # libCacheSim's WTinyLFU_can_insert
         while segs[_BYTES, window] + main_used + size > capacity:
-            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, slots,
-                                  may_saturate, bound)
+            main_used = evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow,
+                                  hashes, may_saturate, bound)
         node[d, _SIZE] = size
         link(d, window, node, segs)
-        sketch_add(counts, overflow, slots, d, may_saturate)
+        sketch_add(counts, overflow, node, hashes, d, may_saturate)
         # the next misses' window victims: the tail's predecessors (unless hits reorder them)
         w = segs[_TAIL, window]
         if w != NONE:
             w = node[w, _PREV]
             if w != NONE:
-                prefetch_counters(counts, slots, w)
+                prefetch_counters(counts, node, hashes, w)
                 w = node[w, _PREV]
                 if w != NONE:
-                    prefetch(node_words, w * row)
-                    prefetch(slots[w], 0)
+                    prefetch_row(node_words, w, row, last)
     return hits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, slots, may_saturate, bound):
+def evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, hashes, may_saturate,
+              bound):
     """libCacheSim's ``WTinyLFU_evict``: the window hands its LRU keys to main while main has
     room, then its LRU key competes with main's victim; returns main's total after."""
     while segs[_BYTES, window] > 0:
@@ -184,19 +188,19 @@ def evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, 
         wsize = node[w, _SIZE]
         if main_used + wsize <= main_cap:
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
-            sketch_add(counts, overflow, slots, w, may_saturate)
+            sketch_add(counts, overflow, node, hashes, w, may_saturate)
             continue
         m = slru_victim(n_seg, segs)
-        estimate_w = sketch_estimate(counts, overflow, slots, w)
+        estimate_w = sketch_estimate(counts, overflow, node, hashes, w)
         if bound[0] != m or estimate_w > bound[1]:  # the bound does not decide: read m's counters
             bound[0] = m
-            bound[1] = sketch_estimate(counts, overflow, slots, m)
+            bound[1] = sketch_estimate(counts, overflow, node, hashes, m)
         if estimate_w > bound[1]:
             main_used -= slru_evict(n_seg, node, segs)
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
             unlink(w, node, segs)
-        sketch_add(counts, overflow, slots, w, may_saturate)
+        sketch_add(counts, overflow, node, hashes, w, may_saturate)
         return main_used
     main_used -= slru_evict(n_seg, node, segs)
     return main_used
@@ -220,11 +224,11 @@ def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_estimate(counts, overflow, slots, d):
-    """The minimum of key ``d``'s counters (libCacheSim's estimate)."""
+def sketch_estimate(counts, overflow, node, hashes, d):
+    """The minimum of key ``d``'s counters, the first ``hashes`` of its row (libCacheSim's estimate)."""
     low = _SATURATED
-    for j in range(slots.shape[1]):
-        x = slots[d, j]
+    for j in range(hashes):
+        x = node[d, _EXTRA + j]
         c = np.uint32(counts[x])
         if c == _SPILL:
             c = np.uint32(_SPILL) + overflow[x]
@@ -234,15 +238,15 @@ def sketch_estimate(counts, overflow, slots, d):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def sketch_add(counts, overflow, slots, d, may_saturate):
+def sketch_add(counts, overflow, node, hashes, d, may_saturate):
     """Increment every counter of key ``d`` (libCacheSim's add: all of them, repeats included,
     not only the minima), unless its minimum is saturated (2^32 - 1), which only a stream long
     enough (``may_saturate``) can reach, so the check is skipped otherwise.  A counter that is not
     a minimum wraps at 2^32, as libCacheSim's uint32 does."""
-    if may_saturate and sketch_estimate(counts, overflow, slots, d) == _SATURATED:
+    if may_saturate and sketch_estimate(counts, overflow, node, hashes, d) == _SATURATED:
         return
-    for j in range(slots.shape[1]):
-        x = slots[d, j]
+    for j in range(hashes):
+        x = node[d, _EXTRA + j]
         c = counts[x]
         if c != _SPILL:
             counts[x] = c + np.uint16(1)
@@ -270,9 +274,16 @@ def halve(counts, overflow):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def prefetch_counters(counts, slots, d):
-    for j in range(slots.shape[1]):
-        prefetch(counts, slots[d, j])
+def prefetch_row(node_words, d, row, last):
+    """Prefetch key ``d``'s row: its links and its counter slots (one line at int32)."""
+    prefetch(node_words, d * row)
+    prefetch(node_words, d * row + last)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_counters(counts, node, hashes, d):
+    for j in range(hashes):
+        prefetch(counts, node[d, _EXTRA + j])
 
 
 @njit(cache=True, nogil=True, inline="always")
