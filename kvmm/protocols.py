@@ -72,8 +72,11 @@ class EvictionPolicy(Protocol):
     entry-count semantics (every size 1).  A policy may ignore sizes in its order (LRU, FIFO,
     LFU: the caller evicts a prefix of ``victims`` until the bytes fit) or account in them (ARC,
     whose lists and target are sizes, as in libCacheSim).  Optional extensions a caller may
-    detect: ``victims(..., incoming=key, incoming_size=size)`` (the entry that needs the room)
-    and ``attach(capacity)`` (the capacity, in the same units, of the tier that adopts it).
+    detect: ``victims(..., incoming=key, incoming_size=size)`` (the entry that needs the room),
+    ``attach(capacity)`` (the capacity, in the same units, of the tier that adopts it) and
+    ``on_evict(key)`` (the key leaves as a victim the caller chose, not as a delete: 2Q keeps it
+    as a ghost, LIRS as a non-resident entry; a caller that evicts without naming the incoming
+    entry, such as vLLM's batch ``evict(n)``, calls it instead of ``on_remove``).
     A policy whose hooks take the key only (the protocol before sizes) still works with
     ManagedTier, which then calls them without sizes.
     """

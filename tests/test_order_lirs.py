@@ -162,6 +162,33 @@ def test_a_hit_can_evict_and_managed_tier_evicts_it():
         replay_lirs_naive(keys, 4, hirs_ratio=0.5) == [False] * 4 + [True, True]
 
 
+def test_on_evict_keeps_a_hir_victim_in_s_and_on_remove_forgets_it():
+    # an owner evicting a batch (vLLM's evict(n)) names no incoming key: on_evict is the
+    # eviction (the HIR victim stays in S, non-resident, so its return makes it LIR), on_remove
+    # the delete (it comes back as a new HIR key)
+    after = {}
+    for evict in ("on_evict", "on_remove"):
+        policy = LIRSPolicy(capacity=100)  # HIR limit 1: keys 0..98 LIR, 99 a resident HIR
+        for key in range(100):
+            policy.on_insert(key)
+        assert policy.victims(1) == [99] and policy.queue() == [99]
+        getattr(policy, evict)(99)
+        assert len(policy) == 99 and policy.queue() == []
+        after[evict] = policy.stack()[-1]
+        policy.on_insert(99)
+        policy.check()
+        after[evict + " back"] = (policy.stack()[-1], policy.queue())
+    assert after["on_evict"] == (99, "nonresident") and after["on_remove"] == (98, "LIR")
+    assert after["on_evict back"] == ((99, "LIR"), [0])  # S's bottom LIR key 0 demoted to Q
+    assert after["on_remove back"] == ((99, "HIR"), [99])
+    policy = LIRSPolicy(capacity=100)
+    policy.on_insert(1)
+    before = policy.stack()
+    with pytest.raises(UnknownKeyError, match="does not track 7 as resident"):
+        policy.on_evict(7)
+    assert policy.stack() == before
+
+
 def test_victims_do_not_change_state_and_bad_calls_change_nothing():
     policy = LIRSPolicy(capacity=4)
     for key in range(6):

@@ -176,6 +176,31 @@ def test_explicit_delete_leaves_no_ghost_but_a_planned_eviction_does():
     policy.check()
 
 
+def test_on_evict_is_the_eviction_step_without_a_plan():
+    # an owner evicting a batch (vLLM's evict(n)) names no incoming key: on_evict is then the
+    # eviction, on_remove the delete; a planned victims(incoming=) + on_remove is the same step
+    states = []
+    for evict in ("on_evict", "planned", "on_remove"):
+        policy = TwoQPolicy(capacity=8)  # Kin 2, Kout 4, Am 6
+        for key in "abcdefgh":
+            policy.on_insert(key)
+        assert policy.victims(1, incoming="z" if evict == "planned" else None) == ["a"]  # A1in > Kin
+        getattr(policy, "on_remove" if evict == "planned" else evict)("a")
+        policy.on_insert("a")  # back: a ghost enters Am, a forgotten key A1in
+        policy.check()
+        states.append(policy.queues())
+    assert states[0] == states[1] == {"A1in": list("bcdefgh"), "A1out": [], "Am": ["a"]}
+    assert states[2] == {"A1in": list("bcdefgha"), "A1out": [], "Am": []}
+    policy = TwoQPolicy(capacity=8)
+    policy.on_insert("a")
+    before = policy.queues()
+    with pytest.raises(UnknownKeyError, match="does not track 'q' as resident"):
+        policy.on_evict("q")
+    assert policy.queues() == before
+    policy.on_evict("a")  # an Am or A1in key leaves; A1in's becomes a ghost
+    assert policy.queues() == {"A1in": [], "A1out": ["a"], "Am": []}
+
+
 class TwoQMachine(RuleBasedStateMachine):
     """ManagedTier(SimulatedTier, TwoQPolicy) against NaiveTwoQ: references (get or put_size as
     a trace replay does) and explicit deletes; the hits, residents and queues agree."""

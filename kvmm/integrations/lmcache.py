@@ -304,7 +304,12 @@ class KvmmCachePolicy(BaseCachePolicy):
     longer resident is ignored: LMCache's LRU would raise KeyError there);
     ``get_evict_candidates`` -> the policy's order, skipping chunks that are not resident yet
     (a disk write in flight) or cannot be evicted (pinned, or referenced), best effort like
-    LMCache's policies: fewer than asked when fewer can go.
+    LMCache's policies: fewer than asked when fewer can go.  A candidate LMCache then pops is an
+    eviction (``on_evict`` where the policy has it: 2Q keeps a ghost, LIRS a non-resident
+    entry); any other removal is ``on_remove``.  Keys a policy evicts on its own
+    (``extra_victims``: 2Q's Am quota, LIRS's demotions) are removed from it before the event,
+    as ManagedTier does, and stay in LMCache as *dropped* chunks, the first candidates; a hit on
+    one is a new insert for the policy.
 
     Runtime complexity: O(1) per event for LRU/FIFO (LFU: O(log n)); candidates
     O(skipped + returned) amortised.
@@ -314,51 +319,88 @@ class KvmmCachePolicy(BaseCachePolicy):
 
     def __init__(self) -> None:
         self.policy = type(self).new_policy()
+        self._evict_hook = getattr(self.policy, "on_evict", self.policy.on_remove)
+        self._extra_victims = getattr(self.policy, "extra_victims", None)
+        # Resident keys the policy evicted on its own, oldest first: the first candidates.
+        self.dropped: dict[Any, None] = {}
+        # The policy's candidates of the last get_evict_candidates: popping one is an eviction.
+        self._candidates: set = set()
 
     def init_mutable_mapping(self) -> "_PolicyMapping":
-        return _PolicyMapping(self.policy)
+        return _PolicyMapping(self)
 
     def update_on_hit(self, key: Any, cache_dict: Any) -> None:
-        if key in self.policy:
+        if key in self.dropped:  # the policy had evicted it: back as a new entry
+            del self.dropped[key]
+            self._insert(key)
+        elif key in self.policy:
+            self._drop_extra(key, None)
             self.policy.on_access(key)
 
     def update_on_put(self, key: Any) -> None:
+        self.dropped.pop(key, None)
         if key in self.policy:  # a re-put the mapping did not see leave: a fresh entry
             self.policy.on_remove(key)
-        self.policy.on_insert(key, 1)
+        self._insert(key)
 
     def update_on_force_evict(self, key: Any) -> None:
-        if key in self.policy:
-            self.policy.on_remove(key)
+        self._forget(key)
 
     def get_evict_candidates(self, cache_dict: Any, num_candidates: int = 1) -> list[Any]:
         if num_candidates <= 0:
             return []
+        out = [k for k in self.dropped if _evictable(cache_dict, k)][:num_candidates]
+        self._candidates = set()
         n = num_candidates
-        while True:
+        while len(out) < num_candidates:
             order = self.policy.victims(n)
-            out = []
+            chosen = []
             for key in order:
-                entry = cache_dict.get(key)
-                if entry is not None and entry.can_evict:
-                    out.append(key)
-                    if len(out) == num_candidates:
-                        return out
-            if len(order) < n:
-                return out
+                if _evictable(cache_dict, key):
+                    chosen.append(key)
+                    if len(out) + len(chosen) == num_candidates:
+                        break
+            if len(out) + len(chosen) == num_candidates or len(order) < n:
+                self._candidates = set(chosen)
+                return out + chosen
             n *= 2
+        return out
+
+    def check(self) -> None:
+        """Assert every invariant (used by tests)."""
+        # A dropped key is resident in LMCache (the mapping forgets it on removal) and not tracked.
+        assert all(key not in self.policy for key in self.dropped)
+
+    def _insert(self, key: Any) -> None:
+        self._drop_extra(key, 1)
+        self.policy.on_insert(key, 1)
+
+    def _drop_extra(self, key: Any, size: int | None) -> None:
+        if self._extra_victims is not None:
+            for victim in self._extra_victims(key, size, {key}):
+                self.policy.on_remove(victim)
+                self.dropped[victim] = None
+
+    def _forget(self, key: Any) -> None:
+        """``key`` left LMCache: an eviction if it was the policy's candidate, else a delete."""
+        if key in self.dropped:
+            del self.dropped[key]
+        elif key in self.policy:
+            (self._evict_hook if key in self._candidates else self.policy.on_remove)(key)
+        self._candidates.discard(key)
+
+
+def _evictable(cache_dict: Any, key: Any) -> bool:
+    entry = cache_dict.get(key)
+    return entry is not None and entry.can_evict
 
 
 class _PolicyMapping(dict):
-    """LMCache's hot cache dict that tells the kvmm policy when a chunk leaves it."""
+    """LMCache's hot cache dict that tells the kvmm cache policy when a chunk leaves it."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, owner: KvmmCachePolicy) -> None:
         super().__init__()
-        self._policy = policy
-
-    def _forget(self, key: Any) -> None:
-        if key in self._policy:
-            self._policy.on_remove(key)
+        self._forget = owner._forget
 
     def __delitem__(self, key: Any) -> None:
         super().__delitem__(key)

@@ -31,7 +31,18 @@ How vLLM's events map onto a kvmm policy (one chunk = size 1; ``cache_capacity``
   is a pure recency refresh, as vLLM's ``lru`` re-ranks every chunk of a finished request).
   ``touch`` is the same rule applied to the keys given.
 * ``evict(n, protected)`` asks ``victims(n, protected | chunks in use)``; fewer than ``n``
-  returns ``None`` and changes nothing, else each victim gets ``on_remove``.
+  returns ``None`` and changes nothing, else each victim gets ``on_evict`` where the policy has
+  it (2Q: the A1in victim becomes a ghost; LIRS: a resident HIR victim stays in S as
+  non-resident; with ``on_remove`` both would forget it, as for a delete, and 2Q would be FIFO),
+  else ``on_remove``.  ``remove`` (a failed store) is always ``on_remove``.
+* Self-evictions (keys a policy evicts although vLLM asked for no room): vLLM frees chunks
+  only through ``evict``, so such a chunk is *dropped*, not freed: the policy no longer has it
+  (exactly as under :class:`~kvmm.tiers.ManagedTier`), vLLM still does, and the next ``evict``
+  hands the dropped idle chunks over first, oldest first.  A dropped chunk vLLM reads again is
+  a new insert for the policy (it had evicted it).  SLRU's and W-TinyLFU's cooling keep such
+  keys themselves (tracked, first in ``victims``); for 2Q's Am quota and LIRS's demotions
+  (``extra_victims``) this object asks the policy before each insert and access, removes the
+  keys it names, as ManagedTier does, and keeps them as dropped.
 * Pinning (``mark_evictable`` / ``mark_non_evictable``) never reorders: a chunk being read or
   written is only skipped, as in vLLM.
 * Ghost hits need no ``on_store_miss``: kvmm's ARC adapts when a ghost key is inserted.
@@ -121,6 +132,8 @@ class KvmmCachePolicy(CachePolicy):
         # Inserted keys not yet told to the policy, as (request context, [keys in insert order]).
         self._pending: list[tuple[ReqContext, list[OffloadKey]]] = []
         self._pending_keys: set[OffloadKey] = set()
+        # Resident keys the policy evicted on its own (extra_victims), oldest first: evicted first.
+        self._dropped: dict[OffloadKey, None] = {}
 
     def get(self, key: OffloadKey) -> ChunkStatus | None:
         return self.chunks.get(key)
@@ -143,6 +156,8 @@ class KvmmCachePolicy(CachePolicy):
             raise BadInputError(f"{type(self).__name__}: cannot remove {key!r}, it is not resident")
         if key in self._pending_keys:  # a failed store the policy never saw
             self._pending_keys.discard(key)
+        elif key in self._dropped:  # the policy already evicted it
+            del self._dropped[key]
         else:
             self.policy.on_remove(key)
         del self.chunks[key]
@@ -194,17 +209,22 @@ class KvmmCachePolicy(CachePolicy):
         if n == 0:
             return []
         blocked = self._in_use | set(protected) if self._in_use else protected
-        victims = list(self.policy.victims(n, blocked))
-        if len(victims) < n:
+        dropped = [k for k in self._dropped if k not in blocked][:n] if self._dropped else []
+        victims = list(self.policy.victims(n - len(dropped), blocked)) if len(dropped) < n else []
+        if len(dropped) + len(victims) < n:
             return None
-        victims = victims[:n]
-        if not self._trusted and (len(set(victims)) != n or any(k not in self.chunks or k in blocked for k in victims)):
-            raise KvmmError(f"{type(self.policy).__name__}.victims({n}, ...) returned {victims!r}: expected "
-                            f"{n} distinct resident keys outside the protected and in-use chunks")
-        on_remove, chunks = self.policy.on_remove, self.chunks
+        victims = victims[:n - len(dropped)]
+        if not self._trusted and (len(set(victims)) != len(victims)
+                                  or any(k not in self.chunks or k in blocked or k in self._dropped for k in victims)):
+            raise KvmmError(f"{type(self.policy).__name__}.victims({n - len(dropped)}, ...) returned {victims!r}: "
+                            f"expected {n - len(dropped)} distinct resident keys outside the protected and in-use chunks")
+        on_evict, chunks = self._evict_hook, self.chunks
         evicted = []
+        for key in dropped:
+            del self._dropped[key]
+            evicted.append((key, chunks.pop(key)))
         for key in victims:
-            on_remove(key)
+            on_evict(key)
             evicted.append((key, chunks.pop(key)))
         return evicted
 
@@ -214,6 +234,7 @@ class KvmmCachePolicy(CachePolicy):
         self._in_use.clear()
         self._pending.clear()
         self._pending_keys.clear()
+        self._dropped.clear()
 
     def mark_evictable(self, key: OffloadKey) -> None:
         self._in_use.discard(key)
@@ -226,8 +247,10 @@ class KvmmCachePolicy(CachePolicy):
         # Every resident chunk is either pending or tracked by the policy, never both.
         tracked = set(self.policy.keys()) if hasattr(self.policy, "keys") else None
         if tracked is not None:
-            assert tracked.isdisjoint(self._pending_keys)
-            assert tracked | self._pending_keys == set(self.chunks)
+            assert tracked.isdisjoint(self._pending_keys) and tracked.isdisjoint(self._dropped)
+            assert tracked | self._pending_keys | set(self._dropped) == set(self.chunks)
+        # A dropped key is resident and not pending.
+        assert self._pending_keys.isdisjoint(self._dropped) and all(k in self.chunks for k in self._dropped)
         # Every pending key is in a pending batch (a batch may still name keys removed since).
         assert self._pending_keys <= {k for _, ks in self._pending for k in ks}
         # In-use chunks are resident and have a non-zero ref_cnt.
@@ -243,6 +266,8 @@ class KvmmCachePolicy(CachePolicy):
         registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
         another policy's ``victims`` are checked (distinct, resident, not protected)."""
         self.policy = policy
+        # an eviction, not a delete, where the policy tells the two apart (see the module docstring)
+        self._evict_hook = getattr(policy, "on_evict", policy.on_remove)
         hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
         # A built-in policy's victims are distinct resident unprotected keys (tested): not re-checked.
         self._trusted = hooks is not None
@@ -250,6 +275,30 @@ class KvmmCachePolicy(CachePolicy):
             self._access, self._insert = policy.on_access, policy.on_insert
         else:
             self._access, self._insert = hooks[0], hooks[1]
+        self._extra_victims = getattr(policy, "extra_victims", None)
+        if self._extra_victims is not None:
+            self._policy_access, self._policy_insert = self._access, self._insert
+            self._access, self._insert = self._access_dropping, self._insert_dropping
+
+    def _access_dropping(self, key: OffloadKey) -> None:
+        """An access for a policy with ``extra_victims``: those keys first; a dropped key is new."""
+        if key in self._dropped:
+            del self._dropped[key]
+            self._insert_dropping(key, 1)
+            return
+        self._drop_extra(key, None)
+        self._policy_access(key)
+
+    def _insert_dropping(self, key: OffloadKey, size: int) -> None:
+        self._drop_extra(key, size)
+        self._policy_insert(key, size)
+
+    def _drop_extra(self, key: OffloadKey, size: int | None) -> None:
+        """Remove the keys the policy's ``extra_victims`` names for a reference to ``key`` (chunks
+        in use protected), as ManagedTier evicts them, and keep them as dropped."""
+        for victim in self._extra_victims(key, size, self._in_use | {key}):
+            self.policy.on_remove(victim)
+            self._dropped[victim] = None
 
     def _register_pending(self) -> None:
         """Tell the policy about the chunks inserted since the last call, each request's batch

@@ -124,6 +124,20 @@ class LIRSPolicy:
         self._pending = None
         self._delete(key)
 
+    def on_evict(self, key: Hashable) -> None:
+        """``key`` leaves as a victim the owner chose from :meth:`victims` (not a delete): a
+        resident HIR key stays in S as non-resident, as libCacheSim's eviction step leaves it, so
+        a reference that comes back while it is in S makes it LIR; an LIR key (listed after Q
+        when Q has too few) is removed as :meth:`on_remove` removes it.  For an owner that
+        evicts without naming the incoming entry (vLLM's ``evict(n)``: a batch).
+        Runtime complexity: O(1) amortised."""
+        self._require_resident(key)
+        self._pending = None
+        if key in self._q.prev:
+            self._leave_q(key)
+        else:
+            self._delete(key)
+
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` victims without changing the order.  With ``incoming``: the keys its
@@ -320,15 +334,19 @@ class LIRSPolicy:
         victim = next((k for k in self._q.bottom_up() if k not in protected), None)
         if victim is None:
             return False
-        size = self._q_size[victim]
-        self._unlink(self._q, victim, self._q_size)
-        self._add("hir", -size)
-        self._add("occ", -size)
-        if victim in self._s.prev:
-            self._put(self._res, victim, False)
-            self._push(self._nh, victim)
+        self._leave_q(victim)
         dropped.append(victim)
         return True
+
+    def _leave_q(self, key: Hashable) -> None:
+        """Resident HIR ``key`` leaves the cache: out of Q, non-resident in S if it is there."""
+        size = self._q_size[key]
+        self._unlink(self._q, key, self._q_size)
+        self._add("hir", -size)
+        self._add("occ", -size)
+        if key in self._s.prev:
+            self._put(self._res, key, False)
+            self._push(self._nh, key)
 
     def _demote(self, hirs_limit: int, protected: frozenset, dropped: list) -> bool:
         """S's bottom LIR key leaves S for Q's top (or the cache, when larger than hirs_limit); prune."""

@@ -155,6 +155,20 @@ class TwoQPolicy:
         else:
             self._pop(key, self._am, "Am")
 
+    def on_evict(self, key: Hashable) -> None:
+        """``key`` leaves as a victim the owner chose from :meth:`victims` (not a delete): an A1in
+        key becomes A1out's newest ghost, as in libCacheSim's eviction step; an Am key just
+        leaves.  For an owner that evicts without naming the incoming entry (vLLM's
+        ``evict(n)``: a batch).  Runtime complexity: O(1) plus the ghosts forgotten."""
+        if as_hashable(key) in self._a_in:
+            self._pending = self._ghost_hit = None
+            self._remember(key, self._pop(key, self._a_in, "A1in"))
+        elif key in self._am:
+            self._pending = self._ghost_hit = None
+            self._pop(key, self._am, "Am")
+        else:
+            raise UnknownKeyError(f"TwoQPolicy does not track {key!r} as resident; expected a key passed to on_insert")
+
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` victims, without changing the order: libCacheSim's eviction loop

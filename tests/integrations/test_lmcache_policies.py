@@ -14,7 +14,7 @@ from lmcache.v1.storage_backend import cache_policy as lmc_policies
 
 import kvmm.integrations.lmcache as kl
 from kvmm.errors import BadInputError
-from kvmm.policies import ARCPolicy, LRUPolicy
+from kvmm.policies import EVICTION_POLICIES, ARCPolicy, LRUPolicy
 from kvmm.traces import load_mooncake
 
 N_REQUESTS = 1500
@@ -44,9 +44,11 @@ def test_register_adds_the_names_lmcache_resolves(registered):
 
 def check_tracks_resident(backend):
     def check():
-        policy = backend.cache_policy.policy
-        assert set(policy.keys()) == set(backend.hot_cache)
-        policy.check()
+        ours = backend.cache_policy
+        # every resident chunk is tracked by the policy or dropped by it (self-evicted), once
+        assert set(ours.policy.keys()) | set(ours.dropped) == set(backend.hot_cache)
+        ours.check()
+        ours.policy.check()
     return check
 
 
@@ -118,3 +120,67 @@ def test_make_cache_policy_from_any_eviction_policy():
     with pytest.raises(BadInputError, match="LMCache's own"):
         kl.register_cache_policies({"lru": LRUPolicy})
     assert lmc_policies.POLICY_MAPPING["LRU"] is lmc_policies.LRUCachePolicy
+
+
+ONLINE = sorted(name for name, cls in EVICTION_POLICIES.items() if not getattr(cls, "offline", False))
+
+
+def order_backend(order, factory=None):
+    name = f"KVMM_TEST_{order.upper()}"
+    kl.register_cache_policies({name: factory or EVICTION_POLICIES[order]})
+    return cpu_backend(name.lower(), CAPACITY)
+
+
+@pytest.mark.parametrize("order", ONLINE)
+def test_every_order_replays_a_trace_in_lmcache(trace, order):
+    backend = order_backend(order)
+    result = replay(backend, trace, N_REQUESTS, check=check_tracks_resident(backend))
+    assert sum(r[0] for r in result) > 1000 and sum(len(r[2]) for r in result) > 5000
+    assert isinstance(backend.cache_policy.policy, EVICTION_POLICIES[order])
+
+
+def test_2q_in_lmcache_keeps_ghosts_and_promotes_them_unlike_fifo(trace):
+    # LMCache pops the candidates itself: the mapping calls on_evict for them, so an A1in victim
+    # becomes a ghost and its return enters Am (with on_remove, a delete, 2Q would be FIFO)
+    twoq, fifo = order_backend("2q"), order_backend("fifo")
+    a = replay(twoq, trace, N_REQUESTS, check=check_tracks_resident(twoq))
+    b = replay(fifo, trace, N_REQUESTS)
+    queues = twoq.cache_policy.policy.queues()
+    assert queues["A1out"] and queues["Am"]
+    assert [r[0] for r in a] != [r[0] for r in b]
+
+
+class EvictsOnThirdInsert(LRUPolicy):
+    """LRU that, like 2Q's Am quota or LIRS's demotions, evicts a key on its own: inserting the
+    third distinct key names the least recent one (a test double of a self-evicting policy)."""
+
+    def extra_victims(self, key, size, protected=()):
+        if size is None or len(self) != 2:
+            return []
+        return [k for k in self.victims(1, protected)]
+
+
+def test_self_evicted_chunks_are_dropped_then_offered_first_and_a_hit_reinserts_them():
+    kl.register_cache_policies({"KVMM_TEST_SELF": EvictsOnThirdInsert})
+    backend = cpu_backend("kvmm_test_self", 4)
+    ours, keys = backend.cache_policy, [chunk_key(h) for h in range(5)]
+    check = check_tracks_resident(backend)
+    for i, key in enumerate(keys[:3]):
+        obj = new_chunk(backend, fill=i)
+        backend.submit_put_task(key, obj)
+        obj.ref_count_down()
+        check()
+    # the third insert dropped keys[0]: still in LMCache (loadable), no longer in the policy
+    assert list(ours.dropped) == [keys[0]] and ours.policy.keys() == [keys[1], keys[2]]
+    assert backend.contains(keys[0])
+    assert ours.get_evict_candidates(backend.hot_cache, 2) == [keys[0], keys[1]]
+    # a hit on the dropped chunk brings it back to the policy as a new entry (most recent),
+    # an insert like any other: the policy's third key again drops its least recent, keys[1]
+    assert backend.contains(keys[0], pin=True)
+    backend.touch_cache()
+    backend.unpin(keys[0])
+    check()
+    assert list(ours.dropped) == [keys[1]] and ours.policy.keys() == [keys[2], keys[0]]
+    assert backend.remove(keys[1]) and backend.remove(keys[2])  # forced removes: deletes
+    check()
+    assert not ours.dropped and ours.policy.keys() == [keys[0]]
