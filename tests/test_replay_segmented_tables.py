@@ -65,3 +65,23 @@ def test_wtinylfu_counters_spill_past_uint16_halve_and_wrap_as_uint32():
     assert (int(counts[0]) + int(overflow[0]), int(counts[3])) == (spill + 2, 4)
     wtinylfu_kernels.halve(counts, overflow)  # 65537 -> 32768 leaves the overflow array
     assert counts.tolist() == [32768, 0, 3, 2] and overflow.tolist() == [0, 0, 0, 0]
+
+
+def test_wtinylfu_fused_estimate_and_add_equal_the_two_passes():
+    # the window victim's estimate-then-add in one pass, and main's victim's estimate as it was
+    # before that add, against the separate kernels; slots shared between the keys, repeated
+    # within a key, and counters in the overflow array
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        width, hashes = 12, 10
+        node = np.zeros((2, 16), np.int32)
+        node[:, 4:14] = rng.integers(0, width, (2, hashes))
+        counts = rng.choice(np.array([0, 1, 5, 0xFFFE, 0xFFFF], np.uint16), width)
+        overflow = np.where(counts == 0xFFFF, rng.integers(0, 1000, width), 0).astype(np.uint32)
+        c2, o2 = counts.copy(), overflow.copy()
+        m_before = wtinylfu_kernels.sketch_estimate(c2, o2, node, hashes, 1)
+        w_before = wtinylfu_kernels.sketch_estimate(c2, o2, node, hashes, 0)
+        wtinylfu_kernels.sketch_add(c2, o2, node, hashes, 0, False)
+        assert wtinylfu_kernels.sketch_estimate_add(counts, overflow, node, hashes, 0) == w_before
+        assert counts.tolist() == c2.tolist() and overflow.tolist() == o2.tolist()
+        assert wtinylfu_kernels.sketch_estimate_before_add(counts, overflow, node, hashes, 1, 0) == m_before

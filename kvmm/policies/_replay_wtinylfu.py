@@ -24,7 +24,8 @@ Where the time goes, and what the kernel does about it (each step changes no hit
 * counters only grow between halvings, so main's victim's estimate, once read, is a lower bound
   until that victim changes or the sketch halves: a window victim whose estimate does not exceed
   it loses without reading the victim's counters again (the common case: most window victims
-  were referenced once).
+  were referenced once); then the window victim's estimate and its add are one pass over its
+  counters.
 
 Runtime complexity: O(hashes) per reference plus the keys the window hands to main and the
 cooling moves (amortised O(1)); O(width) per halving, once every ``32 * main`` main hits.
@@ -191,16 +192,23 @@ def evict_one(main_used, main_cap, window, n_seg, node, segs, counts, overflow, 
             sketch_add(counts, overflow, node, hashes, w, may_saturate)
             continue
         m = slru_victim(n_seg, segs)
-        estimate_w = sketch_estimate(counts, overflow, node, hashes, w)
-        if bound[0] != m or estimate_w > bound[1]:  # the bound does not decide: read m's counters
-            bound[0] = m
-            bound[1] = sketch_estimate(counts, overflow, node, hashes, m)
+        if bound[0] == m and not may_saturate:
+            # the common case: w's estimate and its add in one pass over its counters; should
+            # the bound not decide, m's estimate is read as it was before w's add
+            estimate_w = sketch_estimate_add(counts, overflow, node, hashes, w)
+            if estimate_w > bound[1]:
+                bound[1] = sketch_estimate_before_add(counts, overflow, node, hashes, m, w)
+        else:
+            estimate_w = sketch_estimate(counts, overflow, node, hashes, w)
+            if bound[0] != m or estimate_w > bound[1]:  # the bound does not decide: read m's counters
+                bound[0] = m
+                bound[1] = sketch_estimate(counts, overflow, node, hashes, m)
+            sketch_add(counts, overflow, node, hashes, w, may_saturate)
         if estimate_w > bound[1]:
             main_used -= slru_evict(n_seg, node, segs)
             main_used = window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs)
         else:
             unlink(w, node, segs)
-        sketch_add(counts, overflow, node, hashes, w, may_saturate)
         return main_used
     main_used -= slru_evict(n_seg, node, segs)
     return main_used
@@ -255,6 +263,45 @@ def sketch_add(counts, overflow, node, hashes, d, may_saturate):
             overflow[x] = 0
         else:
             overflow[x] += np.uint32(1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sketch_estimate_add(counts, overflow, node, hashes, d):
+    """:func:`sketch_estimate` of key ``d``, then its :func:`sketch_add`, in one pass; only where
+    no counter can saturate (``may_saturate`` False: then none wraps either)."""
+    low = _SATURATED
+    for j in range(hashes):
+        x = node[d, _EXTRA + j]
+        c = counts[x]
+        if c != _SPILL:
+            value = np.uint32(c)
+            counts[x] = c + np.uint16(1)
+        else:
+            value = np.uint32(_SPILL) + overflow[x]
+            overflow[x] += np.uint32(1)
+        if value < low:
+            low = value
+    return low
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sketch_estimate_before_add(counts, overflow, node, hashes, m, w):
+    """Key ``m``'s estimate as it was before :func:`sketch_estimate_add` of key ``w``: each of
+    m's counters less the times it is one of w's (no counter wraps where that is used)."""
+    low = _SATURATED
+    for j in range(hashes):
+        x = node[m, _EXTRA + j]
+        # the counter read of sketch_estimate, written out: a shared helper function for it
+        # (inlined or not) made the whole replay about 2x slower (measured)
+        c = np.uint32(counts[x])
+        if c == _SPILL:
+            c = np.uint32(_SPILL) + overflow[x]
+        for k in range(hashes):
+            if node[w, _EXTRA + k] == x:
+                c -= np.uint32(1)
+        if c < low:
+            low = c
+    return low
 
 
 @njit(cache=True, nogil=True)
