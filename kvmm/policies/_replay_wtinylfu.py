@@ -48,6 +48,10 @@ _AHEAD_ROWS = 16  # references ahead whose node row (links and counter slots) is
 _AHEAD_COUNTERS = 8  # references ahead whose counters are prefetched (their slots are in cache by then)
 _SPILL = np.uint16(0xFFFF)  # a uint16 counter at this value continues in the overflow array
 _SATURATED = np.uint32(0xFFFFFFFF)  # libCacheSim's uint32 counter maximum
+# Estimates are int64, as main's victim's bound: numba widens uint32 arithmetic to uint64, and a
+# uint64 compared with an int64 goes through float64 (int64 estimates: Zipf replay ~10 % faster)
+_SATURATED_I = np.int64(0xFFFFFFFF)
+_SPILL_I = np.int64(0xFFFF)
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -234,12 +238,12 @@ def window_to_main(w, wsize, main_used, main_cap, n_seg, node, segs):
 @njit(cache=True, nogil=True, inline="always")
 def sketch_estimate(counts, overflow, node, hashes, d):
     """The minimum of key ``d``'s counters, the first ``hashes`` of its row (libCacheSim's estimate)."""
-    low = _SATURATED
+    low = _SATURATED_I
     for j in range(hashes):
         x = node[d, _EXTRA + j]
-        c = np.uint32(counts[x])
-        if c == _SPILL:
-            c = np.uint32(_SPILL) + overflow[x]
+        c = np.int64(counts[x])
+        if c == _SPILL_I:
+            c += np.int64(overflow[x])
         if c < low:
             low = c
     return low
@@ -251,7 +255,7 @@ def sketch_add(counts, overflow, node, hashes, d, may_saturate):
     not only the minima), unless its minimum is saturated (2^32 - 1), which only a stream long
     enough (``may_saturate``) can reach, so the check is skipped otherwise.  A counter that is not
     a minimum wraps at 2^32, as libCacheSim's uint32 does."""
-    if may_saturate and sketch_estimate(counts, overflow, node, hashes, d) == _SATURATED:
+    if may_saturate and sketch_estimate(counts, overflow, node, hashes, d) == _SATURATED_I:
         return
     for j in range(hashes):
         x = node[d, _EXTRA + j]
@@ -269,15 +273,15 @@ def sketch_add(counts, overflow, node, hashes, d, may_saturate):
 def sketch_estimate_add(counts, overflow, node, hashes, d):
     """:func:`sketch_estimate` of key ``d``, then its :func:`sketch_add`, in one pass; only where
     no counter can saturate (``may_saturate`` False: then none wraps either)."""
-    low = _SATURATED
+    low = _SATURATED_I
     for j in range(hashes):
         x = node[d, _EXTRA + j]
         c = counts[x]
         if c != _SPILL:
-            value = np.uint32(c)
+            value = np.int64(c)
             counts[x] = c + np.uint16(1)
         else:
-            value = np.uint32(_SPILL) + overflow[x]
+            value = _SPILL_I + np.int64(overflow[x])
             overflow[x] += np.uint32(1)
         if value < low:
             low = value
@@ -288,17 +292,17 @@ def sketch_estimate_add(counts, overflow, node, hashes, d):
 def sketch_estimate_before_add(counts, overflow, node, hashes, m, w):
     """Key ``m``'s estimate as it was before :func:`sketch_estimate_add` of key ``w``: each of
     m's counters less the times it is one of w's (no counter wraps where that is used)."""
-    low = _SATURATED
+    low = _SATURATED_I
     for j in range(hashes):
         x = node[m, _EXTRA + j]
         # the counter read of sketch_estimate, written out: a shared helper function for it
-        # (inlined or not) made the whole replay about 2x slower (measured)
-        c = np.uint32(counts[x])
-        if c == _SPILL:
-            c = np.uint32(_SPILL) + overflow[x]
+        # (inlined or not, returning uint64) made the whole replay about 2x slower (measured)
+        c = np.int64(counts[x])
+        if c == _SPILL_I:
+            c += np.int64(overflow[x])
         for k in range(hashes):
             if node[w, _EXTRA + k] == x:
-                c -= np.uint32(1)
+                c -= 1
         if c < low:
             low = c
     return low
