@@ -1,10 +1,11 @@
-"""kvmm.integrations._policy_factory: the adapters' shared rule for what counts as a policy."""
+"""kvmm.integrations._policy_factory: the adapters' shared rules for what counts as a policy, and
+for the orders that evict other than on request."""
 
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.integrations._policy_factory import policy_factory
-from kvmm.policies import ARCPolicy, LRUPolicy
+from kvmm.integrations._policy_factory import drop_extra_victims, eviction_hook, policy_factory
+from kvmm.policies import ARCPolicy, LRUPolicy, TwoQPolicy
 
 
 def test_a_class_a_factory_and_an_object_each_give_fresh_policies():
@@ -36,3 +37,22 @@ def test_need_contains_refuses_a_policy_without_membership():
     assert policy_factory(NoContains)[1].__class__ is NoContains
     with pytest.raises(BadInputError, match="key in policy"):
         policy_factory(NoContains, need_contains=True)
+
+
+def test_an_eviction_hook_and_the_self_evictions_an_engine_adapter_applies():
+    twoq, lru = TwoQPolicy(capacity=100), LRUPolicy()  # 2Q: Kin 25, Kout 50, Am 75
+    assert eviction_hook(twoq) == twoq.on_evict and eviction_hook(lru) == lru.on_remove
+    for key in "abcd":
+        twoq.on_insert(key, 25)
+    for key in "abc":  # each leaves A1in as an eviction (a ghost; Kout holds two) and comes back into Am
+        eviction_hook(twoq)(key)
+        twoq.on_insert(key, 25)
+    eviction_hook(twoq)("d")
+    assert twoq.queues() == {"A1in": [], "A1out": ["d"], "Am": ["a", "b", "c"]}  # Am at its quota, 75
+    dropped = {}
+    drop_extra_victims(twoq, "d", 25, {"d", "a"}, dropped)  # d's ghost enters the full Am; a protected
+    assert list(dropped) == ["b"] and "b" not in twoq
+    twoq.on_insert("d", 25)
+    drop_extra_victims(twoq, "e", 25, {"e"}, dropped)  # a new key goes to A1in: nothing more
+    assert list(dropped) == ["b"] and twoq.queues()["Am"] == ["a", "c", "d"]
+    twoq.check()

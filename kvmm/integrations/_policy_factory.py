@@ -1,6 +1,8 @@
 """The rules by which every engine adapter (vLLM, LMCache, SGLang) turns what a user passes as a
 policy into kvmm policies: a factory of fresh eviction policies, and an admission policy from its
-configured name and arguments.  Engine-independent: imports no engine."""
+configured name and arguments; and the two rules the cache-policy adapters share for orders that
+evict other than on request (:func:`eviction_hook`, :func:`drop_extra_victims`).
+Engine-independent: imports no engine."""
 
 from __future__ import annotations
 
@@ -59,3 +61,20 @@ def load_admission(spec: Any, kwargs: Any, *, setting: str = "kvmm_admission",
     if not isinstance(policy, AdmissionPolicy):
         raise BadInputError(f"{setting} {spec!r} built a {type(policy).__name__}, which has no admit(request)")
     return policy
+
+
+def eviction_hook(policy: Any) -> Callable[[Any], None]:
+    """What an adapter calls for a victim the engine frees: ``on_evict`` where the policy tells an
+    eviction from a delete (2Q keeps a ghost, LIRS a non-resident entry), else ``on_remove``."""
+    return getattr(policy, "on_evict", policy.on_remove)
+
+
+def drop_extra_victims(policy: Any, key: Any, size: int | None, protected: set, dropped: dict) -> None:
+    """Before a reference to ``key`` (an insert of ``size``, or an access: None), remove from
+    ``policy`` the keys its ``extra_victims`` names (2Q's Am quota, LIRS's demotions), as
+    :class:`~kvmm.tiers.ManagedTier` evicts them, and record them in ``dropped`` (oldest first):
+    the engine still holds them and frees them at its next eviction.  Call only for a policy
+    with ``extra_victims``."""
+    for victim in policy.extra_victims(key, size, protected):
+        policy.on_remove(victim)
+        dropped[victim] = None

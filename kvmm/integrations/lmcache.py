@@ -77,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without LMCache
 
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
 from kvmm.integrations import _framed_value as framed_value
-from kvmm.integrations._policy_factory import policy_factory
+from kvmm.integrations._policy_factory import drop_extra_victims, eviction_hook, policy_factory
 from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.tiers import ManagedTier
@@ -319,8 +319,8 @@ class KvmmCachePolicy(BaseCachePolicy):
 
     def __init__(self) -> None:
         self.policy = type(self).new_policy()
-        self._evict_hook = getattr(self.policy, "on_evict", self.policy.on_remove)
-        self._extra_victims = getattr(self.policy, "extra_victims", None)
+        self._evict_hook = eviction_hook(self.policy)
+        self._drops_extra = hasattr(self.policy, "extra_victims")
         # Resident keys the policy evicted on its own, oldest first: the first candidates.
         self.dropped: dict[Any, None] = {}
         # The policy's candidates of the last get_evict_candidates: popping one is an eviction.
@@ -349,22 +349,22 @@ class KvmmCachePolicy(BaseCachePolicy):
     def get_evict_candidates(self, cache_dict: Any, num_candidates: int = 1) -> list[Any]:
         if num_candidates <= 0:
             return []
-        out = [k for k in self.dropped if _evictable(cache_dict, k)][:num_candidates]
-        self._candidates = set()
-        n = num_candidates
-        while len(out) < num_candidates:
+        dropped = [k for k in self.dropped if _evictable(cache_dict, k)][:num_candidates]
+        wanted = num_candidates - len(dropped)
+        chosen = self._policy_candidates(cache_dict, wanted) if wanted else []
+        self._candidates = set(chosen)
+        return dropped + chosen
+
+    def _policy_candidates(self, cache_dict: Any, wanted: int) -> list[Any]:
+        """Up to ``wanted`` evictable keys in the policy's order (asking for more victims while
+        too many are skipped)."""
+        n = wanted
+        while True:
             order = self.policy.victims(n)
-            chosen = []
-            for key in order:
-                if _evictable(cache_dict, key):
-                    chosen.append(key)
-                    if len(out) + len(chosen) == num_candidates:
-                        break
-            if len(out) + len(chosen) == num_candidates or len(order) < n:
-                self._candidates = set(chosen)
-                return out + chosen
+            out = [key for key in order if _evictable(cache_dict, key)][:wanted]
+            if len(out) == wanted or len(order) < n:
+                return out
             n *= 2
-        return out
 
     def check(self) -> None:
         """Assert every invariant (used by tests)."""
@@ -376,10 +376,8 @@ class KvmmCachePolicy(BaseCachePolicy):
         self.policy.on_insert(key, 1)
 
     def _drop_extra(self, key: Any, size: int | None) -> None:
-        if self._extra_victims is not None:
-            for victim in self._extra_victims(key, size, {key}):
-                self.policy.on_remove(victim)
-                self.dropped[victim] = None
+        if self._drops_extra:
+            drop_extra_victims(self.policy, key, size, {key}, self.dropped)
 
     def _forget(self, key: Any) -> None:
         """``key`` left LMCache: an eviction if it was the policy's candidate, else a delete."""

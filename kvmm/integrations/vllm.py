@@ -86,7 +86,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
         f"import failed with: {exc}") from exc
 
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.integrations._policy_factory import load_admission as _load_admission, policy_factory
+from kvmm.integrations._policy_factory import (drop_extra_victims, eviction_hook, load_admission as _load_admission,
+                                               policy_factory)
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.protocols import AdmissionPolicy
@@ -210,14 +211,14 @@ class KvmmCachePolicy(CachePolicy):
             return []
         blocked = self._in_use | set(protected) if self._in_use else protected
         dropped = [k for k in self._dropped if k not in blocked][:n] if self._dropped else []
-        victims = list(self.policy.victims(n - len(dropped), blocked)) if len(dropped) < n else []
-        if len(dropped) + len(victims) < n:
+        wanted = n - len(dropped)
+        victims = list(self.policy.victims(wanted, blocked))[:wanted] if wanted else []
+        if len(victims) < wanted:
             return None
-        victims = victims[:n - len(dropped)]
-        if not self._trusted and (len(set(victims)) != len(victims)
+        if not self._trusted and (len(set(victims)) != wanted
                                   or any(k not in self.chunks or k in blocked or k in self._dropped for k in victims)):
-            raise KvmmError(f"{type(self.policy).__name__}.victims({n - len(dropped)}, ...) returned {victims!r}: "
-                            f"expected {n - len(dropped)} distinct resident keys outside the protected and in-use chunks")
+            raise KvmmError(f"{type(self.policy).__name__}.victims({wanted}, ...) returned {victims!r}: expected "
+                            f"{wanted} distinct resident keys outside the protected and in-use chunks")
         on_evict, chunks = self._evict_hook, self.chunks
         evicted = []
         for key in dropped:
@@ -266,8 +267,7 @@ class KvmmCachePolicy(CachePolicy):
         registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
         another policy's ``victims`` are checked (distinct, resident, not protected)."""
         self.policy = policy
-        # an eviction, not a delete, where the policy tells the two apart (see the module docstring)
-        self._evict_hook = getattr(policy, "on_evict", policy.on_remove)
+        self._evict_hook = eviction_hook(policy)
         hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
         # A built-in policy's victims are distinct resident unprotected keys (tested): not re-checked.
         self._trusted = hooks is not None
@@ -275,8 +275,7 @@ class KvmmCachePolicy(CachePolicy):
             self._access, self._insert = policy.on_access, policy.on_insert
         else:
             self._access, self._insert = hooks[0], hooks[1]
-        self._extra_victims = getattr(policy, "extra_victims", None)
-        if self._extra_victims is not None:
+        if hasattr(policy, "extra_victims"):
             self._policy_access, self._policy_insert = self._access, self._insert
             self._access, self._insert = self._access_dropping, self._insert_dropping
 
@@ -294,11 +293,7 @@ class KvmmCachePolicy(CachePolicy):
         self._policy_insert(key, size)
 
     def _drop_extra(self, key: OffloadKey, size: int | None) -> None:
-        """Remove the keys the policy's ``extra_victims`` names for a reference to ``key`` (chunks
-        in use protected), as ManagedTier evicts them, and keep them as dropped."""
-        for victim in self._extra_victims(key, size, self._in_use | {key}):
-            self.policy.on_remove(victim)
-            self._dropped[victim] = None
+        drop_extra_victims(self.policy, key, size, self._in_use | {key}, self._dropped)  # chunks in use protected
 
     def _register_pending(self) -> None:
         """Tell the policy about the chunks inserted since the last call, each request's batch

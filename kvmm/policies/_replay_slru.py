@@ -56,10 +56,10 @@ def new_tables(n_unique: int, maxima, n_lists: int, sizes: np.ndarray,
     dtype = np.dtype(np.int32 if narrow else np.int64)
     if extra_columns:
         node = aligned_zeros(n_unique, -(-(_EXTRA + extra_columns) // 16) * 16, dtype)
-        node[:, :_SIZE] = NONE
+        node[:, :_SIZE] = NONE  # sizes and the extra columns stay 0
     else:
         node = np.full((n_unique, 4), NONE, dtype)
-    node[:, _SIZE] = 0
+        node[:, _SIZE] = 0
     segs = np.zeros((4, n_lists), np.int64)
     segs[_HEAD] = NONE
     segs[_TAIL] = NONE

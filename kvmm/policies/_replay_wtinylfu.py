@@ -124,7 +124,8 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, has
     max0 = segs[_MAX, 0]
     node_words = node.reshape(node.size)  # the same memory, flat, for the prefetches
     row = node.shape[1]
-    last = _EXTRA + hashes - 1  # a row's last slot: a second cache line where rows are 128 bytes (int64)
+    # a row is one 64-byte line at int32, two at int64 (see new_tables): the second line's offset
+    second_line = 64 // node.itemsize if row * node.itemsize > 64 else 0
     # main's victim and a lower bound of its estimate (-1: none known); see the module docstring
     bound = np.array([NONE, 0], np.int64)
     main_used = 0  # main's total, kept here rather than summed per miss
@@ -133,7 +134,7 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, has
     for i in range(n):
         if i + _AHEAD_ROWS < n:
             ahead = dense[i + _AHEAD_ROWS]
-            prefetch_row(node_words, ahead, row, last)
+            prefetch_row(node_words, ahead, row, second_line)
         if i + _AHEAD_COUNTERS < n:
             ahead = dense[i + _AHEAD_COUNTERS]
             prefetch_counters(counts, node, hashes, ahead)
@@ -179,7 +180,7 @@ def _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, n_seg, has
                 prefetch_counters(counts, node, hashes, w)
                 w = node[w, _PREV]
                 if w != NONE:
-                    prefetch_row(node_words, w, row, last)
+                    prefetch_row(node_words, w, row, second_line)
     return hits
 
 
@@ -295,8 +296,8 @@ def sketch_estimate_before_add(counts, overflow, node, hashes, m, w):
     low = _SATURATED_I
     for j in range(hashes):
         x = node[m, _EXTRA + j]
-        # the counter read of sketch_estimate, written out: a shared helper function for it
-        # (inlined or not, returning uint64) made the whole replay about 2x slower (measured)
+        # the counter read of sketch_estimate, written out: a shared helper function for the
+        # read (inlined or not, returning uint64 or int64) made the whole replay 2x slower (measured)
         c = np.int64(counts[x])
         if c == _SPILL_I:
             c += np.int64(overflow[x])
@@ -325,10 +326,12 @@ def halve(counts, overflow):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def prefetch_row(node_words, d, row, last):
-    """Prefetch key ``d``'s row: its links and its counter slots (one line at int32)."""
+def prefetch_row(node_words, d, row, second_line):
+    """Prefetch key ``d``'s row, its links and its counter slots: one cache line, or two where
+    ``second_line`` (the second line's offset in the row) is not 0."""
     prefetch(node_words, d * row)
-    prefetch(node_words, d * row + last)
+    if second_line:
+        prefetch(node_words, d * row + second_line)
 
 
 @njit(cache=True, nogil=True, inline="always")
