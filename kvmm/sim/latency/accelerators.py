@@ -18,6 +18,7 @@ from typing import Mapping
 
 from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.sim.latency.arch import ModelArch, dtype_bytes
 
 __all__ = ["Hardware", "HARDWARE", "hardware", "kv_pool_bytes", "ACTIVATION_RESERVE_GIB", "NON_TORCH_GIB"]
 
@@ -122,8 +123,11 @@ def hardware(name_or_hardware: str | Hardware) -> Hardware:
     raise BadInputError(f"unknown hardware {name_or_hardware!r}; expected one of {sorted(HARDWARE)} or a Hardware")
 
 
-def kv_pool_bytes(arch, hw, tp: int = 1, *, gpu_memory_utilization: float = 0.9, weight_dtype: str = "bf16",
-                  kv_dtype: str = "bf16", activation_reserve_bytes: int | None = None) -> int:
+_resolve_hardware = hardware  # kv_pool_bytes's ``hardware`` argument shadows the function's name
+
+
+def kv_pool_bytes(arch: ModelArch | str, hardware: Hardware | str, tp: int = 1, *, gpu_memory_utilization: float = 0.9,
+                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", activation_reserve_bytes: int | None = None) -> int:
     """Bytes of KV cache the instance holds, counted at ``arch.kv_bytes_per_token(kv_dtype)`` per
     token: the simulator's pool has ``kv_pool_bytes // (block_tokens * arch.kv_bytes_per_token(kv_dtype))``
     blocks.
@@ -136,10 +140,8 @@ def kv_pool_bytes(arch, hw, tp: int = 1, *, gpu_memory_utilization: float = 0.9,
     ``activation_reserve_bytes`` (per GPU) defaults to :data:`ACTIVATION_RESERVE_GIB` (dense or
     MoE) plus :data:`NON_TORCH_GIB` (tp 1 or more).  Raises :class:`BadInputError` with the
     figures when the weights and reserve do not fit.  Runtime O(1)."""
-    from kvmm.sim.latency.arch import ModelArch, dtype_bytes
-
     arch = arch if isinstance(arch, ModelArch) else ModelArch.named(arch)
-    hw = hardware(hw)
+    hw = _resolve_hardware(hardware)
     tp = arch.check_tp(tp)
     util = as_fraction(gpu_memory_utilization, "gpu_memory_utilization")
     if activation_reserve_bytes is None:
