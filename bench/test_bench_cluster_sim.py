@@ -20,7 +20,7 @@ import warnings
 import pytest
 
 from bench.conftest import info, size
-from kvmm.cluster import ClusterConfig
+from kvmm.sim import ClusterConfig
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
 
 REQUESTS = size(12_031, 60)  # the whole conversation trace

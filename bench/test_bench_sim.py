@@ -4,7 +4,7 @@ Default composed hierarchy (BlockAllocator GPU pool, one NVMe ManagedTier with L
 CXL staging through the CommitmentLedger), timely staging, load 0.7.  Baselines timed in the
 same run, each producing the same SimResult:
 
-* the same simulator with every controller tick polled (``Engine.skip_idle_ticks = False``:
+* the same simulator with every controller tick polled (``LedgerStaging.skip_idle_ticks = False``:
   the event loop as it was before idle ticks were fast-forwarded);
 * the same simulator with the plain-Python reference ledger (tests/naive/ledger.py), which has
   no ``skip_idle_polls`` and so also polls every tick.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from bench.conftest import SCALE, size
-from kvmm.sim.engine import Engine
+from kvmm.sim.engine.staging import LedgerStaging
 from kvmm.sim.simulator import SimConfig, simulate
 from tests.naive.ledger import NaiveLedger
 
@@ -29,7 +29,7 @@ RESULTS: dict = {}
 
 def _bench(benchmark, factory, role, label, skip=True, monkeypatch=None):
     if not skip:
-        monkeypatch.setattr(Engine, "skip_idle_ticks", False)
+        monkeypatch.setattr(LedgerStaging, "skip_idle_ticks", False)
     # warm: one whole untimed run, so every kernel the replay reaches is compiled (or loaded from
     # numba's cache) and the trace is parsed (simulate parses a file once per process) before timing
     simulate(CONFIG, ledger_factory=factory)

@@ -47,7 +47,8 @@ def toy_config(policy: str, workload=QUEUED_HIT, **kw) -> SimConfig:
 
 
 def run_engine(cfg: SimConfig):
-    """``(SimResult, Engine)`` of a one-instance run (tests read the engine's per-request arrays)."""
+    """``(SimResult, Instance)`` of a one-instance run (tests read the request table and the
+    instance's parts)."""
     from kvmm.sim.simulator import simulate
 
     engines = []
@@ -56,21 +57,24 @@ def run_engine(cfg: SimConfig):
 
 
 def make_engine(cfg: SimConfig, **kw):
-    """An engine built but not run (tests drive its pieces)."""
+    """An instance built but not run (tests drive its pieces)."""
     from kvmm.policies.ledger import CommitmentLedger
-    from kvmm.sim.engine import Engine
+    from kvmm.sim.engine import Instance, RequestTable
     from kvmm.sim.load import arrival_times
-    from kvmm.sim.models import model
+    from kvmm.sim.serving import resolve_serving
     from kvmm.sim.simulator import resolve_trace
 
     t = resolve_trace(cfg.workload, cfg.max_requests)
-    m = model(cfg.model)
-    return Engine(cfg, m, t, arrival_times(t, m, cfg), CommitmentLedger, None, **kw)
+    serving = resolve_serving(cfg)
+    table = RequestTable(t, arrival_times(t, serving, cfg), priority_share=cfg.high_priority_share,
+                         priority_seed=cfg.priority_seed)
+    return Instance(cfg, serving, table, CommitmentLedger, None, **kw)
 
 
 def finish(eng):
-    """Run a built engine to the end and return its SimResult."""
-    from kvmm.sim.simulator import collect
+    """Run a built instance to the end and return its SimResult."""
+    from kvmm.sim.results import collect
+    from kvmm.sim.simulator import prompt_tokens
 
     end = eng.run()
-    return collect(eng.cfg, eng.model, [eng], eng.trace, eng.arrival, end)
+    return collect(eng.cfg, eng.serving, [eng], [eng.table], eng.table.arrival, end, prompt_tokens(eng.table.trace))

@@ -1,4 +1,4 @@
-"""The cluster in the simulator (kvmm.cluster.sim): routing, shared tiers, fabric contention.
+"""The cluster in the simulator (kvmm.sim.engine.cluster): routing, shared tiers, fabric contention.
 
 Cross-checks from the issue: a cluster of one instance with a shared tier equals that instance
 alone with the tier private; a shared LRU tier's block hits, requests replayed one at a time,
@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kvmm.cluster.config import ClusterConfig
+from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.errors import BadInputError
 from kvmm.policies.stack_distance import StackDistanceTracker
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate

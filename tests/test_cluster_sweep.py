@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from kvmm.cluster import ClusterConfig
+from kvmm.sim import ClusterConfig
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
 from kvmm.sim._sweep import sweep
 

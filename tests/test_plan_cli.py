@@ -8,7 +8,7 @@ import pytest
 
 import kvmm.plan.core as core
 from kvmm.cli import main
-from kvmm.cluster.cost import Prices
+from kvmm.sim.cost import Prices
 from kvmm.errors import BadInputError
 from kvmm.plan import SLO, TierCandidate
 from kvmm.plan._cli import parse_budget, parse_duration

@@ -21,7 +21,7 @@ def ttft_of_r2(res_cfg):
     from tests.sim_helpers import run_engine
 
     res, eng = run_engine(res_cfg)
-    return res, eng.first_token - eng.arrival
+    return res, eng.table.first_token - eng.table.arrival
 
 
 def test_on_demand_puts_staging_on_the_critical_path():
@@ -175,7 +175,7 @@ def test_admission_stays_work_conserving_when_the_window_waits_for_held_capacity
     eng._arrive(3, waiting)
     # r3's hit is staged and ready, holding 1,024,000 of 1,500,000 bytes; r2 (first in line)
     # cannot be granted, and the batch window (max_batch 1) holds only r2
-    c3 = int(eng.claim_id[3])
+    c3 = int(eng.table.claim_id[3])
     eng.ledger.request([c3], now=1.0)
     assert eng.ledger.poll(1.0, timely=False).tolist() == [c3]
     eng.ledger.mark_ready([c3], now=1.0)
@@ -263,7 +263,7 @@ def test_the_trace_block_size_sets_the_pool_block_size():
     res, eng = run_engine(toy_config("on-demand", workload=t, gpu_prefix_cache=True))
     assert eng.hier.pool.block_size == 16 and eng.block_bytes == 16 * 1000
     assert res.gpu_hit_token_share == pytest.approx(32 / 80)
-    assert (eng.first_token - eng.arrival)[1] == pytest.approx(16 / 1000)  # only the third block is computed
+    assert (eng.table.first_token - eng.table.arrival)[1] == pytest.approx(16 / 1000)  # only the third block is computed
 
 
 def test_a_trace_file_is_parsed_once_per_process_and_read_only(tmp_path):

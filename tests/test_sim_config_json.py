@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.cli import main
-from kvmm.cluster.config import ClusterConfig
-from kvmm.cluster.cost import Prices
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.cost import Prices
 from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 from kvmm.errors import BadInputError
 from kvmm.sim.config import ADMISSION_NAMES, GiB, PDConfig, SimConfig, TierLevel

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmm.sim._engine_kernels import _claims_work_ahead, _first_tick_not_before
+from kvmm.sim.engine._kernels import _claims_work_ahead, _first_tick_not_before
 
 
 def reference(prefill, budget, room, max_batch):

@@ -17,7 +17,7 @@ LOAD_S = 1_024_000 / 1e7
 
 def run(cfg):
     res, eng = run_engine(cfg)
-    return res, eng.first_token - eng.arrival
+    return res, eng.table.first_token - eng.table.arrival
 
 
 def test_on_demand_recomputes_when_staging_is_slower():
@@ -78,7 +78,7 @@ def test_a_request_waiting_for_its_kv_takes_no_prefill_budget():
     eng._arrive(3, waiting)
     admitted = eng._admit(waiting, 0, 1.0)
     assert admitted == [3] and waiting == [2]
-    assert int(eng.ledger.state_of([int(eng.claim_id[2])])[0]) == STAGING  # escalated and granted
+    assert int(eng.ledger.state_of([int(eng.table.claim_id[2])])[0]) == STAGING  # escalated and granted
 
 
 def test_a_waiting_request_still_takes_a_batch_slot():
@@ -119,7 +119,7 @@ def test_a_high_priority_request_jumps_the_queue():
             (5001, 1024, 1, [40, 41]), (5002, 1024, 1, [50, 51])]
     eng = _priority_engine("timely", rows, [1, 1, 1, 0])
     eng.run()
-    ttft = eng.first_token - eng.arrival
+    ttft = eng.table.first_token - eng.table.arrival
     # one request per step: r1 until 9.096, then r3 (high) until 10.12, then r2 until 11.144
     assert ttft[3] == pytest.approx(10.12 - 5.002)
     assert ttft[2] == pytest.approx(11.144 - 5.001)
@@ -138,7 +138,7 @@ def test_immediate_capacity_held_for_a_request_pushed_back_forces_a_recompute():
     # cannot get capacity until r3 runs, so at 9.096 it recomputes (1.536 s), then r3 runs
     eng = _priority_engine("immediate", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
     res = finish(eng)
-    ttft = eng.first_token - eng.arrival
+    ttft = eng.table.first_token - eng.table.arrival
     assert ttft[4] == pytest.approx(9.096 + 1.536 - 5.002)
     assert ttft[3] == pytest.approx(9.096 + 1.536 + LOAD_S + 0.512 - 5.001)
     assert (res.claims_recomputed, res.ready_in_time) == (1, 1)
@@ -151,7 +151,7 @@ def test_timely_stages_the_request_used_first():
     # r4's claim first (ready by 9.096), and r3's once r4's step has read its data
     eng = _priority_engine("timely", PRIORITY_ROWS, [1, 1, 1, 1, 0], fast_tier=TOY_FAST.with_capacity(1_500_000))
     res = finish(eng)
-    ttft = eng.first_token - eng.arrival
+    ttft = eng.table.first_token - eng.table.arrival
     assert ttft[4] == pytest.approx(9.096 + LOAD_S + 0.512 - 5.002)  # ready in time
     released = 9.096 + LOAD_S
     # r3 is granted at the first controller poll after 9.1984 (5 ms grid), staged in 1.034 s,

@@ -1,13 +1,19 @@
-"""Single-instance (and round-robin, PD) results stay bit-identical to before the cluster work.
+"""Single-instance (and round-robin, PD) results stay bit-identical to before the cluster work,
+on the old clock: the constant-rate model with whole prefills (``latency="constant"``, whose
+default scheduler is the old one) and the old 96 GiB KV pool.
 
 The md5 of each configuration's ``SimResult`` fields as they were at commit 28518b3 (before
 ``kvmm.cluster``; fields added since are not part of the digest) is pinned here: the engine's
 event loop, the hierarchy and the collection were refactored for routed instances and
-write-back demotion, and none of that may change a result when no cluster is given.
+write-back demotion, then split into parts (request table, scheduler, staging controller,
+clock, stats; PD as roles of the same loop), and none of that may change a result on the old
+clock.
 
 Deliberate model fixes that changed digests (each in its own commit, which says why):
 ``default``, ``instances4``, ``two-tiers-arc`` (timely staging): the ledger no longer learns idle
 time between polls as a poll gap (its trigger fired early after every idle stretch).
+``pd``: PD now reports ``max_running`` (the largest decode batch of any decode instance; it was
+left 0); every other field is as before.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ DIGESTS = {
     'immediate': '70084b6a6a9e5dab32df77c3b4d70ac4',
     'on-demand-synth': '06935c099031bef71584ccb90ca364db',
     'wt-lru': '210098cad3e79cfa6fc0d55d6fc19fa3',
-    'pd': 'fa82e1af7cccd5b649490bad404a9a84'
+    'pd': 'aee7f0bdb21a770cb1d05bb636f14426'
 }
 
 
@@ -36,14 +42,16 @@ def digest(result) -> str:
     return hashlib.md5(repr([(k, values[k]) for k in FIELDS]).encode()).hexdigest()
 
 
+OLD_CLOCK = dict(model="llama3-8b", latency="constant", chunked_prefill=False, gpu_kv_bytes=96 * GiB)
+
 CONFIGS = {
- "default": SimConfig(),
- "instances4": SimConfig(instances=4, max_requests=3000),
- "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"), TierLevel("nvme", admission="refill-filter")]),
- "immediate": SimConfig(max_requests=3000, policy="immediate", load=0.9),
- "on-demand-synth": SimConfig(workload="synthetic", max_requests=2000, policy="on-demand"),
- "wt-lru": SimConfig(max_requests=3000, policy="write-through-lru"),
- "pd": SimConfig(max_requests=2000, pd=PDConfig(2, 2)),
+ "default": SimConfig(**OLD_CLOCK),
+ "instances4": SimConfig(instances=4, max_requests=3000, **OLD_CLOCK),
+ "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"), TierLevel("nvme", admission="refill-filter")], **OLD_CLOCK),
+ "immediate": SimConfig(max_requests=3000, policy="immediate", load=0.9, **OLD_CLOCK),
+ "on-demand-synth": SimConfig(workload="synthetic", max_requests=2000, policy="on-demand", **OLD_CLOCK),
+ "wt-lru": SimConfig(max_requests=3000, policy="write-through-lru", **OLD_CLOCK),
+ "pd": SimConfig(max_requests=2000, pd=PDConfig(2, 2), **OLD_CLOCK),
 }
 
 

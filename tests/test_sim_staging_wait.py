@@ -24,17 +24,17 @@ IDLE_HIT = trace([(0, 1024, 1, [0, 1]), (5000, 1536, 1, [0, 1, 2])])
 def test_on_demand_waits_the_whole_copy_after_it_is_needed():
     res, eng = run_engine(toy_config("on-demand", recompute_fallback=False))
     # r2 is needed at R1_END (r1's step ends), its copy starts then: ready STAGE_S later
-    assert eng.need_at[2] == pytest.approx(R1_END)
-    assert eng.kv_ready_at[2] == pytest.approx(R1_END + STAGE_S)
-    assert np.isnan(eng.need_at[:2]).all()  # r0, r1 have no claims
+    assert eng.table.need_at[2] == pytest.approx(R1_END)
+    assert eng.table.kv_ready_at[2] == pytest.approx(R1_END + STAGE_S)
+    assert np.isnan(eng.table.need_at[:2]).all()  # r0, r1 have no claims
     assert (res.staging_wait_s_mean, res.staging_wait_s_p95, res.staging_wait_s_total) == pytest.approx((STAGE_S,) * 3)
 
 
 @pytest.mark.parametrize("policy", ["immediate", "immediate-edf", "timely"])
 def test_early_staging_is_ready_before_the_queue_reaches_it(policy):
     res, eng = run_engine(toy_config(policy, recompute_fallback=False))
-    assert eng.need_at[2] == pytest.approx(R1_END)
-    assert eng.kv_ready_at[2] <= R1_END
+    assert eng.table.need_at[2] == pytest.approx(R1_END)
+    assert eng.table.kv_ready_at[2] <= R1_END
     assert (res.staging_wait_s_mean, res.staging_wait_s_p95, res.staging_wait_s_total) == (0.0, 0.0, 0.0)
 
 
@@ -43,7 +43,7 @@ def test_without_notice_an_idle_engine_waits_the_copy_under_every_policy(policy)
     # the hit is found at arrival, the engine is idle: every policy starts the copy at 5.0 s
     res, eng = run_engine(toy_config(policy, workload=IDLE_HIT, recompute_fallback=False))
     assert res.staging_wait_s_total == pytest.approx(STAGE_S)
-    assert eng.first_token[1] - eng.arrival[1] == pytest.approx(STAGE_S + LOAD_S + 0.512)
+    assert eng.table.first_token[1] - eng.table.arrival[1] == pytest.approx(STAGE_S + LOAD_S + 0.512)
 
 
 def test_notice_lets_early_staging_hide_the_copy_and_on_demand_still_pays_it():

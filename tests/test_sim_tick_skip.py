@@ -9,7 +9,7 @@ import pytest
 
 from kvmm.policies.ledger import CommitmentLedger
 from kvmm.sim.config import STAGING_NAMES, TierLevel
-from kvmm.sim.engine import Engine
+from kvmm.sim.engine.staging import LedgerStaging
 from kvmm.sim.simulator import GiB, SimConfig, simulate
 from kvmm.tiers.spec import preset
 from kvmm.traces import agent_trace
@@ -37,7 +37,7 @@ class CountingLedger(CommitmentLedger):
 
 
 def run(cfg, skip, monkeypatch):
-    monkeypatch.setattr(Engine, "skip_idle_ticks", skip)
+    monkeypatch.setattr(LedgerStaging, "skip_idle_ticks", skip)
     CountingLedger.polls = 0
     res = simulate(cfg, ledger_factory=CountingLedger)
     return replace(res, load=0.0) if cfg.load is None else res, CountingLedger.polls  # load nan != nan

@@ -1,12 +1,16 @@
-"""kvmm.cluster: many serving instances over shared KV tiers: the global block index, the
-routers that pick an instance per request and what they read (a :class:`ClusterView`),
-the fabric presets, the cost account, and the cluster configuration of the simulator.
+"""kvmm.cluster: the control plane of many serving instances over shared KV tiers: the global
+block index (fed by KV events), the routers that pick an instance per request and what they
+read (a :class:`ClusterView`), and the fabric presets.  It never imports the simulator: the
+cluster configuration, its driver and the cost account live in :mod:`kvmm.sim`.
 
 Imports are lazy, so ``import kvmm.cluster`` compiles nothing; the first use of a name loads
 its module.
 """
 
 from __future__ import annotations
+
+import importlib
+import warnings
 
 from kvmm._lazy import lazy_exports
 
@@ -19,23 +23,37 @@ _LAZY = {
     "make_router": "kvmm.cluster.routers",
     "checked_route": "kvmm.cluster.routers",
     "ROUTERS": "kvmm.cluster.routers",
+    "INDEX_ROUTERS": "kvmm.cluster.routers",
     "RoundRobinRouter": "kvmm.cluster.routers",
     "LeastLoadedRouter": "kvmm.cluster.routers",
     "SessionRouter": "kvmm.cluster.routers",
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
-    "Prices": "kvmm.cluster.cost",
-    "parse_prices": "kvmm.cluster.cost",
-    "cost_account": "kvmm.cluster.cost",
-    "CostAccount": "kvmm.cluster.cost",
     "FabricSpec": "kvmm.cluster.fabric",
     "FABRIC_PRESETS": "kvmm.cluster.fabric",
     "fabric_preset": "kvmm.cluster.fabric",
-    "ClusterConfig": "kvmm.cluster.config",
-    "simulate_cluster": "kvmm.cluster.sim",
+}
+
+#: names that moved to kvmm.sim (the simulator's side of a cluster); still reachable here for one
+#: release, with a DeprecationWarning that says where they live now
+MOVED = {
+    "ClusterConfig": "kvmm.sim.cluster_config",
+    "Prices": "kvmm.sim.cost",
+    "parse_prices": "kvmm.sim.cost",
+    "cost_account": "kvmm.sim.cost",
+    "CostAccount": "kvmm.sim.cost",
+    "simulate_cluster": "kvmm.sim.engine.cluster",
 }
 
 __all__ = sorted(_LAZY)
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+_lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> object:
+    if name in MOVED:
+        warnings.warn(f"kvmm.cluster.{name} moved to {MOVED[name]} (also exported by kvmm.sim); this alias goes in "
+                      "the next release", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(MOVED[name]), name)
+    return _lazy_getattr(name)

@@ -30,7 +30,10 @@ from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError
 
 __all__ = ["RoundRobinRouter", "LeastLoadedRouter", "SessionRouter", "ApproxPrefixRouter", "PrecisePrefixRouter",
-           "WeightedRouter", "ROUTERS", "make_router", "checked_route"]
+           "WeightedRouter", "ROUTERS", "INDEX_ROUTERS", "make_router", "checked_route"]
+
+#: routers (by name) that read the global block index; the simulator builds and feeds it for them
+INDEX_ROUTERS = ("precise-prefix", "weighted")
 
 
 @dataclass

@@ -30,7 +30,7 @@ def point_config(base: Any, candidates: Sequence[Any], capacities: Sequence[int]
         level = TierLevel(cand.kind, eviction=cand.eviction, admission=cand.admission, capacity_bytes=int(cap))
         (shared if cand.shared else private).append(level)
     if shared or base.cluster is not None:
-        from kvmm.cluster.config import ClusterConfig
+        from kvmm.sim.cluster_config import ClusterConfig
 
         cluster = base.cluster if base.cluster is not None else ClusterConfig(instances=instances)
         cluster = replace(cluster, instances=instances, shared_tiers=tuple(shared))

@@ -167,8 +167,8 @@ def _spec_usd_h(spec: Any, capacity: int, prices: Any) -> float:
 def staging_costs(base: Any, cands: tuple) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per staged byte and latency of each candidate as the engine stages from it:
     ``stage_efficiency x`` read bandwidth capped by the fast tier's write bandwidth; a shared
-    level through the cluster's fabric link (kvmm.cluster.sim)."""
-    from kvmm.cluster.config import ClusterConfig
+    level through the cluster's fabric link (kvmm.sim.engine.cluster)."""
+    from kvmm.sim.cluster_config import ClusterConfig
     from kvmm.tiers.spec import preset
 
     fabric = base.cluster.fabric if base.cluster is not None else ClusterConfig().fabric
@@ -194,8 +194,8 @@ def pareto(cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
 
 
 def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, instances: int) -> PlanPoint:
-    """The PlanPoint of combination ``j``, priced with :func:`kvmm.cluster.cost.cost_account`."""
-    from kvmm.cluster.cost import cost_account
+    """The PlanPoint of combination ``j``, priced with :func:`kvmm.sim.cost.cost_account`."""
+    from kvmm.sim.cost import cost_account
     from kvmm.tiers.spec import preset
 
     caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
@@ -330,7 +330,7 @@ def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list
 
 # ---------------------------------------------------------------------- input checks
 def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress):
-    from kvmm.cluster.cost import Prices, parse_prices
+    from kvmm.sim.cost import Prices, parse_prices
     from kvmm.sim.config import SimConfig
     from kvmm.tiers.spec import preset
 

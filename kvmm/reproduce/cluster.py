@@ -1,6 +1,6 @@
 """Report section "cluster": the KV cache as a shared device (issue 20, item 5).
 
-Four experiments on the cluster simulator (:mod:`kvmm.cluster.sim`, whose module docstring is
+Four experiments on the cluster simulator (:mod:`kvmm.sim.engine.cluster`, whose module docstring is
 the model), every assumption stated in the report text:
 
 1. shared pool vs private tiers at equal total capacity, for N = 4, 8 and 16 instances;
@@ -71,7 +71,7 @@ def reproduce(report) -> None:
 
     report.heading("Cluster: shared KV pools, KV-aware routing, demotion and the cost account")
     report.text(
-        f"Cluster simulator (kvmm.cluster.sim; its module docstring is the model).  Workload: the bundled Mooncake "
+        f"Cluster simulator (kvmm.sim.engine.cluster; its module docstring is the model).  Workload: the bundled Mooncake "
         f"conversation trace, requests {names} ({n_slices} disjoint slices{'' if quick else ': the whole trace'}), each "
         f"slice's arrivals rescaled to load {LOAD} over all the cluster's GPUs.  Runs are deterministic: "
         "`priority_seed` only draws priority classes and there is no high-priority class here, so it changes "
@@ -119,7 +119,7 @@ def _shared_vs_private(report, slices, quick) -> dict:
 
 
 def _design_config(w: KVTrace, n: int, design: str) -> SimConfig:
-    from kvmm.cluster import ClusterConfig
+    from kvmm.sim import ClusterConfig
 
     if design == "private":
         return SimConfig(workload=w, load=LOAD, model=MODEL, tiers=(TierLevel("dram", capacity_bytes=TOTAL_CAPACITY // n),),
@@ -137,7 +137,7 @@ def _design_label(n: int, design: str) -> str:
 
 # --------------------------------------------------------------------------- experiment 2
 def _routers(report, slices) -> dict:
-    from kvmm.cluster import ClusterConfig
+    from kvmm.sim import ClusterConfig
 
     n = ROUTER_INSTANCES
     routers = {label: (name, params) for label, name, params in ROUTER_SETTINGS}
@@ -182,7 +182,7 @@ def _routers(report, slices) -> dict:
 
 # --------------------------------------------------------------------------- experiment 3
 def _fill(report, slices) -> None:
-    from kvmm.cluster import ClusterConfig
+    from kvmm.sim import ClusterConfig
 
     n = ROUTER_INSTANCES
     fills = {label: (dram_kw, pool_kw) for label, dram_kw, pool_kw in FILL_SETTINGS}

@@ -191,7 +191,7 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
 
 def _design_config(w, routing: str, label: str, kind, shared: bool, capacity: int) -> SimConfig:
     """The SimConfig of one design on slice ``w``: the planner's own point config (kvmm.plan._configs)."""
-    from kvmm.cluster import ClusterConfig
+    from kvmm.sim import ClusterConfig
     from kvmm.plan import TierCandidate
     from kvmm.plan._configs import point_config
 

@@ -1,4 +1,5 @@
-"""kvmm.sim: a serving simulator composed from kvmm's own structures (TempoKV staging).
+"""kvmm.sim: a serving simulator composed from kvmm's own structures (TempoKV staging), on a
+physical clock (:mod:`kvmm.sim.latency`: roofline step times, chunked prefill, KV from memory).
 
 ``simulate(SimConfig(...)) -> SimResult``; ``sweep(configs, executor=None)`` runs many on any
 ``concurrent.futures.Executor``.  The hierarchy is a ``BlockAllocator`` GPU pool plus
@@ -15,9 +16,24 @@ _LAZY = {
     "TierLevel": "kvmm.sim.config",
     "PDConfig": "kvmm.sim.config",
     "GiB": "kvmm.sim.config",
-    "SimResult": "kvmm.sim.simulator",
+    "SimResult": "kvmm.sim.results",
     "simulate": "kvmm.sim.simulator",
-    "QueueGrowthWarning": "kvmm.sim.engine",
+    "QueueGrowthWarning": "kvmm.sim.engine.instance",
+    "ClusterConfig": "kvmm.sim.cluster_config",
+    "Prices": "kvmm.sim.cost",
+    "parse_prices": "kvmm.sim.cost",
+    "cost_account": "kvmm.sim.cost",
+    "CostAccount": "kvmm.sim.cost",
+    "Serving": "kvmm.sim.serving",
+    "resolve_serving": "kvmm.sim.serving",
+    "ModelArch": "kvmm.sim.latency",
+    "Hardware": "kvmm.sim.latency",
+    "HARDWARE": "kvmm.sim.latency",
+    "LatencyModel": "kvmm.sim.latency",
+    "Roofline": "kvmm.sim.latency",
+    "ConstantRate": "kvmm.sim.latency",
+    "Fitted": "kvmm.sim.latency",
+    "fit_latency": "kvmm.sim.latency",
     "sweep": "kvmm.sim._sweep",
     "ModelSpec": "kvmm.sim.models",
     "MODELS": "kvmm.sim.models",

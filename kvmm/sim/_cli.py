@@ -136,7 +136,7 @@ def parse_price_flag(text: str | None):
     was not given); a one-line error quoting the flag otherwise (``kvmm simulate`` and ``kvmm plan``)."""
     if text is None:
         return None
-    from kvmm.cluster.cost import parse_prices
+    from kvmm.sim.cost import parse_prices
 
     try:
         return parse_prices(text)
@@ -191,7 +191,7 @@ def parse_cluster(args: argparse.Namespace):
         return None
     if args.pd and args.shared_tier:
         raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
-    from kvmm.cluster.config import ClusterConfig
+    from kvmm.sim.cluster_config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
     shared = tuple(with_fill(parse_tier(t), args) for t in (args.shared_tier or ()))

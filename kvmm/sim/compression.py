@@ -95,11 +95,24 @@ class Compressor:
         live tokens are compressed to the budget first."""
         if not rs:
             return
+        self.compress_due(rs, k)
+        self.table.append(rs, [k] * len(rs))
+
+    def compress_due(self, rs: list[int], k: int) -> None:
+        """Compress to the budget those of ``rs`` that ``k`` more tokens would take past budget +
+        interval live tokens (so no request ever holds more); :meth:`grow` does it first too, and
+        the engine calls it before timing the steps, whose KV reads are the live tokens."""
         live = self.table.live_counts(rs)
         over = [r for r, n in zip(rs, live.tolist()) if n + k > self.budget + self.interval]
-        if over:  # compress first, so no request ever holds more than budget + interval live tokens
+        if over:
             self.compress(over)
-        self.table.append(rs, [k] * len(rs))
+
+    def live_counts(self, rs: list[int]) -> np.ndarray:
+        """Live tokens of each of ``rs`` (what its next decode step reads)."""
+        return self.table.live_counts(rs).astype(np.int64)
+
+    def live_total(self, rs: list[int]) -> int:
+        return int(self.table.live_counts(rs).sum()) if rs else 0
 
     def compress(self, rs: list[int]) -> None:
         """Evict ``rs`` to the budget with the scorer, then repack (free the emptied blocks)."""

@@ -21,7 +21,6 @@ from typing import Any
 
 from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
 from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
@@ -141,12 +140,28 @@ class SimConfig:
     max_requests: int | None = None  # replay only the first N requests
     load: float | None = 0.7  # target utilisation (None: trace timestamps x time_scale)
     time_scale: float = 1.0  # multiply inter-arrival times (only with load=None)
-    model: Any = "llama3-8b"  # name in MODELS or a ModelSpec
+    # what serves (kvmm.sim.serving, docs/latency.md): a model name (kvmm.sim.latency.ModelArch.named),
+    # a ModelArch or a ModelSpec (constant rates); the GPU (kvmm.sim.latency.HARDWARE); tensor parallelism
+    model: Any = "llama-3.1-8b"
+    hardware: Any = "H200"
+    tp: int = 1
+    # the step clock: "roofline" | "constant" (the old rates) | "fitted" (fit_latency(latency_table)) |
+    # any LatencyModel object; None: roofline, or constant for a ModelSpec
+    latency: Any = None
+    latency_table: Any = None  # with latency="fitted": a CSV of measured steps
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    # the scheduler (vLLM V1): token budget per step and sequence cap (None: vLLM's defaults for the
+    # hardware), chunked prefill (None: on, off with the constant-rate model) and its long-prefill cap
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    chunked_prefill: bool | None = None
+    long_prefill_token_threshold: int = 0
     instances: int = 1  # colocated serving instances (requests dealt round-robin)
-    # GPU memory for the KV pool: blocks = gpu_kv_bytes // (block tokens x model KV bytes per token).
-    # 96 GiB ~ one H200 (141 GB) at vLLM's 0.9 memory utilisation minus an 8B model's 16 GB of bf16
-    # weights and activation workspace (assumed)
-    gpu_kv_bytes: int = 96 * GiB
+    # GPU memory for the KV pool: blocks = gpu_kv_bytes // (block tokens x model KV bytes per token);
+    # None: gpu_memory_utilization x HBM x tp - weights - activation reserve (kvmm.sim.latency.kv_pool_bytes)
+    gpu_kv_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
     gpu_prefix_cache: bool = True  # finished requests' blocks stay cached in the pool (vLLM prefix caching)
     tiers: tuple = field(default_factory=_default_tiers)  # lower tiers, fastest first
     fast_tier: TierSpec = field(default_factory=lambda: preset("cxl", 100 * GiB))  # protected staging tier
@@ -162,7 +177,7 @@ class SimConfig:
     recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
     high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
     priority_seed: int = 0  # seeds the draw of each request's class
-    pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.pd)
+    pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.engine.pd)
     token_budget: int | None = None  # decode-time token compression: live tokens kept per request
     scorer: Any = "h2o"  # with token_budget: a scorer name (SCORER_NAMES) or TokenScorer object
     repack_interval: int = 64  # with token_budget: decode tokens between compressions
@@ -178,9 +193,20 @@ class SimConfig:
             if self.time_scale != 1.0:
                 raise BadInputError("give load= or time_scale=, not both (load rescales the arrivals itself)")
         as_positive_float(self.time_scale, "time_scale")
-        resolve_model(self.model)
+        as_count(self.tp, "tp", minimum=1)
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            if getattr(self, name) is not None:
+                as_count(getattr(self, name), name, minimum=1)
+        as_count(self.long_prefill_token_threshold, "long_prefill_token_threshold")
+        if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):
+            raise BadInputError(f"chunked_prefill must be a bool or None, got {self.chunked_prefill!r}")
+        as_fraction(self.gpu_memory_utilization, "gpu_memory_utilization")
         as_count(self.instances, "instances", minimum=1)
-        as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
+        if self.gpu_kv_bytes is not None:
+            as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
+        from kvmm.sim.serving import resolve_serving
+
+        resolve_serving(self)  # every serving field checked together (names, weights that fit, ...)
         if not isinstance(self.gpu_prefix_cache, bool):
             raise BadInputError(f"gpu_prefix_cache must be a bool, got {self.gpu_prefix_cache!r}")
         object.__setattr__(self, "tiers", as_tier_levels(self.tiers, "tiers"))
@@ -206,7 +232,7 @@ class SimConfig:
         check_scorer(self.scorer)
         as_count(self.repack_interval, "repack_interval", minimum=1)
         if self.cluster is not None:
-            from kvmm.cluster.config import ClusterConfig
+            from kvmm.sim.cluster_config import ClusterConfig
 
             if not isinstance(self.cluster, ClusterConfig):
                 raise BadInputError(f"cluster must be a kvmm.cluster.ClusterConfig or None, got {type(self.cluster).__name__}")
@@ -224,7 +250,7 @@ class SimConfig:
                 if self.cluster.shared_tiers:
                     raise BadInputError("PD mode models no lower tiers; expected no shared_tiers with pd=")
         if self.prices is not None:
-            from kvmm.cluster.cost import Prices
+            from kvmm.sim.cost import Prices
 
             if not isinstance(self.prices, Prices):
                 raise BadInputError(f"prices must be a kvmm.cluster.Prices or None, got {type(self.prices).__name__}")

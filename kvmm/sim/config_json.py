@@ -258,7 +258,7 @@ def _pd_from(data: Any, what: str):
 
 
 def _cluster_from(data: Any, what: str):
-    from kvmm.cluster.config import ClusterConfig
+    from kvmm.sim.cluster_config import ClusterConfig
     from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 
     return _fields_from(data, ClusterConfig, what, shared_tiers=_levels_from,
@@ -266,7 +266,7 @@ def _cluster_from(data: Any, what: str):
 
 
 def _prices_from(data: Any, what: str):
-    from kvmm.cluster.cost import Prices
+    from kvmm.sim.cost import Prices
 
     return _fields_from(data, Prices, what)
 

@@ -38,12 +38,12 @@ class Hierarchy:
     policy events.
     """
 
-    def __init__(self, cfg: SimConfig, block_bytes: int, *, block_tokens: int = 512, with_tiers: bool = True,
-                 prefix_cache: bool | None = None, record_ops: bool = False, shared: tuple = (),
+    def __init__(self, cfg: SimConfig, block_bytes: int, *, gpu_kv_bytes: int, block_tokens: int = 512,
+                 with_tiers: bool = True, prefix_cache: bool | None = None, record_ops: bool = False, shared: tuple = (),
                  events: Any = None, key_space: np.ndarray | None = None) -> None:
-        num_blocks = cfg.gpu_kv_bytes // block_bytes
+        num_blocks = gpu_kv_bytes // block_bytes
         if num_blocks < 1:
-            raise BadInputError(f"gpu_kv_bytes={cfg.gpu_kv_bytes} holds no {block_bytes}-byte block; expected at least one block")
+            raise BadInputError(f"gpu_kv_bytes={gpu_kv_bytes} holds no {block_bytes}-byte block; expected at least one block")
         self.block_bytes = block_bytes
         self.pool = BlockAllocator(num_blocks, block_tokens, secret=bytes(16))
         self.prefix_cache = cfg.gpu_prefix_cache if prefix_cache is None else prefix_cache

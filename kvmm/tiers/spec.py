@@ -5,7 +5,7 @@ A :class:`TierSpec` is plain data; every tier backend (``ArenaTier``, ``MmapTier
 simulator uses specs directly.  Presets quote published figures; where a product publishes no
 latency, the value is a typical one for that medium and is marked as an assumption.
 
-Each spec also carries a price for the cost account (:mod:`kvmm.cluster.cost`, docs/cost.md):
+Each spec also carries a price for the cost account (:mod:`kvmm.sim.cost`, docs/cost.md):
 ``usd_per_gib_hour`` for the capacity it holds and ``usd_per_hour`` fixed per tier (an appliance
 box, a link).  A hand-built spec is free unless given prices; every preset's price names its
 source in ``price_source`` ("assumed" where no list price is published).
@@ -32,7 +32,7 @@ class TierSpec:
     """Capacity and timing of one memory tier.
 
     ``transfer_seconds(n) = latency_s + n / bandwidth`` (read or write bandwidth).
-    ``usd_per_gib_hour`` and ``usd_per_hour`` price it for :func:`kvmm.cluster.cost.cost_account`
+    ``usd_per_gib_hour`` and ``usd_per_hour`` price it for :func:`kvmm.sim.cost.cost_account`
     (finite, >= 0; they never change a simulation); ``price_source`` cites them.
     """
 

@@ -32,7 +32,7 @@ def distances(ids: list, req: list, instances: int) -> tuple[list, list]:
 def stage1(trace, model, base, cands, instances, prices) -> dict:
     """Per combination (itertools.product order, last tier fastest): hit shares, TTFT estimate,
     hourly price.  Only private tiers when instances > 1 (every level sees its instance's stream)."""
-    from kvmm.cluster.cost import cost_account
+    from kvmm.sim.cost import cost_account
     from kvmm.sim.load import arrival_times
     from kvmm.tiers.spec import preset
 

@@ -1,5 +1,8 @@
 """Configuration of a simulated cluster: :class:`ClusterConfig` (``SimConfig(cluster=...)``).
 
+It lives in ``kvmm.sim`` (the cluster's control plane, ``kvmm.cluster``, never imports the
+simulator); ``kvmm.cluster.ClusterConfig`` still resolves here, with a DeprecationWarning.
+
 ::
 
     SimConfig(workload="conversation", load=0.8,
@@ -20,10 +23,7 @@ from typing import Any
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError
 
-__all__ = ["ClusterConfig", "INDEX_ROUTERS"]
-
-#: routers (by name) that read the global block index; the simulator builds and feeds it for them
-INDEX_ROUTERS = ("precise-prefix", "weighted")
+__all__ = ["ClusterConfig"]
 
 
 @dataclass(frozen=True)
@@ -88,5 +88,7 @@ class ClusterConfig:
         if self.index is not None:
             return self.index
         if isinstance(self.router, str):
+            from kvmm.cluster.routers import INDEX_ROUTERS
+
             return self.router in INDEX_ROUTERS
         return bool(getattr(self.router, "uses_index", False))

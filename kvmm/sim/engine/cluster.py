@@ -2,9 +2,9 @@
 
 ``simulate(SimConfig(cluster=ClusterConfig(...)))`` comes here.  What it models:
 
-* **Instances**: ``ClusterConfig.instances`` colocated engines (:class:`kvmm.sim.engine.Engine`),
+* **Instances**: ``ClusterConfig.instances`` colocated instances (:class:`kvmm.sim.engine.Instance`),
   each with its own GPU pool, protected staging tier, ledger and the config's ``tiers`` as
-  private tiers, exactly as one instance runs alone.
+  private tiers, exactly as one instance runs alone; they share one request table.
 * **Routing**: requests are routed one at a time in arrival order.  When request ``r`` arrives
   at ``t``, every engine has been run up to the step that spans ``t`` (each engine's event
   loop pauses before processing events past ``t`` until ``r`` is routed), so the router sees
@@ -37,10 +37,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kvmm.cluster.routers import checked_route, make_router
+from kvmm.cluster.view import ClusterView, RouteRequest
 from kvmm.errors import BadInputError
 from kvmm.sim.config import SimConfig, TierLevel, make_admission, make_eviction
 from kvmm.sim.demotion import LoggedSimulatedTier
-from kvmm.sim.engine import Engine
+from kvmm.sim.engine.instance import Instance
+from kvmm.sim.engine.requests import RequestTable
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
 from kvmm.traces.mooncake import MooncakeTrace
@@ -81,71 +84,70 @@ class FabricQueue:
         return max(link_done, self.free_at)
 
 
-def simulate_cluster(cfg: SimConfig, model: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
+def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
                      progress: Callable | None, engine_hook: Callable | None) -> Any:
     """Run the cluster; returns the pooled :class:`~kvmm.sim.SimResult` (see the module docstring)."""
-    from kvmm.cluster.routers import checked_route
-    from kvmm.cluster.view import RouteRequest
-    from kvmm.sim.simulator import collect
+    from kvmm.sim.results import collect
+    from kvmm.sim.simulator import prompt_tokens
 
     cl = cfg.cluster
     n_inst = cl.instances
     if np.any(np.diff(arrival) < 0):
         raise BadInputError("the trace's requests are not in arrival order; expected nondecreasing timestamps")
-    block_bytes = int(trace.block_tokens) * model.kv_bytes_per_token
+    block_bytes = int(trace.block_tokens) * serving.kv_bytes_per_token
     logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
     shared = tuple(_shared_level(lv, cl.fabric, block_bytes, logged) for lv in cl.shared_tiers)
     router, view, index, feeds = cluster_routing(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers))
-    engines = []
-    key_space = np.unique(trace.block_ids.astype(np.int64)) if logged else None  # one for every engine
-    for i in range(n_inst):
-        eng = Engine(cfg, model, trace, arrival, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
-                     shared=shared, tier_events=feeds[i], key_space=key_space)
-        engines.append(eng)
+    table = RequestTable(trace, arrival, priority_share=cfg.high_priority_share, priority_seed=cfg.priority_seed)
+    key_space = np.unique(table.ids) if logged else None  # one for every instance
+    instances = [Instance(cfg, serving, table, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
+                          shared=shared, tier_events=feeds[i], key_space=key_space, index=i) for i in range(n_inst)]
     if shared and cl.fabric is not None:
         aggregate = min([cl.fabric.aggregate_bandwidth] + [s.tier.backend.spec.read_bandwidth for s in shared])
         queue = FabricQueue(aggregate)
-        for eng in engines:
-            eng.fabric_queue = queue
+        for inst in instances:
+            inst.fabric_queue = queue
     routed = np.zeros(n_inst, dtype=np.int64)
-    if n_inst == 1:  # nothing to choose: the one engine runs alone, exactly as without a cluster
+    if n_inst == 1:  # nothing to choose: the one instance runs alone, exactly as without a cluster
         routed[0] = trace.num_requests
-        end = engines[0].run()
+        end = instances[0].run()
     else:
-        end, queue_ratio = _drive(engines, trace, arrival, router, view, routed, RouteRequest, checked_route)
-    for eng in engines:
-        eng.warn_if_unbounded()
+        end, queue_ratio = _drive(instances, table, router, view, routed)
+    for inst in instances:
+        inst.warn_if_unbounded()
         if engine_hook is not None:
-            engine_hook(eng)
-    result = collect(cfg, model, engines, trace, arrival, end)
+            engine_hook(inst)
+    result = collect(cfg, serving, instances, [table] * n_inst, arrival, end, prompt_tokens(trace))
     mean = routed.mean()
-    return replace(result, policies=dict(result.policies, router=router), instances=n_inst, requests_per_instance=tuple(routed.tolist()),
+    fabric = instances[0].fabric_queue
+    return replace(result, policies=dict(result.policies, router=router), instances=n_inst,
+                   requests_per_instance=tuple(routed.tolist()),
                    load_imbalance=float(routed.max() / mean) if mean > 0 else 1.0,
                    queue_imbalance=float(queue_ratio) if n_inst > 1 else 1.0,
                    index_entries=len(index) if index is not None else 0,
-                   fabric_bytes=int(engines[0].fabric_queue.bytes) if engines[0].fabric_queue is not None else 0)
+                   fabric_bytes=int(fabric.bytes) if fabric is not None else 0)
 
 
-def _drive(engines: list, trace: MooncakeTrace, arrival: np.ndarray, router: Any, view: Any, routed: np.ndarray,
-           RouteRequest: Any, checked_route: Callable) -> tuple[float, float]:
-    """Interleave the engines' event loops, routing each request when every engine has reached
-    its arrival time.  Returns ``(end time, time-averaged max/mean queue ratio)``.
+def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: np.ndarray) -> tuple[float, float]:
+    """Interleave the instances' event loops, routing each request when every instance has
+    reached its arrival time.  Returns ``(end time, time-averaged max/mean queue ratio)``.
 
     A paused loop waits for the time it asked for (``wants``); a heap holds them, so each arrival
     resumes only the engines whose wait it ends, and refreshes the view of only those (and of
     the engine it is routed to).  Runtime complexity: O(engine steps + requests x log instances).
     """
-    n = trace.num_requests
+    trace = table.trace
+    n = table.n
     n_inst = len(engines)
     loops = [e.steps_until_done() for e in engines]
     ready = [(-math.inf, i) for i in range(n_inst)]  # heap of (time the loop waits for, engine)
     wants = [-math.inf] * n_inst
     ends = [0.0] * n_inst
-    at = arrival.tolist()
-    offsets = trace.block_offsets.tolist()
-    ids = trace.block_ids.astype(np.int64)
-    inp = np.maximum(trace.input_length, 1).tolist()
-    out = np.maximum(trace.output_length, 1).tolist()
+    at = table.arrival_py
+    offsets = table.offsets_py
+    ids = table.ids
+    inp = table.input_len_py
+    out = table.output_len_py
     session = sessions_of(trace).tolist()
     queue, running, kv = view.queue_lengths, view.running, view.kv_utilisation
     ratio_sum = 0.0
@@ -189,11 +191,12 @@ def _drive(engines: list, trace: MooncakeTrace, arrival: np.ndarray, router: Any
     return max(ends), (ratio_sum / ratio_n if ratio_n else 1.0)
 
 
-def _refresh(view: Any, i: int, engine: Engine, t: float) -> None:
+def _refresh(view: Any, i: int, engine: Instance, t: float) -> None:
     """Instance ``i``'s row of the view as of ``t``: waiting + routed but not yet arrived
-    requests, the batch of the step in flight (or the running batch), GPU pool use."""
+    requests, the batch of the step in flight (or the running batch: decodes and prefills), GPU
+    pool use."""
     view.queue_lengths[i] = len(engine.waiting) + len(engine.arrival_ids) - engine.next_arrival
-    view.running[i] = engine.batch_in_flight if engine.step_end > t else len(engine.running)
+    view.running[i] = engine.batch_in_flight if engine.step_end > t else len(engine.running) + len(engine.prefilling)
     view.kv_utilisation[i] = engine.hier.pool.usage
 
 
@@ -232,9 +235,6 @@ def cluster_routing(cfg: SimConfig, instances: int, media: tuple) -> tuple:
     """``(router, view, index or None, per-instance index feeds or Nones)`` of a routed run over
     ``instances`` instances whose index (when the router uses one) tracks ``media``; shared by
     :func:`simulate_cluster` and the routed prefill instances of :mod:`kvmm.sim.pd`."""
-    from kvmm.cluster.routers import make_router
-    from kvmm.cluster.view import ClusterView
-
     cl = cfg.cluster
     router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
         else copy.deepcopy(cl.router)
