@@ -113,7 +113,7 @@ def test_fabric_aggregate_is_shared_by_instances_reading_at_once():
                                                  fabric=fab)), engine_hook=engines.append)
         assert res.tier_block_hits == (16,)
         assert res.fabric_bytes == 16 * BLOCK_BYTES
-        ttft[name] = sorted(float(e.first_token[r] - e.arrival[r]) for e in engines for r in e.arrival_ids if r >= 2)
+        ttft[name] = sorted(float(e.table.first_token[r] - e.table.arrival[r]) for e in engines for r in e.arrival_ids if r >= 2)
     copy_s = 8 * BLOCK_BYTES / link
     prefill_s = 512 / TOY_MODEL.prefill_tokens_per_s + 8 * BLOCK_BYTES / fast.read_bandwidth  # new block + staged read
     assert ttft["wide"] == pytest.approx([copy_s + prefill_s] * 2)

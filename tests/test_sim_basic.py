@@ -74,8 +74,10 @@ def test_gpu_cache_hits_need_no_staging():
 
 @pytest.mark.parametrize("policy", ["on-demand", "immediate", "timely"])
 def test_workload_run_is_conserving_and_deterministic(policy):
+    # a 16 GiB GPU pool (the default pool from an H200's memory holds this whole workload, and
+    # nothing would be staged)
     cfg = SimConfig(workload=Workload(num_requests=150, arrival_rate=4.0, seed=3), policy=policy,
-                    fast_tier=preset("cxl", 4 * GiB))
+                    fast_tier=preset("cxl", 4 * GiB), gpu_kv_bytes=16 * GiB)
     a, b = simulate(cfg), simulate(cfg)
     assert a == b
     assert a.requests == 150
@@ -88,7 +90,8 @@ def test_workload_run_is_conserving_and_deterministic(policy):
 
 def test_policy_ordering_on_a_loaded_workload():
     wl = Workload(num_requests=300, arrival_rate=4.0, seed=1)
-    r = {p: simulate(SimConfig(workload=wl, policy=p, load=1.1)) for p in ("on-demand", "immediate", "timely")}
+    r = {p: simulate(SimConfig(workload=wl, policy=p, load=1.1, gpu_kv_bytes=16 * GiB))
+         for p in ("on-demand", "immediate", "timely")}
     # immediate holds longest; on-demand is late every time; timely is mostly in time
     assert r["immediate"].protected_byte_seconds > 2 * r["timely"].protected_byte_seconds
     assert r["on-demand"].ready_in_time == 0
@@ -170,16 +173,16 @@ def test_admission_stays_work_conserving_when_the_window_waits_for_held_capacity
     eng = make_engine(cfg)
     for b in (0, 1, 5, 6):
         eng.hier.tiers[0].put_size(b, eng.block_bytes)
-    waiting: list[int] = []
-    eng._arrive(2, waiting)
-    eng._arrive(3, waiting)
+    waiting = eng.waiting
+    eng.arrive(2)
+    eng.arrive(3)
     # r3's hit is staged and ready, holding 1,024,000 of 1,500,000 bytes; r2 (first in line)
     # cannot be granted, and the batch window (max_batch 1) holds only r2
     c3 = int(eng.table.claim_id[3])
     eng.ledger.request([c3], now=1.0)
     assert eng.ledger.poll(1.0, timely=False).tolist() == [c3]
     eng.ledger.mark_ready([c3], now=1.0)
-    admitted = eng._admit(waiting, 0, 1.0)
+    admitted = eng.scheduler.schedule(waiting, eng.prefilling, 0, 1.0).admitted
     assert admitted == [3] and waiting == [2]  # without the fallback nothing could ever run
     # and a whole run of this trace finishes
     assert simulate(cfg).requests == 4

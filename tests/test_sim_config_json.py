@@ -89,7 +89,7 @@ def test_presets_are_written_by_name_and_hand_specs_field_by_field():
                     fast_tier=TierSpec("mine", 10, 1.0, 2.0, 0.5))
     data = config_to_json(cfg)
     assert data["tiers"][0]["spec"] == {"preset": "dram", "capacity_bytes": 64 * GiB}
-    assert data["cluster"]["fabric"] == "rdma400" and data["model"] == "llama3-8b"
+    assert data["cluster"]["fabric"] == "rdma400" and data["model"] == "llama-3.1-8b"
     assert data["fast_tier"]["name"] == "mine" and data["fast_tier"]["write_bandwidth"] == 2.0
 
 

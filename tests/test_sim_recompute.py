@@ -73,10 +73,10 @@ def test_a_request_waiting_for_its_kv_takes_no_prefill_budget():
     eng = make_engine(cfg)
     for b in (0, 1):
         eng.hier.tiers[0].put_size(b, eng.block_bytes)
-    waiting: list[int] = []
-    eng._arrive(2, waiting)
-    eng._arrive(3, waiting)
-    admitted = eng._admit(waiting, 0, 1.0)
+    waiting = eng.waiting
+    eng.arrive(2)
+    eng.arrive(3)
+    admitted = eng.scheduler.schedule(waiting, eng.prefilling, 0, 1.0).admitted
     assert admitted == [3] and waiting == [2]
     assert int(eng.ledger.state_of([int(eng.table.claim_id[2])])[0]) == STAGING  # escalated and granted
 
@@ -87,11 +87,11 @@ def test_a_waiting_request_still_takes_a_batch_slot():
     eng = make_engine(cfg)
     for b in (0, 1):
         eng.hier.tiers[0].put_size(b, eng.block_bytes)
-    waiting: list[int] = []
-    eng._arrive(1, waiting)
-    eng._arrive(2, waiting)
+    waiting = eng.waiting
+    eng.arrive(1)
+    eng.arrive(2)
     # the copy is in flight, so the work-conserving escape does not apply: nothing runs
-    assert eng._admit(waiting, 0, 1.0) == [] and waiting == [1, 2]
+    assert eng.scheduler.schedule(waiting, eng.prefilling, 0, 1.0).admitted == [] and waiting == [1, 2]
 
 
 def test_recomputed_claims_are_accounted_on_a_workload():
@@ -110,7 +110,7 @@ def test_recomputed_claims_are_accounted_on_a_workload():
 def _priority_engine(policy, rows, classes, **kw):
     cfg = toy_config(policy, workload=trace(rows), model=TOY_MODEL.with_(max_batch=1), **kw)
     eng = make_engine(cfg)
-    eng.priority_class[:] = classes  # 0 = high priority
+    eng.table.priority_class[:] = classes  # 0 = high priority
     return eng
 
 

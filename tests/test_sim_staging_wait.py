@@ -49,12 +49,12 @@ def test_without_notice_an_idle_engine_waits_the_copy_under_every_policy(policy)
 def test_notice_lets_early_staging_hide_the_copy_and_on_demand_still_pays_it():
     res = {p: run_engine(toy_config(p, workload=IDLE_HIT, recompute_fallback=False, notice_s=2.0))
            for p in ("on-demand", "immediate", "timely")}
-    ttft = {p: e.first_token[1] - e.arrival[1] for p, (_, e) in res.items()}
+    ttft = {p: e.table.first_token[1] - e.table.arrival[1] for p, (_, e) in res.items()}
     # on-demand stages when r1 is scheduled, at its arrival: the copy is on its critical path
     assert res["on-demand"][0].staging_wait_s_total == pytest.approx(STAGE_S)
     assert ttft["on-demand"] == pytest.approx(STAGE_S + LOAD_S + 0.512)
     # immediate claims and copies at the announcement (3.0 s): ready at 4.034, held until read
-    assert res["immediate"][1].kv_ready_at[1] == pytest.approx(3.0 + STAGE_S)
+    assert res["immediate"][1].table.kv_ready_at[1] == pytest.approx(3.0 + STAGE_S)
     assert res["immediate"][0].staging_wait_s_total == 0.0
     assert ttft["immediate"] == pytest.approx(LOAD_S + 0.512)
     assert res["immediate"][0].protected_byte_seconds == pytest.approx(1_024_000 * (2.0 + LOAD_S))

@@ -8,6 +8,7 @@ import pytest
 from kvmm.errors import BadInputError
 from kvmm.sim import SimConfig, Workload
 from kvmm.sim.load import arrival_times, offered_seconds
+from kvmm.sim.serving import resolve_serving
 from kvmm.sim.models import MODELS
 
 
@@ -33,13 +34,14 @@ def test_bad_burst_parameters(kw):
 def test_load_rescales_arrivals_to_the_offered_work():
     wl = Workload(num_requests=500, seed=2)
     trace = wl.trace()
-    m = MODELS["llama3-8b"]
-    for load in (0.5, 1.0):
-        t = arrival_times(trace, m, SimConfig(workload=wl, load=load))
-        assert offered_seconds(trace, m) / t[-1] == pytest.approx(load)
-    # two instances: the same load needs arrivals twice as dense
-    t2 = arrival_times(trace, m, SimConfig(workload=wl, load=0.5, instances=2))
-    assert offered_seconds(trace, m) / (2 * t2[-1]) == pytest.approx(0.5)
+    for model in ("llama-3.1-8b", MODELS["llama3-8b"]):  # the roofline clock, and the old constant rates
+        m = resolve_serving(SimConfig(workload=wl, model=model))
+        for load in (0.5, 1.0):
+            t = arrival_times(trace, m, SimConfig(workload=wl, load=load, model=model))
+            assert offered_seconds(trace, m) / t[-1] == pytest.approx(load)
+        # two instances: the same load needs arrivals twice as dense
+        t2 = arrival_times(trace, m, SimConfig(workload=wl, load=0.5, instances=2, model=model))
+        assert offered_seconds(trace, m) / (2 * t2[-1]) == pytest.approx(0.5)
     raw = arrival_times(trace, m, SimConfig(workload=wl, load=None, time_scale=3.0))
     assert raw[-1] == pytest.approx(3.0 * (trace.timestamp_ms[-1] - trace.timestamp_ms[0]) / 1000)
 

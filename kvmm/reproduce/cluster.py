@@ -24,8 +24,8 @@ import warnings
 from kvmm.report import mean_pm, spread
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
-from kvmm.sim.load import decode_seconds, offered_seconds
-from kvmm.sim.models import MODELS
+from kvmm.sim.load import offered_seconds
+from kvmm.sim.serving import resolve_serving
 from kvmm.sim.simulator import resolve_trace, simulate
 from kvmm.traces.trace import KVTrace
 
@@ -232,7 +232,7 @@ def _level(values: tuple, i: int) -> int:
 def _parastor(report, quick) -> None:
     from kvmm.traces.generators import conversation_trace
 
-    m = MODELS[PARASTOR_MODEL].with_(max_batch=PARASTOR_CONCURRENCY)
+    model = dict(model=PARASTOR_MODEL, max_num_seqs=PARASTOR_CONCURRENCY)
     sessions = 12 if quick else 40
     seeds = PARASTOR_SEEDS[:2] if quick else PARASTOR_SEEDS
     designs = (("no offload (GPU prefix cache only)", ()),
@@ -247,7 +247,7 @@ def _parastor(report, quick) -> None:
                                     think_time_mean_s=60.0, max_context_tokens=69_632, seed=s)
             work.append(tr)
             for label, tiers in designs:
-                res[label].append(simulate(SimConfig(workload=tr, load=None, model=m, gpu_kv_bytes=PARASTOR_GPU_KV, tiers=tiers)))
+                res[label].append(simulate(SimConfig(workload=tr, load=None, gpu_kv_bytes=PARASTOR_GPU_KV, tiers=tiers, **model)))
                 bar.update(1)
     tokens = [int(tr.input_length.sum() + tr.output_length.sum()) for tr in work]
 
@@ -269,8 +269,8 @@ def _parastor(report, quick) -> None:
                      mean_pm([r.usd_per_million_output_tokens for r in rs], ".2f")))
     # kvmm's ceiling for this mix: every previously computed token hits (offered work counts only
     # never-seen prompt tokens) vs every prompt token recomputed
-    ceiling = [(float(tr.input_length.sum()) / m.prefill_tokens_per_s + decode_seconds(tr, m)) / offered_seconds(tr, m)
-               for tr in work]
+    servings = [resolve_serving(SimConfig(workload=tr, gpu_kv_bytes=PARASTOR_GPU_KV, **model)) for tr in work]
+    ceiling = [offered_seconds(tr, m, recompute_all=True) / offered_seconds(tr, m) for tr, m in zip(work, servings)]
     mean_in = spread([float(tr.input_length.mean()) for tr in work])[0]
     mean_req = spread([tr.num_requests for tr in work])[0]
     report.table(

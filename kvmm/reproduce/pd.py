@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from kvmm.sim.config import GiB, PDConfig, SimConfig
 from kvmm.sim.load import decode_seconds, offered_seconds
-from kvmm.sim.models import MODELS
+from kvmm.sim.serving import resolve_serving
 from kvmm.sim.simulator import resolve_trace, simulate
 from kvmm.tiers.spec import LINK_PRESETS
 
@@ -33,7 +33,7 @@ def reproduce(report) -> None:
     n = 300 if quick else 2000
     links = ("rdma400", "cross-dc") if quick else tuple(LINK_PRESETS)
     trace = resolve_trace("conversation", n)
-    m = MODELS[MODEL]
+    m = resolve_serving(SimConfig(workload=trace, model=MODEL))
     prefill_share = 1.0 - decode_seconds(trace, m) / offered_seconds(trace, m)
     p = min(INSTANCES - 1, max(1, round(prefill_share * INSTANCES)))
     d = INSTANCES - p

@@ -48,7 +48,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target utilisation: arrivals rescaled so offered work / capacity = LOAD (default 0.7); "
                              "'none' keeps the trace's timestamps")
     parser.add_argument("--time-scale", type=float, default=1.0, help="with --load none: multiply inter-arrival times")
-    parser.add_argument("--model", default="llama3-8b", help="model spec name (default llama3-8b)")
+    parser.add_argument("--model", default=None,
+                        help="model: a name of kvmm.sim.latency (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen2.5-32b, "
+                             "qwen3-30b-a3b, deepseek-v3; the old llama3-8b too; default llama-3.1-8b)")
+    parser.add_argument("--model-config", default=None, metavar="PATH",
+                        help="instead of --model: a Hugging Face config.json (or its folder) read by ModelArch.from_hf_config")
+    parser.add_argument("--hardware", default=None, help="the GPU of every instance (kvmm.sim.latency.HARDWARE: H100, "
+                                                         "H200, B200, A100-80GB, MI300X, L40S, ...; default H200)")
+    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs per instance (default 1)")
+    parser.add_argument("--latency", default=None, metavar="roofline|constant|fitted:CSV",
+                        help="the step clock: roofline (default), constant (the old rates: whole prefills unless "
+                             "--chunked-prefill on), or fitted:STEPS.csv (fit_latency on measured steps; docs/latency.md)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                        help="token budget of a scheduler step (default: vLLM's for the hardware)")
+    parser.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                        help="sequences per step at most (default: vLLM's for the hardware)")
+    parser.add_argument("--chunked-prefill", default=None, choices=("on", "off"),
+                        help="chunked prefill (default on; off with --latency constant)")
+    parser.add_argument("--long-prefill-token-threshold", type=int, default=None, metavar="N",
+                        help="a prefill chunk takes at most N tokens of a step (default 0: no cap)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
+                        help="share of each GPU's memory vLLM may use, for the KV pool from memory (default 0.9)")
+    parser.add_argument("--kv-dtype", default=None, choices=("bf16", "fp16", "fp8"), help="KV cache dtype (default bf16)")
     parser.add_argument("--tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
                         help="a lower tier PRESET[:SIZE[:EVICTION[:ADMISSION]]], fastest first (repeatable; default "
                              "nvme:-:lru:write-all); EVICTION: any order of kvmm.policies.EVICTION_POLICIES "
@@ -56,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
     parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
                         help="protected staging tier (default cxl:100GiB)")
-    parser.add_argument("--gpu-kv", default="96GiB", metavar="SIZE", help="GPU memory for the KV pool (default 96GiB)")
+    parser.add_argument("--gpu-kv", default=None, metavar="SIZE",
+                        help="GPU memory for the KV pool (default: from memory: gpu-memory-utilization x HBM x tp - "
+                             "weights - activation reserve)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
     parser.add_argument("--instances", type=int, default=1,
                         help="colocated instances (default 1); without --router or --shared-tier requests are dealt "
@@ -246,14 +269,48 @@ def build_configs(args: argparse.Namespace) -> list:
     workload = args.trace if args.format is None else load_trace(args.trace, args.format)
     if args.workload_ratio is not None:
         workload = Workload(num_requests=args.requests, prefix_ratio=args.workload_ratio, seed=args.seed)
+    serving = serving_fields(args)
     return [SimConfig(workload=workload, max_requests=args.requests, load=load,
-                      time_scale=args.time_scale if load is None else 1.0, model=args.model, instances=instances,
-                      cluster=cluster, prices=prices,
-                      gpu_kv_bytes=parse_size(args.gpu_kv, "--gpu-kv"), gpu_prefix_cache=not args.no_gpu_prefix_cache,
+                      time_scale=args.time_scale if load is None else 1.0, instances=instances,
+                      cluster=cluster, prices=prices, gpu_prefix_cache=not args.no_gpu_prefix_cache,
                       tiers=tiers, fast_tier=fast_spec, policy=p, high_priority_share=args.high_priority_share,
                       recompute_fallback=args.recompute, pd=pd, token_budget=args.token_budget, scorer=args.scorer,
-                      repack_interval=args.repack_interval)
+                      repack_interval=args.repack_interval, **serving)
             for p in staging]
+
+
+def serving_fields(args: argparse.Namespace) -> dict:
+    """The SimConfig fields of what serves (model, hardware, clock, scheduler, KV pool): only the
+    flags given, so SimConfig's defaults hold otherwise."""
+    fields: dict = {}
+    if args.model is not None and args.model_config is not None:
+        raise BadInputError("give --model or --model-config, not both")
+    if args.model_config is not None:
+        from kvmm.sim.latency import ModelArch
+
+        try:
+            fields["model"] = ModelArch.from_hf_config(args.model_config)
+        except BadInputError as exc:
+            raise BadInputError(f"--model-config {args.model_config!r}: {exc}") from None
+    elif args.model is not None:
+        fields["model"] = args.model
+    for flag, name in (("hardware", "hardware"), ("tp", "tp"), ("max_num_batched_tokens", "max_num_batched_tokens"),
+                       ("max_num_seqs", "max_num_seqs"), ("long_prefill_token_threshold", "long_prefill_token_threshold"),
+                       ("gpu_memory_utilization", "gpu_memory_utilization"), ("kv_dtype", "kv_dtype")):
+        if getattr(args, flag) is not None:
+            fields[name] = getattr(args, flag)
+    if args.chunked_prefill is not None:
+        fields["chunked_prefill"] = args.chunked_prefill == "on"
+    if args.latency is not None:
+        name, _, table = args.latency.partition(":")
+        if name not in ("roofline", "constant", "fitted") or (name == "fitted") != bool(table):
+            raise BadInputError(f"--latency {args.latency!r}: expected roofline, constant or fitted:STEPS.csv")
+        fields["latency"] = name
+        if table:
+            fields["latency_table"] = table
+    if args.gpu_kv is not None:
+        fields["gpu_kv_bytes"] = parse_size(args.gpu_kv, "--gpu-kv")
+    return fields
 
 
 #: flags that only change how results are shown (allowed beside --config)
@@ -293,6 +350,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(json.dumps(r.as_dict()))
         return 0
+    print(serving_line(results[0]))
     if any(r.policy == "pd" for r in results):
         print(format_table(["serving", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "TPOT p95 ms", "KV over links GiB",
                             "busiest link busy"],
@@ -301,11 +359,13 @@ def run(args: argparse.Namespace) -> int:
                              f"{100 * r.link_busy_share:.1f} %") for r in results]))
         return 0
     rows = [(r.policy, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(r.tpot_p50 * 1000, 1),
+             round(r.tpot_mean * 1000, 1),
              round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),
              f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}", round(r.gpu_hit_token_share, 3),
              round(r.slow_hit_token_share, 3), " / ".join(f"{h}/{o}" for h, o in zip(r.tier_block_hits, r.tier_blocks_offered)))
             for r in results]
-    print(format_table(["staging", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "protected GiB*s / req",
+    print(format_table(["staging", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "TPOT mean ms",
+                        "protected GiB*s / req",
                         "peak protected GiB", "ready in time", "GPU hit share", "lower-tier hit share",
                         "tier block hits / offered"], rows))
     if results[0].instances > 1 and configs[0].cluster is not None:
@@ -320,6 +380,16 @@ def run(args: argparse.Namespace) -> int:
                          f"{r.total_usd:.3f}", f"{r.usd_per_million_input_tokens:.4f}",
                          f"{r.usd_per_million_output_tokens:.4f}", f"{r.tokens_per_s_per_usd:.1f}") for r in results]))
     return 0
+
+
+def serving_line(result) -> str:
+    """One line: what the run served with (SimResult.serving)."""
+    s = result.serving or {}
+    gib = s.get("gpu_kv_bytes", 0) / (1 << 30)
+    pool = f"{gib:.1f} GiB KV pool" + (" (from memory)" if s.get("gpu_kv_from_memory") else "")
+    return (f"serving: {s.get('model')} on {s.get('hardware') or '-'} x tp {s.get('tp')}, {s.get('latency')} clock, "
+            f"{'chunked' if s.get('chunked_prefill') else 'whole'} prefill, {s.get('max_num_batched_tokens')} tokens / "
+            f"{s.get('max_num_seqs')} seqs per step, {pool}")
 
 
 def _router_name(config) -> str:

@@ -6,7 +6,10 @@ field of the config is written; on reading, a missing field keeps its default (a
 file names only what it changes) and an unknown one is a one-line :class:`BadInputError`.
 
 * a tier spec, model, fabric or link equal to a preset is written as the preset's name (plus
-  the capacity for a tier); any other is written field by field;
+  the capacity for a tier); any other is written field by field (a ``ModelArch`` as
+  ``{"arch": {fields}}``, a ``Hardware`` field by field);
+* the latency model is its name, or a built-in object's parameters: ``{"fitted": {"alpha",
+  "beta"}}``, ``{"constant": {rates}}``, ``{"roofline": {arch, hardware, tp, dtypes, MFUs, ...}}``;
 * a workload is ``{"trace": name-or-path}``, ``{"path": path}`` (an ``os.PathLike``),
   ``{"generated": {Workload fields}}`` or ``{"inline": {the trace's arrays}}`` (a loaded
   :class:`~kvmm.traces.KVTrace`);
@@ -143,9 +146,55 @@ def _workload(value, what: str) -> dict:
 
 
 def _model(value, what: str) -> Any:
-    from kvmm.sim.models import MODELS, model
+    from kvmm.sim.latency import ModelArch
+    from kvmm.sim.models import MODELS
 
-    return value if isinstance(value, str) else _named(model(value), MODELS, what)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, ModelArch):
+        return {"arch": _arch(value, what)}
+    return _named(value, MODELS, what)
+
+
+def _arch(arch, what: str) -> dict:
+    return {f.name: (list(getattr(arch, f.name)) if isinstance(getattr(arch, f.name), tuple)
+                     else _scalar(getattr(arch, f.name), f"{what}.{f.name}")) for f in fields(arch)}
+
+
+def _hardware(value, what: str) -> Any:
+    if isinstance(value, str):
+        return value
+    out = {}
+    for f in fields(value):
+        v = getattr(value, f.name)
+        if f.name == "sources":
+            v = {str(k): str(x) for k, x in v.items()}
+        elif f.name in ("assumed", "aliases"):
+            v = sorted(v) if f.name == "assumed" else list(v)
+        else:
+            v = _scalar(v, f"{what}.{f.name}")
+        out[f.name] = v
+    return out
+
+
+def _latency(value, what: str) -> Any:
+    """A latency model: its name, or the built-in object's parameters (a user's own object has
+    no JSON form)."""
+    from kvmm.sim.latency import ConstantRate, Fitted, Roofline
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Fitted):
+        return {"fitted": {"alpha": value.alpha, "beta": value.beta_by_name}}
+    if isinstance(value, ConstantRate):
+        return {"constant": {k: getattr(value, k) for k in ConstantRate.__slots__}}
+    if isinstance(value, Roofline):
+        params = {k: getattr(value, k) for k in Roofline.__slots__ if not k.startswith("_")}
+        params["arch"] = {"arch": _arch(value.arch, f"{what}.arch")}
+        params["hardware"] = _hardware(value.hardware, f"{what}.hardware")
+        return {"roofline": params}
+    raise BadInputError(f"{what} is a {type(value).__name__} object; a SimConfig JSON holds the names roofline, "
+                        "constant, fitted or a Roofline / ConstantRate / Fitted object")
 
 
 def _pd(value, what: str) -> Any:
@@ -177,7 +226,8 @@ def _prices(value, what: str) -> Any:
 
 
 _ENCODERS = {"workload": _workload, "model": _model, "tiers": _levels, "fast_tier": _spec, "pd": _pd,
-             "scorer": _name_only, "cluster": _cluster, "prices": _prices}
+             "scorer": _name_only, "cluster": _cluster, "prices": _prices, "hardware": _hardware, "latency": _latency,
+             "latency_table": lambda v, w: None if v is None else os.fspath(v)}
 
 
 # ---------------------------------------------------------------------- decoders
@@ -247,7 +297,62 @@ def _workload_from(data: Any, what: str):
 def _model_from(data: Any, what: str):
     from kvmm.sim.models import MODELS, ModelSpec
 
+    if isinstance(data, dict) and "arch" in data:
+        _check_keys(data, ("arch",), what)
+        return _arch_from(data["arch"], f"{what}.arch")
     return data if isinstance(data, str) else _named_from(data, MODELS, ModelSpec, what)
+
+
+def _arch_from(data: Any, what: str):
+    from kvmm.sim.latency import ModelArch
+
+    if not isinstance(data, dict):
+        raise BadInputError(f"{what} must be an object of ModelArch fields, got {type(data).__name__}")
+    _check_keys(data, [f.name for f in fields(ModelArch)], what)
+    data = dict(data)
+    if isinstance(data.get("moe_layer_indices"), list):
+        data["moe_layer_indices"] = tuple(data["moe_layer_indices"])
+    return ModelArch(**data)
+
+
+def _hardware_from(data: Any, what: str):
+    from kvmm.sim.latency import Hardware
+
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, dict):
+        raise BadInputError(f"{what} must be a hardware name or an object of Hardware fields, got {type(data).__name__}")
+    _check_keys(data, [f.name for f in fields(Hardware)], what)
+    data = dict(data)
+    if "assumed" in data:
+        data["assumed"] = frozenset(data["assumed"])
+    if "aliases" in data:
+        data["aliases"] = tuple(data["aliases"])
+    return Hardware(**data)
+
+
+def _latency_from(data: Any, what: str):
+    from kvmm.sim.latency import ConstantRate, Fitted, Roofline
+
+    if data is None or isinstance(data, str):
+        return data
+    if not isinstance(data, dict) or len(data) != 1 or next(iter(data)) not in ("fitted", "constant", "roofline"):
+        raise BadInputError(f"{what} must be a name (roofline, constant, fitted) or one of {{\"fitted\": ...}}, "
+                            "{\"constant\": ...}, {\"roofline\": ...}")
+    (kind, params), = data.items()
+    if not isinstance(params, dict):
+        raise BadInputError(f"{what}.{kind} must be an object of parameters, got {type(params).__name__}")
+    if kind == "fitted":
+        _check_keys(params, ("alpha", "beta"), f"{what}.fitted")
+        return Fitted(**params)
+    if kind == "constant":
+        _check_keys(params, ConstantRate.__slots__, f"{what}.constant")
+        return ConstantRate(**params)
+    _check_keys(params, [k for k in Roofline.__slots__ if not k.startswith("_")], f"{what}.roofline")
+    params = dict(params)
+    params["arch"] = _model_from(params.get("arch"), f"{what}.roofline.arch")
+    params["hardware"] = _hardware_from(params.get("hardware"), f"{what}.roofline.hardware")
+    return Roofline(**params)
 
 
 def _pd_from(data: Any, what: str):
@@ -285,4 +390,5 @@ def _fields_from(data: Any, cls, what: str, **nested):
 
 
 _DECODERS = {"workload": _workload_from, "model": _model_from, "tiers": _levels_from, "fast_tier": _spec_from,
-             "pd": _pd_from, "cluster": _cluster_from, "prices": _prices_from}
+             "pd": _pd_from, "cluster": _cluster_from, "prices": _prices_from, "hardware": _hardware_from,
+             "latency": _latency_from, "latency_table": lambda d, w: d}

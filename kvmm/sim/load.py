@@ -30,11 +30,12 @@ from kvmm.traces.mooncake import MooncakeTrace
 __all__ = ["offered_seconds", "decode_seconds", "arrival_times", "new_tokens", "reference_batch"]
 
 
-def offered_seconds(trace: MooncakeTrace, serving) -> float:
-    """GPU seconds of work the trace offers (see the module docstring).  O(blocks log blocks +
+def offered_seconds(trace: MooncakeTrace, serving, *, recompute_all: bool = False) -> float:
+    """GPU seconds of work the trace offers (see the module docstring).  ``recompute_all``: every
+    prompt token computed, none reused (the work with no cache at all).  O(blocks log blocks +
     requests) (one prefill time per request with a non-constant model)."""
     clock = make_clock(serving.latency)
-    new = new_tokens(trace)
+    new = np.maximum(trace.input_length, 1) if recompute_all else new_tokens(trace)
     if isinstance(clock, ConstantClock):
         return float(new.sum()) / clock.prefill_rate + decode_seconds(trace, serving)
     inp = np.maximum(trace.input_length, 1)

@@ -57,6 +57,10 @@ class Instance:
     when None); a cluster's router appends to ``arrival_ids`` / ``arrival_times`` as it routes.
     """
 
+    # class default; False advances a decode-only stretch one step per loop iteration (the
+    # every-step loop the benchmarks time as the baseline; same results to float rounding)
+    jump_decode_stretches = True
+
     def __init__(self, cfg, serving, table: RequestTable, ledger_factory, progress, *, record_ops: bool = False,
                  assigned: list[int] | None = None, shared: tuple = (), tier_events=None,
                  key_space: np.ndarray | None = None, index: int = 0, role: Any = None,
@@ -268,7 +272,7 @@ class Instance:
     def _stretch_steps(self, run: np.ndarray, now: float) -> tuple[int, float]:
         """Decode steps of a decode-only stretch: up to the first finish, the next event or
         the routing horizon (a request may be routed here then), at least one."""
-        k = int(self.table.remaining[run].min())
+        k = int(self.table.remaining[run].min()) if Instance.jump_decode_stretches else 1
         if self.compressor is not None:
             k = min(k, self.cfg.repack_interval)
             self.compressor.compress_due(self.running, k)

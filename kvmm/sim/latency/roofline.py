@@ -91,6 +91,12 @@ class Roofline:
         return {"compute_s": compute, "memory_s": memory, "additive_s": additive,
                 "seconds": max(compute, memory) + additive}
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Roofline) and all(getattr(self, k) == getattr(other, k)
+                                                   for k in self.__slots__ if not k.startswith("_"))
+
+    __hash__ = None
+
     def coefficients(self) -> np.ndarray:
         """Kind-1 coefficient array (layout in :mod:`kvmm.sim.latency._kernels`); a copy."""
         return self._coef.copy()

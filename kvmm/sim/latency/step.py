@@ -111,6 +111,11 @@ class ConstantRate:
         spec = model(spec)
         return cls(spec.prefill_tokens_per_s, spec.decode_tokens_per_s, spec.decode_batch_cost)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConstantRate) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None
+
     def step_seconds(self, prefill_new: Any, prefill_context: Any = (), decode_context: Any = ()) -> float:
         new, _, dec = _step_arrays(prefill_new, prefill_context, decode_context, contexts_optional=True)
         seconds = int(new.sum()) / self.prefill_tokens_per_s
