@@ -51,12 +51,15 @@ def _bench(benchmark, factory, role, label, skip=True, monkeypatch=None, config=
     same = [r.as_dict() for r, f, exact in RESULTS.values() if f is factory and exact]
     assert all(d == same[0] for d in same)  # same ledger and stretches: bit-identical results
     first = next(iter(RESULTS.values()))[0].as_dict()
-    for other, _, _ in RESULTS.values():  # every variant simulates the same thing
+    for other, _, exact in RESULTS.values():  # every variant simulates the same thing
         # the reference ledger sums byte-seconds claim by claim, kvmm's release by release, and a
         # stretch sums its step times in closed form: the float totals may differ in the last
-        # bits (times feed back into the schedule, so to a tighter bound than the sums
-        # themselves); everything else is equal
-        assert_close_results(other.as_dict(), first, rel=1e-9)
+        # bits; everything else is equal, but the GPU pool's lookup counters: a queue waiting on
+        # its KV is checked against the GPU cache at every single step and once per stretch
+        got = other.as_dict()
+        if not exact:
+            got = {k: (first[k] if k in ("gpu_lookup_hits", "gpu_lookup_queries") else v) for k, v in got.items()}
+        assert_close_results(got, first, rel=1e-9)
     return res
 
 

@@ -198,7 +198,7 @@ class Instance:
                     continue
                 now = max(now, nxt)
                 continue
-            if not plan.chunks and not waiting and not prefilling:
+            if not plan.chunks and not prefilling and (not waiting or self._waiting_on_events_only()):
                 # decode-only: jump over the steps before the next event or finish
                 run = np.asarray(running, dtype=np.int64)
                 k, seconds = self._stretch_steps(run, now)
@@ -268,6 +268,17 @@ class Instance:
         self.running.append(r)
         self.decode_context += table.input_len_py[r]
         return 0
+
+    def _waiting_on_events_only(self) -> bool:
+        """Can the queue's requests wait out a decode-only stretch?  With chunked prefill, a queue
+        that admitted nothing this step admits nothing before a finish (room, GPU blocks) or an
+        event (an arrival, a copy completing) when no claim awaits a grant (a controller tick
+        could grant it) and no recompute fallback is weighed (it changes with time): the
+        stretch stops at both, so jumping it schedules exactly what single steps would.  The
+        whole-prefill scheduler keeps single steps here (its results are pinned)."""
+        if not self.scheduler.chunked or self.staging.ungranted:
+            return False
+        return not (self.cfg.recompute_fallback and self.staging.open_claims)
 
     def _stretch_steps(self, run: np.ndarray, now: float) -> tuple[int, float]:
         """Decode steps of a decode-only stretch: up to the first finish, the next event or
