@@ -40,6 +40,12 @@ SGLang's semantics, read from its ``HiCacheStorage`` and ``HiCacheFile`` (the fi
 * ``batch_get_v1`` / ``batch_set_v1`` (``"interface_v1": 1``) move pages between the registered
   host pool and the tier by host index, with the pool's own ``get_data_page`` /
   ``set_from_flat_data_page``, so page-first and layer-first host layouts both round-trip.
+* ``register_mem_host_pool_v2``, ``batch_exists_v2``, ``batch_get_v2``, ``batch_set_v2``: a
+  hybrid model's sidecar pools (Mamba and SWA states, the DSA indexer), which SGLang's
+  ``HybridCacheController`` moves beside the KV pages, each page validated against its own
+  pool's page; the answers, the per-pool keys (``key.<pool>``, Mamba state TP-sharded even for
+  MLA) and the hit policies ``all_pages`` / ``trailing_pages`` are HiCacheFile's (the tests run
+  both side by side); ``block_groups``, which HiCacheFile does not take either, raises.
 
 A page is one tier value: a header naming dtype and shape, then the tensor's bytes, written in
 one ``put`` (on MmapTier one record: a ``kill -9`` leaves the old state or the whole page,
@@ -66,7 +72,8 @@ import numpy as np
 
 try:
     import torch
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+    from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig, PoolHitPolicy, PoolName,
+                                                      PoolTransferResult)
 except ImportError as exc:  # pragma: no cover - exercised only without SGLang
     raise ImportError(
         "kvmm.integrations.sglang needs SGLang's HiCache storage module (tested with sglang==0.5.23). "
@@ -92,6 +99,8 @@ CLASS_NAME = "KvmmHiCacheStorage"
 logger = logging.getLogger(__name__)
 
 _MAGIC = b"KVMMSGL1"
+# What a host pool needs for its pages to move (SGLang's HostKVCache page code).
+_PAGE_METHODS = ("get_data_page", "get_dummy_flat_data_page", "set_from_flat_data_page")
 # The factory's keys and SGLang's own HiCache keys, which share the extra config with ours.
 _ENGINE_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
                 "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys",
@@ -128,7 +137,11 @@ class KvmmHiCacheStorage(HiCacheStorage):
         self.admission = admission
         self.storage_config = storage_config
         self.key_suffix = _key_suffix(storage_config)
+        # Mamba state is sharded by TP rank even where the model's MLA KV is not (as HiCacheFile keys it).
+        self.sharded_key_suffix = _key_suffix(storage_config, sharded=True)
         self.mem_pool_host = None
+        #: pool name -> host pool of a hybrid model's sidecar pools (register_mem_host_pool_v2)
+        self.registered_pools: dict[str, Any] = {}
         #: pages a full tier turned away, and pages the admission policy declined
         self.refused = 0
         self.admission_skipped = 0
@@ -148,7 +161,10 @@ class KvmmHiCacheStorage(HiCacheStorage):
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:
-        k = self._tier_key(key)
+        return self._read(self._tier_key(key), key, target_location)
+
+    def _read(self, k: str, key: str, target_location: Any) -> torch.Tensor | None:
+        """The page stored under tier key ``k`` (SGLang's ``key``), into ``target_location``."""
         if target_location is not None:
             _require_tensor(target_location, f"page {key!r}: target_location")
         with self._lock:
@@ -209,13 +225,14 @@ class KvmmHiCacheStorage(HiCacheStorage):
         pool, starts = self._host_pages(keys, host_indices)
         return self._store(list(keys), [pool.get_data_page(s, flat=True) for s in starts])
 
-    def _store(self, keys: list, values: Any) -> list[bool]:
+    def _store(self, keys: list, values: Any, pool_name: str = PoolName.KV, pool: Any = None) -> list[bool]:
         values = None if values is None else list(values)
         if values is None or len(values) != len(keys):
             n = "no" if values is None else len(values)
             raise ShapeError(f"batch_set got {len(keys)} keys and {n} values; expected one tensor per key")
-        tier_keys = [self._tier_key(k) for k in keys]
-        encoded = [_encode_page(k, v, self._expected_page()) for k, v in zip(keys, values)]
+        tier_keys = [self._tier_key(k, pool_name) for k in keys]
+        expected = self._expected_page(pool)
+        encoded = [_encode_page(k, v, expected) for k, v in zip(keys, values)]
         results = [False] * len(keys)
         with self._lock:
             stored = np.fromiter((self.tier.contains(k) for k in tier_keys), dtype=bool, count=len(keys))
@@ -256,6 +273,107 @@ class KvmmHiCacheStorage(HiCacheStorage):
         if policy is not None and k in policy:
             policy.on_access(k)
 
+    # -- a hybrid model's sidecar pools (Mamba/SWA states, DSA indexer): SGLang's v2 calls ------
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """A host pool whose pages travel beside the KV pages (``PoolTransfer.name``)."""
+        missing = [m for m in _PAGE_METHODS if not callable(getattr(host_pool, m, None))]
+        if missing:
+            raise BadInputError(f"host pool {host_pool_name!r} ({type(host_pool).__name__}) lacks {', '.join(missing)}; "
+                                "expected a SGLang host KV pool")
+        self.registered_pools[host_pool_name] = host_pool
+
+    def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> PoolTransferResult:
+        """HiCacheFile's rule: the KV pages' leading run, cut by each pool's hit policy
+        (``all_pages``: its page of every KV page; ``trailing_pages``: its pages of the last
+        ``len(transfer.keys)`` KV pages of a prefix); ``restorable_prefix_pages`` lists the
+        prefix lengths every pool can restore, the usable prefix is the longest."""
+        keys, transfers = list(keys), list(pool_transfers or [])
+        for transfer in transfers:
+            if transfer.hit_policy not in (PoolHitPolicy.ALL_PAGES, PoolHitPolicy.TRAILING_PAGES):
+                raise BadInputError(f"pool {transfer.name!r}: hit policy {transfer.hit_policy!r} is not supported by "
+                                    "KvmmHiCacheStorage (nor by SGLang's file backend); expected all_pages or "
+                                    "trailing_pages")
+        for name in [PoolName.KV, *(t.name for t in transfers)]:
+            for key in keys:
+                self._tier_key(key, name)  # every key checked before the first lookup
+        contains, seen = self.tier.contains, {}
+
+        def has(i: int, name: str) -> bool:
+            if (i, name) not in seen:
+                seen[i, name] = contains(self._tier_key(keys[i], name))
+            return seen[i, name]
+
+        kv_pages = next((i for i in range(len(keys)) if not has(i, PoolName.KV)), len(keys))
+        hits = {PoolName.KV: kv_pages} if kv_pages else {}
+        restorable = list(range(1, kv_pages + 1))
+        for transfer in transfers:
+            if not restorable:
+                break
+            if transfer.hit_policy == PoolHitPolicy.ALL_PAGES:
+                boundary = next((i for i in range(kv_pages) if not has(i, transfer.name)), kv_pages)
+                pool_restorable = set(range(1, boundary + 1))
+            else:
+                trailing = max(1, len(transfer.keys or ()))
+                pool_restorable = {n for n in range(1, kv_pages + 1)
+                                   if all(has(i, transfer.name) for i in range(max(0, n - trailing), n))}
+                boundary = max(pool_restorable, default=0)
+            if boundary:
+                hits[transfer.name] = boundary
+            restorable = [n for n in restorable if n in pool_restorable]
+        return PoolTransferResult(restorable[-1] if restorable else 0, hits, restorable)
+
+    def batch_get_v2(self, transfers: list, extra_info: Any = None) -> dict[str, list[bool]]:
+        """Each transfer's pages into its host pool at its host indices; per pool, per-page success."""
+        return self._pool_io(list(transfers), write=False)
+
+    def batch_set_v2(self, transfers: list, extra_info: Any = None) -> dict[str, list[bool]]:
+        """Each transfer's host-pool pages at its host indices into the tier; per pool, per-page success."""
+        return self._pool_io(list(transfers), write=True)
+
+    def _pool_io(self, transfers: list, write: bool) -> dict[str, list[bool]]:
+        """SGLang's v2 transfer contract (HiCacheFile's): a transfer whose host indices are not one
+        page of its pool per key moves nothing and reports every page failed (the controller shrinks
+        a window to avoid that); a pool never registered, or a key that is not a str, raises before
+        any page moves."""
+        pools = [self._pool(t.name) for t in transfers]
+        for transfer in transfers:
+            for key in transfer.keys or []:
+                self._tier_key(key, transfer.name)
+        results: dict[str, list[bool]] = {}
+        for transfer, pool in zip(transfers, pools):
+            keys = list(transfer.keys or [])
+            page_size = int(getattr(pool, "page_size", 1) or 1)
+            indices = transfer.host_indices
+            if indices is None or torch.as_tensor(indices).numel() != len(keys) * page_size:
+                logger.error("kvmm HiCache storage: pool %s: %d keys need %d host indices, got %s; nothing moved",
+                             transfer.name, len(keys), len(keys) * page_size,
+                             None if indices is None else torch.as_tensor(indices).numel())
+                results[transfer.name] = [False] * len(keys)
+                continue
+            indices = torch.as_tensor(indices).reshape(-1)
+            starts = [int(indices[i * page_size]) for i in range(len(keys))]
+            if write:
+                pages = [pool.get_data_page(start, flat=True) for start in starts]
+                results[transfer.name] = self._store(keys, pages, transfer.name, pool)
+                continue
+            loaded = []
+            for key, start in zip(keys, starts):
+                page = self._read(self._tier_key(key, transfer.name), key, pool.get_dummy_flat_data_page())
+                if page is not None:
+                    pool.set_from_flat_data_page(start, page)
+                loaded.append(page is not None)
+            results[transfer.name] = loaded
+        return results
+
+    def _pool(self, name: Any) -> Any:
+        pool = self.registered_pools.get(name)
+        if pool is None and name == PoolName.KV:
+            pool = self.mem_pool_host
+        if pool is None:
+            raise BadInputError(f"no host pool {name!r} registered (register_mem_host_pool_v2); registered: "
+                                f"{sorted(map(str, self.registered_pools))}")
+        return pool
+
     # -- management ---------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         self.mem_pool_host = mem_pool_host
@@ -264,7 +382,8 @@ class KvmmHiCacheStorage(HiCacheStorage):
         """Remove this model's and shard's pages (another model's in a shared pool stay);
         returns how many were removed."""
         with self._lock:
-            ours = [k for k in self.tier.keys() if isinstance(k, str) and k.endswith(self.key_suffix)]
+            suffixes = (self.key_suffix, self.sharded_key_suffix)
+            ours = [k for k in self.tier.keys() if isinstance(k, str) and k.endswith(suffixes)]
             for k in ours:
                 self.tier.delete(k)
             return len(ours)
@@ -278,14 +397,19 @@ class KvmmHiCacheStorage(HiCacheStorage):
             backend.close()
 
     # -- helpers ------------------------------------------------------------------------------
-    def _tier_key(self, key: Any) -> str:
+    def _tier_key(self, key: Any, pool_name: Any = PoolName.KV) -> str:
+        """A page's key in the tier: HiCacheFile's file name, ``key`` (the KV pool) or
+        ``key.<pool>``, then this rank's suffix (the TP-sharded one for Mamba state)."""
         if not isinstance(key, str):
             raise DTypeError(f"SGLang HiCache keys must be page hashes (str), got {type(key).__name__} {key!r:.60}")
-        return key + self.key_suffix
+        if pool_name == PoolName.KV:
+            return key + self.key_suffix
+        suffix = self.sharded_key_suffix if pool_name == PoolName.MAMBA else self.key_suffix
+        return f"{key}.{pool_name}{suffix}"
 
-    def _expected_page(self) -> tuple | None:
-        """(dtype, bytes) of one page of the registered host pool, or None without one."""
-        pool = self.mem_pool_host
+    def _expected_page(self, pool: Any = None) -> tuple | None:
+        """(dtype, bytes) of one page of ``pool`` (default: the KV host pool), or None without one."""
+        pool = self.mem_pool_host if pool is None else pool
         if pool is None or not hasattr(pool, "get_dummy_flat_data_page"):
             return None
         page = pool.get_dummy_flat_data_page()
@@ -347,14 +471,16 @@ def _key_words(tier_keys: Iterable[str]) -> np.ndarray:
                      for k in tier_keys], dtype=np.uint64)
 
 
-def _key_suffix(config: HiCacheStorageConfig) -> str:
+def _key_suffix(config: HiCacheStorageConfig, sharded: bool = False) -> str:
     """HiCacheFile's scoping of page keys: model, pipeline stage, context-parallel rank, and the
-    TP shard unless the model is MLA (whose KV every TP rank holds whole)."""
+    TP shard unless the model is MLA (whose KV every TP rank holds whole) and not ``sharded``."""
     model = "-".join(config.model_name.split("/")) if config.model_name else ""
     shard = f"_{config.pp_size}_{config.pp_rank}" if config.pp_size > 1 else ""
     if config.attn_cp_size > 1:
         shard += f"_cp{config.attn_cp_rank}_{config.attn_cp_size}"
-    return f"_{model}{shard}" if config.is_mla_model else f"_{model}_{config.tp_rank}_{config.tp_size}{shard}"
+    if config.is_mla_model and not sharded:
+        return f"_{model}{shard}"
+    return f"_{model}_{config.tp_rank}_{config.tp_size}{shard}"
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -16,20 +16,27 @@ vLLM's CPU offloading connector loads its cache policy by class name and module 
   which offered blocks to write (``"kvmm_admission": "StoreThreshold"``,
   ``"kvmm_admission_args": {"k": 2}``).
 
-How vLLM's events map onto a kvmm policy (one chunk = size 1; ``cache_capacity`` chunks):
+How vLLM's events map onto a kvmm policy (one chunk = size 1; ``cache_capacity`` chunks).  A
+class follows one of vLLM's two built-in policies, chosen by ``refresh_stores``:
 
-* ``insert`` registers the chunk; registration is deferred to the next call that can evict
-  (a new chunk's store is still in flight, so it cannot be evicted before), and a batch of one
-  request is registered tail first (by token position when vLLM recorded positions), so heads
-  are more recent than tails: vLLM evicts a prefix's tail before its head.
-* ``on_request_access`` (a running request loads chunks or offers resident ones) refreshes them
-  tail to head at once when the class sets ``refresh_stores`` (below), as vLLM's ``lru`` ranks
-  them with the running request, so the request's own stores do not evict the prefix it loaded.
-* ``on_request_finished`` applies the request's accesses tail to head: a chunk the request
-  *reused* gets ``on_access`` (a hit, counted by LFU and promoting in ARC); a chunk it only
-  *stored* gets ``on_access`` only when the class sets ``refresh_stores`` (LRU, whose access
-  is a pure recency refresh, as vLLM's ``lru`` re-ranks every chunk of a finished request).
-  ``touch`` is the same rule applied to the keys given.
+* ``refresh_stores=True`` (:class:`KvmmLRU`: a recency order) ranks chunks exactly as vLLM's
+  ``lru`` does (:mod:`kvmm.integrations._vllm_ranks`): a chunk stored without a token
+  position, and every chunk ``touch`` or a finished request reaches (tail to head), takes a
+  fresh rank: the kvmm policy sees it inserted or refreshed, in rank order.  A running request's
+  chunks with token positions (stored, loaded, or offered again: ``on_request_access``) share
+  the request's rank, taken when the request was first seen, tails before heads, and stay
+  outside the policy until the request finishes; a victim list merges the two by rank.  So a
+  batch stored without positions loses its first-stored chunk first, and a request that stores
+  its prefix over several steps (chunked prefill) loses its tail first while it runs.
+* ``refresh_stores=False`` (FIFO, LFU, ARC, every other order) follows vLLM's ``arc``: a stored
+  chunk is inserted in store order (told to the policy at the next call, so that a store that
+  fails before anything else happens leaves no trace); a finished request's chunks, tail to
+  head, are a use (``on_access``: a hit, counted by LFU, promoting in ARC) when it reused them
+  and an uncounted reference (the policy's ``touch``: ARC keeps the chunk in its list, LFU
+  keeps its count; orders without ``touch`` see nothing) when it only stored them;
+  ``on_store_miss`` (keys about to be stored, before the eviction that makes their room) and a
+  ``touch`` of an evicted key adapt ARC on a ghost (``ARCPolicy.adapt``), and ``touch`` of a
+  ready chunk is a use, of one still being written an uncounted reference.
 * ``evict(n, protected)`` asks ``victims(n, protected | chunks in use)``; fewer than ``n``
   returns ``None`` and changes nothing, else each victim gets ``on_evict`` where the policy has
   it (2Q: the A1in victim becomes a ghost; LIRS: a resident HIR victim stays in S as
@@ -45,22 +52,15 @@ How vLLM's events map onto a kvmm policy (one chunk = size 1; ``cache_capacity``
   keys it names, as ManagedTier does, and keeps them as dropped.
 * Pinning (``mark_evictable`` / ``mark_non_evictable``) never reorders: a chunk being read or
   written is only skipped, as in vLLM.
-* Ghost hits need no ``on_store_miss``: kvmm's ARC adapts when a ghost key is inserted.
 
-Difference from vLLM's own ``lru``, pinned in ``tests/integrations/test_vllm_policies.py``:
-vLLM gives every chunk an *in-flight* request stores the request's provisional rank, taken
-when the request started; kvmm registers it when it is stored.  Evictions while another
-request that started earlier is still running can therefore pick different chunks; once the
-request finishes both re-rank its chunks identically.  A sequential replay (each request
-finishes before the next starts) gives the same stores, hits and evictions.  vLLM's real
-scheduler overlaps even consecutive requests: it signals a request's ``on_request_finished``
-in ``build_connector_meta`` of the *next* step, after that step's ``schedule()`` may have
-loaded the next request's hit prefix (which gives it its rank).  Driven one request at a time
-through the Scheduler, the totals are therefore the same but a few eviction sets differ (a
-request that loaded a prefix right after another finished: vLLM evicts its own stored tail
-first, kvmm the oldest chunk); pinned in ``test_scheduler_order_difference_is_pinned``.
-Making them identical would mean ranking stores at the request's first access, i.e. vLLM's
-heap of ranks instead of an O(1) recency list.
+:class:`KvmmLRU` therefore makes vLLM ``lru``'s evictions, chunk for chunk, including while
+requests overlap (vLLM 0.33.0's own ``tests/v1/kv_offload/cpu/test_manager.py`` runs against it:
+``tests/integrations/test_vllm_upstream_manager.py``).  :class:`KvmmARC` is kvmm's ARC (the
+paper's, as libCacheSim runs it: docs/eviction_orders.md) fed what vLLM's ``arc`` sees; where
+vLLM's ``arc`` departs from the paper it is not followed: a returning ghost enters T2, not T1;
+the victim comes from T1 when ``|T1| > p`` (vLLM: ``|T1| >= int(p)``); ghosts are forgotten by
+the paper's bounds, not each list at ``cache_capacity``.  That test file and
+``test_kvmm_arc_keeps_the_papers_rules_where_vllm_arc_departs`` pin the first two.
 
 Importing this module imports vLLM; ``import kvmm`` never does.
 """
@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -88,6 +89,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
 from kvmm.errors import BadInputError, KvmmError
 from kvmm.integrations._policy_factory import (drop_extra_victims, eviction_hook, load_admission as _load_admission,
                                                policy_factory)
+from kvmm.integrations._vllm_ranks import LruRanks
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.protocols import AdmissionPolicy
@@ -109,15 +111,28 @@ __all__ = [
 MODULE_PATH = __name__
 
 
+@dataclass(slots=True)
+class _RequestRank:
+    """A request's rank ``R`` in one :class:`KvmmCachePolicy` (kept on vLLM's ``ReqContext``)."""
+
+    owner: object
+    generation: int
+    rank: int
+
+
 class KvmmCachePolicy(CachePolicy):
     """A vLLM ``CachePolicy`` that keeps the chunks and lets a kvmm policy order them.
 
     Subclasses set ``new_policy`` (a zero-argument callable returning a fresh
-    :class:`~kvmm.protocols.EvictionPolicy`) and ``refresh_stores`` (see the module docstring).
-    A policy with ``attach(capacity)`` is told ``cache_capacity`` (in chunks).
+    :class:`~kvmm.protocols.EvictionPolicy`) and ``refresh_stores`` (``True``: the chunks are
+    ranked as vLLM's ``lru`` ranks them, over a recency order; ``False``: told to the policy in
+    the order vLLM's ``arc`` sees them; see the module docstring).  A policy with
+    ``attach(capacity)`` is told ``cache_capacity`` (in chunks).
 
-    Runtime complexity: ``get`` O(1); ``insert``/``touch``/``remove`` O(1) plus the policy's
-    cost per event; ``evict(n)`` O(in-use + protected chunks) plus the policy's ``victims``.
+    Runtime complexity: ``get`` O(1); ``insert``/``touch``/``remove`` O(1) (a positioned chunk
+    of a running request, with ``refresh_stores``: O(log p) for p such chunks) plus the
+    policy's cost per event; ``evict(n)`` O(n + in-use + protected chunks) plus the policy's
+    ``victims``.
     """
 
     new_policy: ClassVar[Callable[[], Any]]
@@ -125,16 +140,12 @@ class KvmmCachePolicy(CachePolicy):
 
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
-        self._bind(_fresh_policy(type(self).new_policy, cache_capacity))
-        # key -> ChunkStatus of every resident chunk (registered with the policy or pending).
+        # key -> ChunkStatus of every resident chunk
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         # Resident keys whose ref_cnt != 0 (a store or a load in flight): never victims.
         self._in_use: set[OffloadKey] = set()
-        # Inserted keys not yet told to the policy, as (request context, [keys in insert order]).
-        self._pending: list[tuple[ReqContext, list[OffloadKey]]] = []
-        self._pending_keys: set[OffloadKey] = set()
-        # Resident keys the policy evicted on its own (extra_victims), oldest first: evicted first.
-        self._dropped: dict[OffloadKey, None] = {}
+        self._generation = 0  # a request rank from before clear() is stale
+        self._bind(_fresh_policy(type(self).new_policy, cache_capacity))
 
     def get(self, key: OffloadKey) -> ChunkStatus | None:
         return self.chunks.get(key)
@@ -146,64 +157,99 @@ class KvmmCachePolicy(CachePolicy):
         self.chunks[key] = chunk
         if chunk.ref_cnt != 0:
             self._in_use.add(key)
-        if self._pending and self._pending[-1][0] is req_context:
-            self._pending[-1][1].append(key)
+        if self._ranks is None:
+            self._pending[key] = None
+            return
+        position = req_context.get_offload_key_position(key)
+        if position is None:
+            self._ranks.commit(key)
         else:
-            self._pending.append((req_context, [key]))
-        self._pending_keys.add(key)
+            self._ranks.raise_to(key, (self._request_rank(req_context), -position))
 
     def remove(self, key: OffloadKey) -> None:
         if key not in self.chunks:
             raise BadInputError(f"{type(self).__name__}: cannot remove {key!r}, it is not resident")
-        if key in self._pending_keys:  # a failed store the policy never saw
-            self._pending_keys.discard(key)
+        if key in self._pending:  # a failed store the policy never saw
+            del self._pending[key]
         elif key in self._dropped:  # the policy already evicted it
             del self._dropped[key]
+        elif self._ranks is not None:
+            self._ranks.forget(key)
         else:
             self.policy.on_remove(key)
         del self.chunks[key]
         self._in_use.discard(key)
 
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        """vLLM's ``touch``, tail (last key) first: with ``refresh_stores`` a fresh rank for each
+        resident chunk; else a ready chunk is a use (``on_access``), one still being written an
+        uncounted reference (the policy's ``touch``, where it has one), a ghost a miss
+        (``adapt``, ARC)."""
+        chunks = self.chunks
+        if self._ranks is not None:
+            commit = self._ranks.commit
+            for key in reversed(list(keys)):
+                if key in chunks:
+                    commit(key)
+            return
         self._register_pending()
-        chunks, access, refresh = self.chunks, self._access, self.refresh_stores
         for key in reversed(list(keys)):
             chunk = chunks.get(key)
-            if chunk is not None and (refresh or chunk.ref_cnt >= 0):  # ref_cnt >= 0: is_ready
-                access(key)
+            if chunk is None:
+                if self._adapt is not None:
+                    self._adapt(key)
+            elif chunk.ref_cnt >= 0 or key in self._dropped:  # ref_cnt >= 0: is_ready
+                self._access(key)
+            elif self._touch is not None:
+                self._touch(key)
+
+    def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        """Keys about to be stored, before the eviction that makes room for them (once per
+        request): a ghost among them adapts ARC now (``adapt``), as vLLM's ``arc`` does."""
+        if self._ranks is not None:
+            self.touch(keys, req_context)  # vLLM's default, which its lru keeps
+        elif self._adapt is not None:
+            self._register_pending()
+            for key in reversed(list(keys)):
+                if key not in self.chunks:
+                    self._adapt(key)
 
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """A running request reached these chunks (loaded them, or offered them for storing):
-        with ``refresh_stores`` (recency-only policies) they are refreshed tail to head at once,
-        as vLLM's lru gives them the request's rank, so a store of the same request does not
-        evict the prefix it just loaded.  Frequency-counting policies wait for the finish."""
-        if not self.refresh_stores:
+        with ``refresh_stores``, each positioned resident one takes the request's rank
+        ``(R, -position)`` when that ranks it newer, as in vLLM's ``lru``.  Else nothing."""
+        if self._ranks is None:
             return
-        self._register_pending()
-        chunks, access = self.chunks, self._access
-        for key in reversed(order_request_keys([list(keys)], req_context)):
-            if key in chunks:
-                access(key)
-
-    def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
-        """No-op: a kvmm policy learns from ghost keys when they are inserted again."""
+        rank, chunks = self._request_rank(req_context), self.chunks
+        for key in keys:
+            position = req_context.get_offload_key_position(key)
+            if position is not None and key in chunks:
+                self._ranks.raise_to(key, (rank, -position))
 
     def on_request_finished(self, key_groups: Sequence[Sequence[OffloadKey]],
                             insertion_only_keys: set[OffloadKey], reused_keys: set[OffloadKey],
                             req_context: ReqContext) -> None:
-        self._register_pending()
-        chunks, access = self.chunks, self._access
-        if not self.refresh_stores and not reused_keys:
-            return  # nothing reused, and stores are not refreshed: no policy event
+        """The request's chunks, tail to head: with ``refresh_stores`` each resident one takes a
+        fresh rank (vLLM's ``lru``); else, as vLLM's ``arc``, a reused chunk is a use
+        (``on_access``) and one it only stored an uncounted reference (``touch``)."""
+        chunks = self.chunks
         touched = reversed(order_request_keys(key_groups, req_context))
-        if self.refresh_stores:
+        if self._ranks is not None:
+            commit = self._ranks.commit
             for key in touched:
                 if key in chunks:
-                    access(key)
-        else:
-            for key in touched:
-                if key in reused_keys and key in chunks:
-                    access(key)
+                    commit(key)
+            return
+        self._register_pending()
+        access, touch, dropped = self._access, self._touch, self._dropped
+        for key in touched:
+            if key not in chunks:
+                continue
+            if key in insertion_only_keys:
+                if touch is not None and key not in dropped:
+                    touch(key)
+            elif key in reused_keys:
+                access(key)
 
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
         self._register_pending()
@@ -212,30 +258,37 @@ class KvmmCachePolicy(CachePolicy):
         blocked = self._in_use | set(protected) if self._in_use else protected
         dropped = [k for k in self._dropped if k not in blocked][:n] if self._dropped else []
         wanted = n - len(dropped)
-        victims = list(self.policy.victims(wanted, blocked))[:wanted] if wanted else []
+        if not wanted:
+            victims = []
+        elif self._ranks is not None:
+            victims = self._ranks.victims(wanted, blocked)
+        else:
+            victims = list(self.policy.victims(wanted, blocked))[:wanted]
         if len(victims) < wanted:
             return None
         if not self._trusted and (len(set(victims)) != wanted
                                   or any(k not in self.chunks or k in blocked or k in self._dropped for k in victims)):
             raise KvmmError(f"{type(self.policy).__name__}.victims({wanted}, ...) returned {victims!r}: expected "
                             f"{wanted} distinct resident keys outside the protected and in-use chunks")
-        on_evict, chunks = self._evict_hook, self.chunks
+        chunks = self.chunks
         evicted = []
         for key in dropped:
             del self._dropped[key]
             evicted.append((key, chunks.pop(key)))
-        for key in victims:
-            on_evict(key)
-            evicted.append((key, chunks.pop(key)))
+        if self._ranks is not None:
+            self._ranks.evict(victims)
+        else:
+            on_evict = self._evict_hook
+            for key in victims:
+                on_evict(key)
+        evicted.extend((key, chunks.pop(key)) for key in victims)
         return evicted
 
     def clear(self) -> None:
+        self._generation += 1
         self._bind(_fresh_policy(type(self).new_policy, self.cache_capacity))
         self.chunks.clear()
         self._in_use.clear()
-        self._pending.clear()
-        self._pending_keys.clear()
-        self._dropped.clear()
 
     def mark_evictable(self, key: OffloadKey) -> None:
         self._in_use.discard(key)
@@ -245,15 +298,19 @@ class KvmmCachePolicy(CachePolicy):
 
     def check(self) -> None:
         """Assert every invariant (used by tests)."""
-        # Every resident chunk is either pending or tracked by the policy, never both.
-        tracked = set(self.policy.keys()) if hasattr(self.policy, "keys") else None
-        if tracked is not None:
-            assert tracked.isdisjoint(self._pending_keys) and tracked.isdisjoint(self._dropped)
-            assert tracked | self._pending_keys | set(self._dropped) == set(self.chunks)
-        # A dropped key is resident and not pending.
-        assert self._pending_keys.isdisjoint(self._dropped) and all(k in self.chunks for k in self._dropped)
-        # Every pending key is in a pending batch (a batch may still name keys removed since).
-        assert self._pending_keys <= {k for _, ks in self._pending for k in ks}
+        resident = set(self.chunks)
+        # A dropped key is resident and not pending; dropped and pending keys are resident.
+        assert self._pending.keys().isdisjoint(self._dropped)
+        assert set(self._pending) <= resident and set(self._dropped) <= resident
+        if self._ranks is not None:
+            # Every resident chunk is dropped or ranked (committed: tracked by the policy), once.
+            self._ranks.check(resident - set(self._dropped))
+            assert not self._pending
+        elif hasattr(self.policy, "keys"):
+            # Every resident chunk is pending, dropped or tracked by the policy, exactly once.
+            tracked = set(self.policy.keys())
+            assert tracked.isdisjoint(self._pending) and tracked.isdisjoint(self._dropped)
+            assert tracked | set(self._pending) | set(self._dropped) == resident
         # In-use chunks are resident and have a non-zero ref_cnt.
         assert all(self.chunks[k].ref_cnt != 0 for k in self._in_use)
         # Every resident chunk with a non-zero ref_cnt is in use.
@@ -266,6 +323,10 @@ class KvmmCachePolicy(CachePolicy):
         ``on_access`` / ``on_insert``: this object guarantees what they check (an accessed key is
         registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
         another policy's ``victims`` are checked (distinct, resident, not protected)."""
+        if self.refresh_stores and hasattr(policy, "extra_victims"):
+            raise BadInputError(f"{type(self).__name__}: refresh_stores ranks chunks as vLLM's lru does, over a "
+                                f"recency order; {type(policy).__name__} evicts on its own (extra_victims): "
+                                "expected refresh_stores=False for it")
         self.policy = policy
         self._evict_hook = eviction_hook(policy)
         hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
@@ -275,9 +336,25 @@ class KvmmCachePolicy(CachePolicy):
             self._access, self._insert = policy.on_access, policy.on_insert
         else:
             self._access, self._insert = hooks[0], hooks[1]
+        # Uncounted references (ARC, LFU) and ghost misses (ARC), where the policy has them.
+        self._touch = getattr(policy, "touch", None)
+        self._adapt = getattr(policy, "adapt", None)
+        # Resident keys the policy evicted on its own (extra_victims), oldest first: evicted first.
+        self._dropped: dict[OffloadKey, None] = {}
         if hasattr(policy, "extra_victims"):
             self._policy_access, self._policy_insert = self._access, self._insert
             self._access, self._insert = self._access_dropping, self._insert_dropping
+        # Without refresh_stores: inserted keys not yet told to the policy, in store order.
+        self._pending: dict[OffloadKey, None] = {}
+        self._ranks = LruRanks(policy, self._access, self._insert, self._evict_hook) if self.refresh_stores else None
+
+    def _request_rank(self, req_context: ReqContext) -> int:
+        """The request's rank ``R``: taken from the counter the first time this object sees it."""
+        state = req_context.get_state(_RequestRank)
+        if state is None or state.owner is not self or state.generation != self._generation:
+            state = _RequestRank(self, self._generation, self._ranks.new_rank())
+            req_context.set_state(state)
+        return state.rank
 
     def _access_dropping(self, key: OffloadKey) -> None:
         """An access for a policy with ``extra_victims``: those keys first; a dropped key is new."""
@@ -296,17 +373,15 @@ class KvmmCachePolicy(CachePolicy):
         drop_extra_victims(self.policy, key, size, self._in_use | {key}, self._dropped)  # chunks in use protected
 
     def _register_pending(self) -> None:
-        """Tell the policy about the chunks inserted since the last call, each request's batch
-        tail first (by token position when known), so its head ends up the most recent."""
+        """Tell the policy about the chunks inserted since the last call, in store order (vLLM's
+        ``arc`` appends a stored chunk to T1 when it is inserted).  Deferred only so that a store
+        that fails before anything else happens leaves no trace (ARC would keep a ghost)."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
-        pending_keys, insert = self._pending_keys, self._insert
-        for req_context, keys in pending:
-            for key in reversed(order_request_keys([keys], req_context)):
-                if key in pending_keys:
-                    pending_keys.discard(key)
-                    insert(key, 1)
+        pending, self._pending = self._pending, {}
+        insert = self._insert
+        for key in pending:
+            insert(key, 1)
 
 
 def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: bool = False) -> type[KvmmCachePolicy]:
@@ -314,12 +389,18 @@ def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: b
 
     ``policy``: a class or zero-argument callable returning an
     :class:`~kvmm.protocols.EvictionPolicy`, or such an object (each vLLM manager gets a deep
-    copy of it).  ``refresh_stores``: ``True`` when the policy's ``on_access`` is a recency
-    refresh only (LRU-like), so chunks a finished request stored are refreshed tail to head
-    like the chunks it reused.  To load it from vLLM, bind the class to a module-level name of
-    an importable module and give that module as ``cache_policy_module_path``.
+    copy of it).  ``refresh_stores``: ``True`` when the policy's order is recency only
+    (LRU-like: ``on_access`` a refresh, ``on_remove`` then ``on_insert`` the same): chunks are
+    then ranked as vLLM's ``lru`` ranks them (see the module docstring); a policy that evicts
+    on its own (``extra_victims``) is refused.  ``False``: vLLM's ``arc`` sequence of events.
+    To load it from vLLM, bind the class to a module-level name of an importable module and
+    give that module as ``cache_policy_module_path``.
     """
     factory, probe = policy_factory(policy)
+    if refresh_stores and hasattr(probe, "extra_victims"):
+        raise BadInputError(f"make_cache_policy: refresh_stores ranks chunks as vLLM's lru does, over a recency "
+                            f"order; {type(probe).__name__} evicts on its own (extra_victims): expected "
+                            "refresh_stores=False for it")
     cls_name = name or f"Kvmm{type(probe).__name__}"
     return type(cls_name, (KvmmCachePolicy,), {
         "new_policy": staticmethod(factory), "refresh_stores": bool(refresh_stores), "__module__": __name__,

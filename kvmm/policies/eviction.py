@@ -261,6 +261,8 @@ class ARCPolicy:
     _pending: _ArcPlan | None = field(default=None, init=False, repr=False)
     # list name -> its OrderedDict (the four above), so _push/_pop need no lookup table per call
     _lists: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Ghosts whose miss adapt() already counted: their next insert enters T2 without adapting again.
+    _adapted: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._lists = {"T1": self._t1, "T2": self._t2, "B1": self._b1, "B2": self._b2}
@@ -293,10 +295,14 @@ class ARCPolicy:
         pending, self._pending = self._pending, None
         if key in self._b1 or key in self._b2:
             # Ghost hit: B1 means the recency side was too small, B2 the frequency side.
-            self.p = pending.p if pending is not None and pending.incoming == key else self._adapted_p(key)
+            if key in self._adapted:  # adapt() counted this miss already
+                self._adapted.discard(key)
+            else:
+                self.p = pending.p if pending is not None and pending.incoming == key else self._adapted_p(key)
             self._pop(key, "B1" if key in self._b1 else "B2")
             self._push(key, size, "T2")
         else:
+            self._adapted.discard(key)  # a mark left from an earlier stay as a ghost
             self._push(key, size, "T1")
         self._c = max(self._c, self._sizes["T1"] + self._sizes["T2"])
         if self.ghost_limit is not None:
@@ -334,6 +340,39 @@ class ARCPolicy:
         if self.ghost_limit is not None:  # an overwrite may follow a planned eviction that made ghosts
             self._limit_ghosts(self.ghost_limit)
 
+    def touch(self, key: Hashable) -> None:
+        """A reference the owner does not count as a use (vLLM re-ranks the chunks a request only
+        stored, or one still being written): the resident key moves to the recent end of its own
+        list, so T1 keeps it as seen once.  Runtime complexity: O(1)."""
+        try:
+            order = self._t1 if key in self._t1 else self._t2 if key in self._t2 else None
+        except TypeError:
+            as_hashable(key)  # raises the KvmmError that says what is wrong with the key
+            raise
+        if order is None:
+            as_hashable(key)  # a NaN key is refused as such
+            raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
+        order.move_to_end(key)
+        self._pending = None
+
+    def adapt(self, key: Hashable) -> bool:
+        """A miss on ``key`` seen before the owner makes room for it (vLLM's ``on_store_miss``;
+        a reference to a ghost that is not stored): when ``key`` is a ghost, adapt ``p`` now, as
+        the paper does at a miss before REPLACE, and make it the most recent ghost of its list;
+        its next ``on_insert`` then enters T2 without adapting again.  Each call is one miss (a
+        second call adapts again).  Returns whether ``key`` is a ghost.  Runtime complexity: O(1)
+        amortised."""
+        ghosts = self._b1 if as_hashable(key) in self._b1 else self._b2 if key in self._b2 else None
+        if ghosts is None:
+            return False
+        self.p = self._adapted_p(key)
+        ghosts.move_to_end(key)
+        self._pending = None
+        if len(self._adapted) > len(self._b1) + len(self._b2):  # forget marks of ghosts since forgotten
+            self._adapted = {k for k in self._adapted if k in self._b1 or k in self._b2}
+        self._adapted.add(key)
+        return True
+
     def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
         """``(access(key), insert(key, size), None, None)``: ``on_access(key)`` and
         ``on_insert(key, size)`` without the per-event checks, for a caller that guarantees them
@@ -356,6 +395,7 @@ class ARCPolicy:
         if not resident:
             as_hashable(key)  # a NaN key is refused as such
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
+        self._adapted.discard(key)  # a resident's mark is stale: it becomes a ghost anew (or is forgotten)
         plan = self._pending
         if plan is not None and plan.done < len(plan.steps) and plan.steps[plan.done][0] == key:
             # The next step of the eviction plan: forget its ghost, then evict as planned.
@@ -521,6 +561,8 @@ class ARCPolicy:
         # The ghosts respect the limit, when there is one (it is enforced on insert and delete).
         if self.ghost_limit is not None:
             assert self._sizes["B1"] + self._sizes["B2"] <= self.ghost_limit or self._pending is not None
+        # A miss counted by adapt() is marked only while its key is not resident.
+        assert self._adapted.isdisjoint(self._t1) and self._adapted.isdisjoint(self._t2)
         # A pending plan's victims not yet applied are distinct (a plan never repeats a key).
         if self._pending is not None:
             left = [step[0] for step in self._pending.steps[self._pending.done:]]

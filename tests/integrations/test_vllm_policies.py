@@ -75,16 +75,13 @@ def test_lru_replay_matches_vllm_lru_and_managed_tier(trace, source, capacity):
     assert first_evicted and first_evicted[0] == max(order, key=order.get)
 
 
-@pytest.mark.parametrize("a_finishes_first, expected", [
-    (False, {"lru": "a2", "KvmmLRU": "a1"}),
-    (True, {"lru": "x2", "KvmmLRU": "x2"}),
-])
-def test_in_flight_request_difference_is_pinned(a_finishes_first, expected):
-    """vLLM ranks an in-flight request's chunks with the rank it took when it started; kvmm
-    registers them when stored.  Request A stores a1, then (after request Y reused and finished
-    X's blocks) stores a2.  While A still runs, vLLM's lru evicts a2 (rank (R_A, -32), older than
-    Y's re-rank) and KvmmLRU evicts a1 (registered before Y's re-rank).  Once A has finished both
-    re-rank A's chunks head-most-recent and evict X's tail, x2."""
+@pytest.mark.parametrize("a_finishes_first, expected", [(False, "a2"), (True, "x2")])
+def test_in_flight_request_ranks_as_in_vllm(a_finishes_first, expected):
+    """vLLM ranks an in-flight request's chunks with the rank it took when it started, and
+    KvmmLRU does the same (issue 33; until then KvmmLRU registered them when stored and evicted
+    a1 here).  Request A stores a1, then (after request Y reused and finished X's blocks) stores
+    a2.  While A still runs, both evict a2 (rank (R_A, -32), older than Y's re-rank); once A has
+    finished both re-rank A's chunks head-most-recent and evict X's tail, x2."""
     keys = dict(zip(["x1", "x2", "a1", "a2", "b1"], (offload_key(k) for k in range(1, 6))))
     x, a = [keys["x1"], keys["x2"]], [keys["a1"], keys["a2"]]
     for policy in ("lru", "KvmmLRU"):
@@ -97,8 +94,42 @@ def test_in_flight_request_difference_is_pinned(a_finishes_first, expected):
         m.complete_store(m.prepare_store(a[1:], ctx_a).keys_to_store, ctx_a)
         if a_finishes_first:
             m.on_request_finished(ctx_a)
-        assert run_request(m, "B", [keys["b1"]])[2] == [keys[expected[policy]]], policy
+        assert run_request(m, "B", [keys["b1"]])[2] == [keys[expected]], policy
         m.on_request_finished(ctx_a)
+        if policy == "KvmmLRU":
+            m._policy.check()
+
+
+@pytest.mark.parametrize("policy", ["lru", "KvmmLRU", "arc", "KvmmARC"])
+def test_chunked_prefill_loses_its_tail_first_while_it_runs(policy):
+    """Issue 33, item 1b: a running request stores its prefix one chunk per step (positions
+    16/32/48, the chunked-prefill path), then another request needs room.  vLLM's lru evicts the
+    running request's tail (3), which keeps the prefix 1, 2 useful for prefix hits; KvmmLRU
+    evicted the head (1) before.  vLLM's arc keeps T1 in store order while the request runs, so
+    it and KvmmARC evict the head (1)."""
+    keys = [offload_key(k) for k in (1, 2, 3, 4)]
+    m = manager(policy, 3)
+    ctx = ReqContext("prefill")
+    for key, position in zip(keys, (16, 32, 48)):
+        ctx.set_offload_key_position(key, position)
+    m.on_new_request(ctx)
+    for key in keys[:3]:
+        m.complete_store(m.prepare_store([key], ctx).keys_to_store, ctx)
+    other = new_context("other", keys[3:])
+    m.on_new_request(other)
+    assert m.prepare_store(keys[3:], other).evicted_keys == [keys[2] if "lru" in policy.lower() else keys[0]]
+
+
+@pytest.mark.parametrize("policy", ["lru", "KvmmLRU", "arc", "KvmmARC", "KvmmFIFO", "KvmmLFU"])
+def test_a_batch_stored_without_positions_loses_its_first_key_first(policy):
+    """Issue 33, item 1a: keys stored in one batch without token positions rank in store
+    order in vLLM (lru: a fresh rank each; arc: appended to T1), so the first-stored goes first;
+    kvmm's classes ranked the batch tail first and evicted the last-stored before."""
+    keys = [offload_key(k) for k in (1, 2, 3, 4)]
+    m = manager(policy, 3)
+    ctx = ReqContext("batch")  # no positions recorded
+    m.complete_store(m.prepare_store(keys[:3], ctx).keys_to_store, ctx)
+    assert m.prepare_store(keys[3:], ReqContext("next")).evicted_keys == [keys[0]]
 
 
 def test_arc_replay_end_to_end(trace):
@@ -124,9 +155,35 @@ def test_arc_reuse_promotes_and_ghost_hit_adapts():
     assert arc.lists() == {"T1": [k2], "T2": [k1], "B1": [], "B2": []}
     assert run_request(m, "new", [k3]) == (0, [k3], [k2])  # |T1| = 1 > p = 0: T1's oldest
     assert arc.lists() == {"T1": [k3], "T2": [k1], "B1": [k2], "B2": []}
-    assert run_request(m, "ghost", [k2]) == (0, [k2], [k3])
-    assert arc.p == 1.0  # the B1 ghost hit grew T1's target
-    assert arc.lists()["T2"] == [k1, k2]
+    # The B1 ghost's store miss grows T1's target before the eviction (vLLM's on_store_miss, and
+    # the paper's order); with |T1| = 1 = p the paper's REPLACE takes T2's k1 (vLLM's arc, whose
+    # rule is |T1| >= int(p), would take T1's k3), and the ghost returns to T2.
+    assert run_request(m, "ghost", [k2]) == (0, [k2], [k1])
+    assert arc.p == 1.0
+    assert arc.lists() == {"T1": [k3], "T2": [k2], "B1": [], "B2": [k1]}
+
+
+def test_kvmm_arc_keeps_the_papers_rules_where_vllm_arc_departs():
+    """The same four requests through vLLM's arc and KvmmARC: the same until the ghost returns.
+    Both adapt the target to 1 at the store miss; then vLLM takes T1's k3 (|T1| = 1 >= int(p))
+    and puts the ghost in T1, kvmm's ARC (the paper's, docs/eviction_orders.md) takes T2's k1
+    (|T1| > p fails) and puts the ghost in T2."""
+    k1, k2, k3 = (offload_key(k) for k in (1, 2, 3))
+    runs = {}
+    for policy in ("arc", "KvmmARC"):
+        m = manager(policy, 2)
+        runs[policy] = [run_request(m, name, keys) for name, keys in
+                        [("store", [k1, k2]), ("reuse", [k1]), ("new", [k3]), ("ghost", [k2])]]
+        if policy == "arc":
+            lists = {"T1": list(m._policy.t1), "T2": list(m._policy.t2)}
+            p = m._policy.target_t1_size
+        else:
+            lists = {k: v for k, v in m._policy.policy.lists().items() if k in ("T1", "T2")}
+            p = m._policy.policy.p
+        runs[policy].append((p, lists))
+    assert runs["arc"][:3] == runs["KvmmARC"][:3]
+    assert runs["arc"][3:] == [(0, [k2], [k3]), (1.0, {"T1": [k2], "T2": [k1]})]
+    assert runs["KvmmARC"][3:] == [(0, [k2], [k1]), (1.0, {"T1": [k3], "T2": [k2]})]
 
 
 def test_lfu_counts_reuse_not_stores():
@@ -142,9 +199,9 @@ def test_lfu_counts_reuse_not_stores():
 def test_fifo_ignores_reuse():
     k1, k2, k3 = (offload_key(k) for k in (1, 2, 3))
     m = manager("KvmmFIFO", 2)
-    run_request(m, "store", [k1, k2])   # registered tail first: k2 then k1
-    run_request(m, "reuse", [k2])
-    assert run_request(m, "new", [k3])[2] == [k2]
+    run_request(m, "store", [k1, k2])   # registered in store order, as vLLM's arc appends to T1
+    run_request(m, "reuse", [k1])
+    assert run_request(m, "new", [k3])[2] == [k1]
 
 
 def test_evict_is_all_or_nothing_and_skips_chunks_in_use():
@@ -238,23 +295,18 @@ def test_arc_fast_hooks_make_the_same_decisions_as_the_checked_events(trace, sou
     assert a.lists()["T2"] and (a.lists()["B1"] or a.lists()["B2"])
 
 
-@pytest.mark.parametrize("p_finishes_before_a_loads, expected", [
-    (True, {"lru": "p1", "KvmmLRU": "p1"}),
-    (False, {"lru": "a2", "KvmmLRU": "x1"}),
-])
-def test_scheduler_order_difference_is_pinned(p_finishes_before_a_loads, expected):
-    """Why, driven by vLLM's real Scheduler one request at a time, KvmmLRU and vLLM's lru make
-    the same number of evictions but a few different eviction sets (issue 19, item 8).
+@pytest.mark.parametrize("p_finishes_before_a_loads, expected", [(True, "p1"), (False, "a2")])
+def test_scheduler_order_matches_vllm(p_finishes_before_a_loads, expected):
+    """Driven as vLLM's real Scheduler drives it, KvmmLRU makes vLLM lru's evictions (issue 19,
+    item 8, and issue 33: until then KvmmLRU evicted x1 here, not a2).
 
     OffloadingConnectorScheduler signals ``on_request_finished`` of request P in
     ``build_connector_meta`` of the step *after* P finished, while that step's ``schedule()`` may
     already have scheduled the next request A and loaded its hit prefix (``prepare_load``, whose
     ``on_request_access`` gives A its lru rank R_A).  P's finish then re-ranks P's chunks newer
-    than R_A, and every chunk A stores later gets rank (R_A, -position): older than P's.  KvmmLRU
-    registers A's stores when they are stored, newer than P's.  So with the cache full, vLLM
-    evicts A's own stored tail (a2) where KvmmLRU evicts the oldest chunk (x1); when P's finish
-    comes before A's load (the replays in this file), both evict P's p1.  Only a request that
-    loads a prefix right after another finished can differ, and only in *which* chunk goes."""
+    than R_A, and every chunk A stores later gets rank (R_A, -position): older than P's.  So with
+    the cache full both evict A's own stored tail (a2); when P's finish comes before A's load,
+    both evict P's p1."""
     keys = dict(zip(["x1", "p1", "a1", "a2", "a3"], (offload_key(k) for k in range(1, 6))))
     for policy in ("lru", "KvmmLRU"):
         m = manager(policy, 4)
@@ -274,6 +326,6 @@ def test_scheduler_order_difference_is_pinned(p_finishes_before_a_loads, expecte
         for key in a[1:3]:  # A's blocks, stored one step at a time: the cache fills (4 chunks)
             m.complete_store(m.prepare_store([key], ctx_a).keys_to_store, ctx_a)
         out = m.prepare_store(a[3:], ctx_a)
-        assert out.evicted_keys == [keys[expected[policy]]], policy
+        assert out.evicted_keys == [keys[expected]], policy
         m.complete_store(out.keys_to_store, ctx_a)
         m.on_request_finished(ctx_a)
