@@ -116,6 +116,8 @@ class Instance:
         self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
         self.releases: list[tuple[float, int, int]] = []  # heap: (time, seq, request) whose held blocks go then
         self.decode_context = 0  # KV tokens the running decodes read in their next step (sum)
+        self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
+        self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
         self.batch_in_flight = 0
         self.next_arrival = 0
@@ -174,6 +176,14 @@ class Instance:
         now = 0.0
         done = 0
         role = self.role
+        hooks = role is not COLOCATED  # a PD role watches steps start; a colocated instance needs no call
+        if hooks:
+            schedule = lambda: role.schedule(self, now)  # noqa: E731 (reads the loop's now)
+        else:
+            def schedule():
+                return scheduler.schedule(waiting, prefilling, len(running), now)
+        needs_arrays = clock.needs_arrays
+        step = None if needs_arrays else clock.step
         while done + self.handed_off < len(self.arrival_ids) or self.horizon != math.inf:
             if now >= self.horizon or self.lockstep:
                 self.idle = True  # between steps: a driver may hand it work at this time
@@ -182,7 +192,7 @@ class Instance:
             self._events_until(now)
             if staging.ungranted:
                 staging.poll(now)
-            plan = role.schedule(self, now)
+            plan = schedule()
             if not plan.chunks and not running:
                 nxt = self._next_event_time()
                 if nxt is None and self.horizon == math.inf:
@@ -202,22 +212,23 @@ class Instance:
                 # decode-only: jump over the steps before the next event or finish
                 run = np.asarray(running, dtype=np.int64)
                 k, seconds = self._stretch_steps(run, now)
-                role.stretch_started(self, run, k)
+                if hooks:
+                    role.stretch_started(self, run, k)
                 if now + seconds >= self.horizon or self.lockstep:
                     yield now + seconds
                 now, done = self._decode_stretch(running, waiting, run, k, seconds, now, done)
                 continue
             admitted = plan.admitted
-            load_s = staging.load_seconds(admitted, now)
+            load_s = staging.load_seconds(admitted, now) if admitted else 0.0
             if self.compressor is not None and running:
                 self.compressor.compress_due(running, 1)
                 self.decode_context = self.compressor.live_total(running)
-            if clock.needs_arrays:
+            if needs_arrays:
                 prefill_s, decode_s = clock.step_arrays([c[1] for c in plan.chunks], [c[2] for c in plan.chunks],
                                                         self._decode_contexts(running))
             else:
-                prefill_s, decode_s = clock.step(plan.prefill_tokens, plan.pairs, plan.prefill_context, len(running),
-                                                 self.decode_context, len(plan.chunks) + len(running))
+                prefill_s, decode_s = step(plan.prefill_tokens, plan.pairs, plan.prefill_context, len(running),
+                                           self.decode_context, len(plan.chunks) + len(running))
             dt = load_s + prefill_s
             stats.prefill_busy_s += dt
             if running:
@@ -228,8 +239,9 @@ class Instance:
             if waiting and staging.open_claims:
                 staging.update_work_ahead(waiting, scheduler.budget, scheduler.max_seqs - n_batch, scheduler.max_seqs,
                                           now, dt)
-            role.step_started(self, plan, now, now + dt)
-            claims_done = staging.release_read(admitted, now)
+            if hooks:
+                role.step_started(self, plan, now, now + dt)
+            claims_done = staging.release_read(admitted, now) if admitted else None
             if claims_done:
                 if now + load_s >= self.horizon:
                     yield now + load_s
@@ -240,10 +252,11 @@ class Instance:
             self._events_until(now + dt)
             now += dt
             stats.steps += 1
-            staging.observe_progress(plan.prefill_tokens, dt)
+            if plan.prefill_tokens:
+                staging.observe_progress(plan.prefill_tokens, dt)
             finished = self._decode(running, 1, now) if running else 0
             for r in scheduler.advance(plan, prefilling):
-                finished += role.prefill_done(self, r, now)
+                finished += role.prefill_done(self, r, now) if hooks else self.prefill_done(r, now)
             stats.max_running = max(stats.max_running, len(running))
             done += finished
             if self.progress is not None and finished:
@@ -265,9 +278,18 @@ class Instance:
         self.staging.after_prefill(r, ids, now)
         if table.remaining[r] <= 0:
             return self.finish_requests([r], now)
+        self.join_decode(r)
+        return 0
+
+    def join_decode(self, r: int) -> None:
+        """``r`` decodes from the next step: its ``remaining`` tokens, reading its prompt's KV
+        first (one more token each step)."""
+        table = self.table
+        finish_step = self.decode_steps + int(table.remaining[r])
+        table.finish_step[r] = finish_step
+        heapq.heappush(self.finishing, (finish_step, r))
         self.running.append(r)
         self.decode_context += table.input_len_py[r]
-        return 0
 
     def _waiting_on_events_only(self) -> bool:
         """Can the queue's requests wait out a decode-only stretch?  With chunked prefill, a queue
@@ -283,7 +305,7 @@ class Instance:
     def _stretch_steps(self, run: np.ndarray, now: float) -> tuple[int, float]:
         """Decode steps of a decode-only stretch: up to the first finish, the next event or
         the routing horizon (a request may be routed here then), at least one."""
-        k = int(self.table.remaining[run].min()) if Instance.jump_decode_stretches else 1
+        k = self.finishing[0][0] - self.decode_steps if Instance.jump_decode_stretches else 1
         if self.compressor is not None:
             k = min(k, self.cfg.repack_interval)
             self.compressor.compress_due(self.running, k)
@@ -302,7 +324,7 @@ class Instance:
             return self.compressor.live_counts(running)
         table = self.table
         run = np.asarray(running, dtype=np.int64)
-        return table.input_len[run] + table.output_len[run] - table.remaining[run] - 1
+        return table.input_len[run] + table.output_len[run] - (table.finish_step[run] - self.decode_steps) - 1
 
     def _decode_stretch(self, running: list[int], waiting: list[int], run: np.ndarray, k: int, seconds: float,
                         now: float, done: int) -> tuple[float, int]:
@@ -312,31 +334,33 @@ class Instance:
         self._events_until(now + seconds)
         now += seconds
         self.stats.steps += k
-        finished = self._decode(running, k, now, run)
+        finished = self._decode(running, k, now)
         if finished:
             done += finished
             if self.progress is not None:
                 self.progress(finished)
         return now, done
 
-    def _decode(self, running: list[int], k: int, now: float, run: np.ndarray | None = None) -> int:
-        """``k`` decode tokens for each running request (``run``: the same ids as an array); those
-        that finish leave ``running`` (in place) and free their blocks.  Returns how many finished."""
-        if run is None:
-            run = np.asarray(running, dtype=np.int64)
+    def _decode(self, running: list[int], k: int, now: float) -> int:
+        """``k`` decode tokens for each running request; those that finish leave ``running``
+        (in place, the others keep their order) and free their blocks, in running order.
+        Returns how many finished.  Runtime complexity: O(1) when none finishes, else O(batch +
+        finished x log batch)."""
         if self.compressor is not None:
             self.compressor.grow(running, k)
-        remaining = self.table.remaining
-        remaining[run] -= k
-        self.decode_context += k * run.shape[0]
-        fin = remaining[run] <= 0
-        if not fin.any():
+        self.decode_steps += k
+        self.decode_context += k * len(running)
+        finishing = self.finishing
+        if finishing[0][0] > self.decode_steps:
             return 0
-        running[:] = run[~fin].tolist()
-        gone = run[fin]
+        done = set()
+        while finishing and finishing[0][0] <= self.decode_steps:
+            done.add(heapq.heappop(finishing)[1])
+        gone = [r for r in running if r in done]
+        running[:] = [r for r in running if r not in done]
         table = self.table
-        self.decode_context -= int((table.input_len[gone] + table.output_len[gone] - 1).sum())
-        return self.finish_requests(gone.tolist(), now)
+        self.decode_context -= sum(table.input_len_py[r] + table.output_len_py[r] - 1 for r in gone)
+        return self.finish_requests(gone, now)
 
     def finish_requests(self, rs: list[int], now: float) -> int:
         """``rs`` are done at ``now``: their blocks go back to the pool (into the prefix cache)."""

@@ -203,8 +203,7 @@ class DecodeRole(Colocated):
             if got is None:
                 break
             inst.held[r] = got[0]
-            running.append(r)
-            inst.decode_context += table.input_len_py[r]
+            inst.join_decode(r)
             joined += 1
         del waiting[:joined]
         if joined:
@@ -216,7 +215,7 @@ class DecodeRole(Colocated):
 
     def stretch_started(self, inst: Instance, run: np.ndarray, k: int) -> None:
         """The requests this stretch finishes stop counting as load when it starts."""
-        finishing = int(np.count_nonzero(inst.table.remaining[run] <= k))
+        finishing = int(np.count_nonzero(inst.table.finish_step[run] - inst.decode_steps <= k))
         if finishing:
             self.link.load[inst.index] -= finishing
 

@@ -64,7 +64,10 @@ class RequestTable:
         self.fabric_bytes = np.zeros(n, dtype=np.int64)  # bytes of the claim read over a cluster's fabric
         self.claim_source = np.zeros(n, dtype=np.int64)
         self.claim_id = np.full(n, -1, dtype=np.int64)
-        self.remaining = np.zeros(n, dtype=np.int64)  # output tokens still to decode
+        self.remaining = np.zeros(n, dtype=np.int64)  # output tokens left to decode when it joins decode
+        # the decode step count of its instance at which it has decoded them all
+        # (Instance.decode_steps: remaining = finish_step - decode_steps while it decodes)
+        self.finish_step = np.zeros(n, dtype=np.int64)
         self.first_token = np.full(n, np.nan)
         # staging wait: first asked for (``need``: the scheduler would have run it now) -> its KV ready
         self.need_at = np.full(n, np.nan)
