@@ -51,3 +51,16 @@ def test_the_check_catches_a_planted_import(tmp_path):
     planted.write_text("import numpy\n\ndef f():\n    from kvmm.sim.engine import Instance\n    import kvmm.plan\n",
                        encoding="utf-8")
     assert upward_imports(planted) == ["planted.py:4 kvmm.sim.engine", "planted.py:5 kvmm.plan"]
+
+
+def test_names_that_moved_to_the_simulator_still_resolve_from_kvmm_cluster_with_a_warning():
+    import pytest
+
+    import kvmm.cluster
+    import kvmm.sim
+
+    for name in ("ClusterConfig", "Prices", "cost_account", "CostAccount", "parse_prices"):
+        with pytest.warns(DeprecationWarning, match=f"kvmm.cluster.{name} moved to kvmm.sim"):
+            assert getattr(kvmm.cluster, name) is getattr(kvmm.sim, name)
+    with pytest.raises(AttributeError):
+        kvmm.cluster.not_a_name  # noqa: B018
