@@ -27,6 +27,7 @@ __all__ = [
     "TraceFormatError",
     "TraceConversionError",
     "KvmmWarning",
+    "RunWarning",
     "TraceConversionWarning",
     "CorruptEntryError",
     "CorruptTierError",
@@ -97,6 +98,11 @@ class TraceConversionError(BadInputError):
 
 class KvmmWarning(UserWarning):
     """Base class of the warnings kvmm emits."""
+
+
+class RunWarning(KvmmWarning):
+    """A simulation ran, but not quite as its config reads: an instance got no request, a price
+    matched no tier, a router had nothing to choose.  ``SimResult.warnings`` keeps the same lines."""
 
 
 class TraceConversionWarning(KvmmWarning):

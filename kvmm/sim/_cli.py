@@ -90,8 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
                         help="a tier every instance shares, after the private --tier levels (repeatable; same "
                              "spelling as --tier)")
-    parser.add_argument("--fabric", default="rdma400",
-                        help="the link from each instance to the shared tiers (kvmm.cluster.FABRIC_PRESETS) or none")
+    parser.add_argument("--fabric", default=None,
+                        help="the link from each instance to the shared tiers (kvmm.cluster.FABRIC_PRESETS) or none "
+                             "(default rdma400; only with --shared-tier)")
     parser.add_argument("--fill", default="write-through", choices=("write-through", "write-back"),
                         help="how every --tier / --shared-tier level is filled: at prefill (write-through) or by "
                              "demotion of blocks evicted from the level above (write-back)")
@@ -208,6 +209,13 @@ def parse_router(text: str):
 
 def parse_cluster(args: argparse.Namespace):
     """A ClusterConfig when --router or --shared-tier asks for routed instances, else None."""
+    if args.fabric is not None and not args.shared_tier:
+        import warnings
+
+        from kvmm.errors import RunWarning
+
+        warnings.warn(f"--fabric {args.fabric} is the link to shared tiers, and there is no --shared-tier: it is not used",
+                      RunWarning, stacklevel=2)
     if args.router is None and not args.shared_tier:
         if args.index_max_entries is not None:
             raise BadInputError("--index-max-entries needs a cluster (--router or --shared-tier)")
@@ -218,12 +226,13 @@ def parse_cluster(args: argparse.Namespace):
 
     name, params = parse_router(args.router or "round-robin")
     shared = tuple(with_fill(parse_tier(t), args) for t in (args.shared_tier or ()))
-    fabric = None if args.fabric.lower() == "none" else args.fabric
+    fabric_flag = args.fabric if args.fabric is not None else "rdma400"
+    fabric = None if fabric_flag.lower() == "none" else fabric_flag
     if fabric is not None:
         from kvmm.cluster.fabric import FABRIC_PRESETS
 
         if fabric not in FABRIC_PRESETS:
-            raise BadInputError(f"--fabric {args.fabric!r}: expected one of {sorted(FABRIC_PRESETS)} or none")
+            raise BadInputError(f"--fabric {fabric_flag!r}: expected one of {sorted(FABRIC_PRESETS)} or none")
     instances = parse_pd(args.pd).prefill_instances if args.pd else args.instances  # PD: routed prefill instances
     try:
         return ClusterConfig(instances=instances, router=name, router_params=params, shared_tiers=shared,
@@ -258,7 +267,9 @@ def build_configs(args: argparse.Namespace) -> list:
     if fast[0] not in PRESETS or len(fast) > 2:
         raise BadInputError(f"--fast-tier {args.fast_tier!r}: expected PRESET[:SIZE] with a preset in {sorted(PRESETS)}")
     fast_spec = preset(fast[0], parse_size(fast[1], f"--fast-tier {args.fast_tier!r}") if len(fast) > 1 else None)
-    tiers = tuple(parse_tier(t) for t in (args.tier or ["nvme"]))
+    # a cluster with shared tiers keeps no private lower tier unless --tier names one (the default
+    # private nvme would sit in front of the shared pool and take its hits)
+    tiers = tuple(parse_tier(t) for t in (args.tier or ([] if args.shared_tier else ["nvme"])))
     tiers = tuple(with_fill(lv, args) for lv in tiers)
     cluster = parse_cluster(args)
     instances = 1 if cluster is not None else args.instances
@@ -331,6 +342,30 @@ def config_file(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """``kvmm simulate``: kvmm's own warnings (RunWarning, QueueGrowthWarning) each print as one
+    line on stderr (``kvmm simulate: warning: ...``), once."""
+    import sys
+    import warnings
+
+    from kvmm.errors import KvmmWarning
+    from kvmm.sim.engine.instance import QueueGrowthWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return _run(args)
+        finally:
+            seen = set()
+            for w in caught:
+                line = str(w.message)
+                if issubclass(w.category, (KvmmWarning, QueueGrowthWarning)) and line not in seen:
+                    seen.add(line)
+                    print(f"kvmm simulate: warning: {line}", file=sys.stderr)
+                elif not issubclass(w.category, (KvmmWarning, QueueGrowthWarning)):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def _run(args: argparse.Namespace) -> int:
     from kvmm._progress import Progress
     from kvmm.report import format_table
     from kvmm.sim.config import GiB
@@ -358,16 +393,18 @@ def run(args: argparse.Namespace) -> int:
                              round(1000 * r.tpot_p95, 1), round(r.kv_bytes_transferred / GiB, 1),
                              f"{100 * r.link_busy_share:.1f} %") for r in results]))
         return 0
-    rows = [(r.policy, r.requests, round(r.ttft_p50, 3), round(r.ttft_p95, 3), round(r.tpot_p50 * 1000, 1),
-             round(r.tpot_mean * 1000, 1),
-             round(r.protected_byte_seconds_per_request / GiB, 4), round(r.peak_protected_bytes / GiB, 2),
-             f"{r.ready_in_time}/{r.ready_in_time + r.ready_late}", round(r.gpu_hit_token_share, 3),
-             round(r.slow_hit_token_share, 3), " / ".join(f"{h}/{o}" for h, o in zip(r.tier_block_hits, r.tier_blocks_offered)))
+    tiers = results[0].cost.tier_names[1:1 + len(results[0].tier_read_blocks)] if results[0].cost else ()
+    rows = [(r.policy, r.requests, f"{r.ttft_p50:.3f}", f"{r.ttft_p95:.3f}", f"{r.tpot_p50 * 1000:.1f}",
+             f"{r.tpot_mean * 1000:.1f}", f"{r.protected_byte_seconds_per_request / GiB:.4f}",
+             f"{r.peak_protected_bytes / GiB:.2f}", r.ready_in_time, r.ready_late,
+             f"{100 * r.gpu_hit_token_share:.2f}", f"{100 * r.slow_hit_token_share:.2f}", *r.tier_read_blocks)
             for r in results]
     print(format_table(["staging", "requests", "TTFT p50 s", "TTFT p95 s", "TPOT p50 ms", "TPOT mean ms",
-                        "protected GiB*s / req",
-                        "peak protected GiB", "ready in time", "GPU hit share", "lower-tier hit share",
-                        "tier block hits / offered"], rows))
+                        "protected GiB*s / req", "peak protected GiB", "claims ready in time", "claims ready late",
+                        "prompt tokens hit on GPU %", "prompt tokens read from lower tiers %",
+                        *(f"blocks read from {t}" for t in tiers)], rows))
+    print("(claims ready in time / late: lower-tier hits whose KV was staged before / after the scheduler needed it; "
+          "blocks read from a tier: KV blocks the prefills read from it)")
     if results[0].instances > 1 and configs[0].cluster is not None:
         print(format_table(["staging", "instances", "router", "requests per instance (min / max)", "load imbalance",
                             "queue imbalance", "fabric GiB", "index entries"],

@@ -90,6 +90,12 @@ class SimResult:
     # what the run served with (kvmm.sim.serving.Serving.describe): model, hardware, tp, latency
     # model, scheduler limits, chunked prefill, the GPU KV pool and whether it came from memory
     serving: Any = None
+    # per lower tier: blocks read from it into the GPU for the prompts that used them (a claim's
+    # blocks by source tier, when its step consumed it; write-through-lru: the hits it read)
+    tier_read_blocks: tuple = ()
+    # what the run did that its config does not say (kvmm.errors.RunWarning): idle instances,
+    # prices that matched no tier, a router with nothing to choose
+    warnings: tuple = ()
 
     def as_dict(self) -> dict:
         """The metrics (every field but ``policies``) as a plain dict."""
@@ -148,6 +154,7 @@ def collect(cfg, serving, instances: list, tables: list, arrival: np.ndarray, en
         policies=run_policies(instances),
         busy_seconds=(sum(s.prefill_busy_s for s in stats), sum(s.decode_busy_s for s in stats)),
         serving=serving.describe(),
+        tier_read_blocks=tuple(int(sum(i.staging.read_blocks[k] for i in instances)) for k in range(tiers)),
         **staging_wait_metrics(np.concatenate([t.staging_waits()[s] for t, s in zip(tables, mine)])))
 
 

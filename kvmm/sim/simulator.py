@@ -9,12 +9,14 @@ and decode run on separate instances joined by a link (:mod:`kvmm.sim.engine.pd`
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
 
-from kvmm.errors import BadInputError
+from kvmm.errors import BadInputError, RunWarning
 from kvmm.policies.ledger import CommitmentLedger
 from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel
 from kvmm.sim.engine.instance import Instance, QueueGrowthWarning
@@ -49,12 +51,12 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     if config.pd is not None:
         from kvmm.sim.engine.pd import simulate_pd
 
-        return priced(config, serving, trace, simulate_pd(config, serving, trace, arrival, progress))
+        return warned(config, priced(config, serving, trace, simulate_pd(config, serving, trace, arrival, progress)))
     if config.cluster is not None:
         from kvmm.sim.engine.cluster import simulate_cluster
 
-        return priced(config, serving, trace,
-                      simulate_cluster(config, serving, trace, arrival, factory, progress, engine_hook))
+        return warned(config, priced(config, serving, trace,
+                                     simulate_cluster(config, serving, trace, arrival, factory, progress, engine_hook)))
     instances, tables, end = [], [], 0.0
     for i in range(config.instances):  # requests dealt round-robin, one instance each
         if config.instances == 1:
@@ -71,7 +73,45 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
             engine_hook(inst)
         instances.append(inst)
         tables.append(table)
-    return priced(config, serving, trace, collect(config, serving, instances, tables, arrival, end, prompt_tokens(trace)))
+    return warned(config, priced(config, serving, trace,
+                                 collect(config, serving, instances, tables, arrival, end, prompt_tokens(trace))))
+
+
+def warned(cfg: SimConfig, result: SimResult) -> SimResult:
+    """``result`` with :func:`run_warnings` in ``warnings``, each also emitted once as a
+    :class:`~kvmm.errors.RunWarning` (stderr on the command line)."""
+    lines = run_warnings(cfg, result)
+    for line in lines:
+        warnings.warn(line, RunWarning, stacklevel=3)
+    return replace(result, warnings=tuple(lines)) if lines else result
+
+
+def run_warnings(cfg: SimConfig, result: SimResult) -> list[str]:
+    """What the run did that its config does not say: instances that got no request, prices
+    that matched no tier, a router with one instance to choose from."""
+    lines = []
+    per = result.requests_per_instance
+    idle = [i for i, n in enumerate(per) if n == 0]
+    if len(per) > 1 and idle:
+        router = cfg.cluster.router if cfg.cluster is not None else "round-robin"
+        name = router if isinstance(router, str) else type(router).__name__
+        lines.append(f"{len(idle)} of {len(per)} instances got no request ({_ids(idle)}): the router ({name}) "
+                     "sent every request elsewhere; a load-aware router or a load weight spreads them")
+    unused = getattr(result.cost, "unused_prices", ())
+    if unused:
+        names = getattr(result.cost, "tier_names", ())
+        lines.append(f"price for {', '.join(unused)} matches no tier of this run (its tiers: "
+                     f"{', '.join(names) or 'none'}); it was not used")
+    if cfg.cluster is not None and cfg.cluster.instances == 1 and cfg.pd is None:
+        router = cfg.cluster.router
+        name = router if isinstance(router, str) else type(router).__name__
+        if name != "round-robin":
+            lines.append(f"router {name} routes among 1 instance: it has nothing to choose (give instances=N)")
+    return lines
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (f", ... ({len(ids)} in all)" if len(ids) > 8 else "")
 
 
 def prompt_tokens(trace: MooncakeTrace) -> float:
@@ -84,7 +124,6 @@ def priced(cfg: SimConfig, serving: Any, trace: MooncakeTrace, result: SimResult
     per instance) for the run's duration; each instance's protected staging tier and private lower tiers, and each
     shared tier once, priced as provisioned (their full capacity, for the whole run); the bill
     split between input and output tokens by the GPU-busy time of prefill and decode."""
-    from dataclasses import replace
 
     from kvmm.sim.cost import cost_account
 
@@ -107,8 +146,6 @@ def priced(cfg: SimConfig, serving: Any, trace: MooncakeTrace, result: SimResult
 def _distinct_names(tiers: list, prices: Any) -> list:
     """Tiers of one name priced apart (a private and a shared "dram"): later ones get ``#2``, ...
     with the price the name would have had (an override in ``prices`` included)."""
-    from dataclasses import replace
-
     from kvmm.sim.cost import Prices
 
     prices = prices or Prices()

@@ -91,6 +91,8 @@ class LedgerStaging:
         self.ungranted = 0
         self.next_poll = 0.0
         self.claims_made = self.claims_cancelled = self.claims_recomputed = 0
+        self.read_blocks = [0] * len(levels)  # blocks read from each level by consumed claims
+        self.claim_blocks: dict[int, np.ndarray] = {}  # open claim -> its blocks per level
 
     # ------------------------------------------------------------------ claims
     @property
@@ -110,7 +112,8 @@ class LedgerStaging:
         table.staged_bytes[r] = nbytes
         used = src[:blocks]
         source = int(used.max())
-        per_tier = np.bincount(used, minlength=len(self.levels)) * (nbytes / blocks)
+        blocks_per_tier = np.bincount(used, minlength=len(self.levels))
+        per_tier = blocks_per_tier * (nbytes / blocks)
         eff = self.cfg.stage_efficiency
         table.stage_seconds[r] = self.levels[source].spec.latency_s + sum(
             b / min(lv.spec.read_bandwidth * eff, self.cfg.fast_tier.write_bandwidth)
@@ -121,6 +124,7 @@ class LedgerStaging:
         cid = self.ledger.claim(r, None, nbytes, now=t, work_ahead=ahead, delay_s=delay, source=source)
         table.claim_id[r] = cid
         self.owner[cid] = r
+        self.claim_blocks[cid] = blocks_per_tier
         self.claims_made += 1
         if self.ungranted == 0 or self.next_poll < t:
             self.next_poll = t + self.poll_interval
@@ -247,6 +251,8 @@ class LedgerStaging:
         cid = int(self.table.claim_id[r])
         if cid >= 0:
             self.ledger.consume([cid], now=now)
+            for level, n in enumerate(self.claim_blocks.pop(cid).tolist()):
+                self.read_blocks[level] += n
 
     def release_read(self, admitted: list[int], now: float) -> list[int]:
         """The claims of ``admitted`` whose staged bytes the step has read by ``now``; returns
@@ -332,6 +338,7 @@ class LedgerStaging:
         self.ledger.release([cid], now=now)
         self.freed_since_poll = True
         self.owner.pop(cid, None)
+        self.claim_blocks.pop(cid, None)
         table.staged_bytes[r] = 0
         table.staged_blocks[r] = 0
         table.claim_id[r] = -1
@@ -369,11 +376,15 @@ class WriteThroughStaging:
         self.owner: dict[int, int] = {}
         self.ungranted = 0
         self.claims_made = self.claims_cancelled = self.claims_recomputed = 0
+        self.levels = levels
+        self.read_blocks = [0] * len(levels)  # lower-tier hits read per level (by the source found at lookup)
+        self.hit_sources: dict[int, np.ndarray] = {}
 
     open_claims = 0
 
     def claim(self, r: int, src: np.ndarray, slow_tokens: int, t: float, ahead: float, delay: float) -> None:
         self.table.staged_blocks[r] = src.shape[0]  # read from the lower tiers at scheduling, no claim
+        self.hit_sources[r] = src
 
     def poll(self, now: float) -> None:
         return None
@@ -408,6 +419,8 @@ class WriteThroughStaging:
             if sb:
                 o0 = int(table.offsets[r] + table.gpu_at_arrival[r])
                 hits.append(table.ids[o0:o0 + sb])
+                for level, n in enumerate(np.bincount(self.hit_sources.pop(r), minlength=len(self.levels)).tolist()):
+                    self.read_blocks[level] += n
         return self.fast_lru.load_seconds(hits, now)
 
     def after_prefill(self, r: int, ids: np.ndarray, now: float) -> None:
