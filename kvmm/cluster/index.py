@@ -213,11 +213,16 @@ class BlockIndex:
                 "meta": self.meta.copy(), "key_width": np.array([self.key_width or 0])}
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
-        """Put back a :meth:`snapshot` of this index.  Runtime complexity: O(capacity)."""
-        self.keys, self.holder_bits, self.links = snap["keys"].copy(), snap["holders"].copy(), snap["links"].copy()
-        self.live, self.free_rows, self.table = snap["live"].copy(), snap["free_rows"].copy(), snap["table"].copy()
-        self.meta = snap["meta"].copy()
-        self.key_width = int(snap["key_width"][0]) or None
+        """Put back a :meth:`snapshot` of this index (its instances, media and budget).  Every
+        array is checked first (names, dtypes, shapes, the invariants between them): a dict that
+        is not such a snapshot is a :class:`BadInputError` and nothing changes.
+        Runtime complexity: O(capacity x num_media x words + table size)."""
+        from kvmm.cluster._index_snapshot import checked_snapshot
+
+        s = checked_snapshot(self, snap)
+        self.keys, self.holder_bits, self.links = s["keys"], s["holders"], s["links"]
+        self.live, self.free_rows, self.table, self.meta = s["live"], s["free_rows"], s["table"], s["meta"]
+        self.key_width = s["key_width"] or None
 
     def check(self) -> None:
         """Assert every invariant of the arrays.  Expensive (tests).  Runtime complexity:
