@@ -105,3 +105,61 @@ def test_restore_refuses_a_snapshot_of_another_budget():
             lambda: index.restore(unbounded.snapshot()))
     bounded = filled(max_entries=64)
     refuses(unbounded, BadInputError, "budget", lambda: unbounded.restore(bounded.snapshot()))
+
+
+# ------------------------------------------------------------------ item 8: key width, argument checks, vLLM batches
+@pytest.mark.parametrize("lookup", [lambda ix: ix.prefix_hits([1, 2]), lambda ix: ix.holders(1),
+                                    lambda ix: ix.prefix_hits_many([0, 1], [1]),
+                                    lambda ix: ix.removed(0, [1], "GPU", lenient=True)])
+def test_a_lookup_decides_no_key_width(lookup):
+    index = BlockIndex(2)
+    lookup(index)
+    assert index.key_width is None
+    index.stored(0, np.zeros((1, 2), np.uint64), "GPU")  # (n, 2) keys are still welcome
+    assert index.key_width == 2 and index.holders((0, 0)) == [(0, "GPU")]
+
+
+@pytest.mark.parametrize("call", [lambda ix: ix.stored_many([0], [0, 1], [1], None),
+                                  lambda ix: ix.stored_many([0], [0, 2], [1], "GPU"),
+                                  lambda ix: ix.removed(0, [1], "GPU"),
+                                  lambda ix: ix.apply_vllm_events(0, [1.0, [["BlockRemoved", [5], None]], 0])])
+def test_a_raising_call_decides_no_key_width(call):
+    index = BlockIndex(2)
+    refuses(index, KvmmError, ".", lambda: call(index))
+    assert index.key_width is None
+
+
+@pytest.mark.parametrize("media", [None, 5.0, {"GPU"}, [["GPU"]], True])
+def test_batch_calls_refuse_media_that_is_not_a_medium_or_a_list(media):
+    for call in ("stored_many", "removed_many"):
+        index = filled()
+        refuses(index, BadInputError, "medium", lambda: getattr(index, call)([0], [0, 1], [1], media))
+
+
+@pytest.mark.parametrize("args, error", [((None, [0, 1], [1]), DTypeError), (([0], None, [1]), DTypeError),
+                                         (([0], [0, 1], None), DTypeError), (([0.0], [0, 1], [1]), DTypeError),
+                                         (("ab", [0, 1], [1]), DTypeError), (([0], [0, 1.5], [1]), DTypeError)])
+def test_batch_calls_check_argument_types(args, error):
+    for call in ("stored_many", "removed_many"):
+        index = filled()
+        refuses(index, error, "must", lambda: getattr(index, call)(*args, "GPU"))
+
+
+def nested(depth):
+    obj: list = []
+    for _ in range(depth):
+        obj = [obj]
+    return obj
+
+
+@pytest.mark.parametrize("batch, match", [
+    ([10**400, [["BlockStored", [9], None, [1], 16]], 0], "too large"),
+    ("[" + "1" * 400 + ", [], 0]", "ts"),
+    ("[1e400, [], 0]", "finite"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (nested(100_000), "nested too deeply"),
+    (b"\x91" * 100_000 + b"\xc0", "nested too deeply"),
+])
+def test_vllm_batches_with_huge_timestamps_or_deep_nesting_are_refused(batch, match):
+    index = filled()
+    refuses(index, BadInputError, match, lambda: index.apply_vllm_events(0, batch))
