@@ -16,7 +16,18 @@ import numpy as np
 
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
-__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction",
+           "as_positive_float", "check_ids_in_range", "short_repr", "MAX_INT64", "MAX_UNITS", "MAX_INSTANCES"]
+
+#: The largest count that fits int64: a larger Python int overflows every array, numba kernel and C
+#: call it reaches.
+MAX_INT64 = 2**63 - 1
+#: The largest capacity or entry size, in size units (bytes under a tier), a structure accepts: a
+#: few of them added or doubled in int64 arithmetic (queue totals, LIRS's ``2 x capacity``, a
+#: capacity plus the incoming size) stay below 2**63.  2**60 bytes is 1 EiB.
+MAX_UNITS = 2**60
+#: The most instances a cluster structure (BlockIndex, ClusterView, a router) is built for.
+MAX_INSTANCES = 2**20
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -84,14 +95,25 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
 
 
 def as_count(x: Any, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN."""
+    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN.
+    Where the value reaches int64 arithmetic pass a bound (:data:`MAX_INT64`, :data:`MAX_UNITS`,
+    :data:`MAX_INSTANCES`)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise DTypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+        raise DTypeError(f"{name} must be an integer, got {short_repr(x)} ({type(x).__name__})")
     if int(x) < minimum:
-        raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
+        raise BadInputError(f"{name} must be >= {minimum}, got {short_repr(int(x))}")
     if maximum is not None and int(x) > maximum:
-        raise BadInputError(f"{name} must be <= {maximum}, got {int(x)}")
+        raise BadInputError(f"{name} must be <= {maximum}, got {short_repr(int(x))}")
     return int(x)
+
+
+def short_repr(x: Any) -> str:
+    """``repr(x)`` for a message, shortened: a huge int as its size (a 5,000-digit message helps no
+    one, and Python refuses to print an int of more than 4,300 digits)."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**30:
+        return f"{'-' if x < 0 else ''}an integer of about {int(x.bit_length() * 0.30103) + 1} digits"
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_hashable(key: Any, name: str = "key") -> Any:
@@ -153,11 +175,13 @@ def _iinfo(dtype) -> np.iinfo:
 def _as_real(x: Any, name: str, want: str) -> float:
     """``float(x)`` for a real number (Python or numpy, not bool); text and containers are refused."""
     if isinstance(x, (str, bytes, bool, np.bool_)) or (isinstance(x, np.ndarray) and x.ndim != 0):
-        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})")
+        raise DTypeError(f"{name} must be {want}, got {short_repr(x)} ({type(x).__name__})")
     try:
         return float(x)
-    except (TypeError, ValueError, OverflowError):
-        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})") from None
+    except OverflowError:
+        raise BadInputError(f"{name} must be {want}, got {short_repr(x)}, too large for a float") from None
+    except (TypeError, ValueError):
+        raise DTypeError(f"{name} must be {want}, got {short_repr(x)} ({type(x).__name__})") from None
 
 
 def as_array(x: Any, name: str) -> np.ndarray:

@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
 
-from kvmm._validate import as_count, as_positive_float
+from kvmm._validate import MAX_INT64, as_count, as_positive_float
 from kvmm.errors import BadInputError, DTypeError
 from kvmm.sim.models import H200_USD_PER_GPU_HOUR
 from kvmm.tiers.spec import HOURS_PER_MONTH, TierSpec
@@ -175,9 +175,9 @@ def cost_account(*, duration_s: float, gpus: int, tiers: Iterable[tuple[TierSpec
     Runtime complexity: O(number of tiers + number of price overrides).
     """
     duration = as_positive_float(duration_s, "duration_s", allow_zero=True)
-    gpus = as_count(gpus, "gpus")
-    input_tokens = as_count(input_tokens, "input_tokens")
-    output_tokens = as_count(output_tokens, "output_tokens")
+    gpus = as_count(gpus, "gpus", maximum=MAX_INT64)  # Python ints beyond int64 overflow the float arithmetic
+    input_tokens = as_count(input_tokens, "input_tokens", maximum=MAX_INT64)
+    output_tokens = as_count(output_tokens, "output_tokens", maximum=MAX_INT64)
     protected = as_positive_float(protected_byte_seconds, "protected_byte_seconds", allow_zero=True)
     if prices is None:
         prices = Prices()
@@ -267,7 +267,7 @@ def _tier_pairs(tiers) -> list[tuple[TierSpec, int]]:
     for i, pair in enumerate(tiers):
         if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], TierSpec):
             raise DTypeError(f"tiers[{i}] must be a (TierSpec, count) pair, got {pair!r}")
-        spec, count = pair[0], as_count(pair[1], f"tiers[{i}] count")
+        spec, count = pair[0], as_count(pair[1], f"tiers[{i}] count", maximum=MAX_INT64)
         if spec.name in seen:
             raise BadInputError(f"tiers[{i}]: a second tier named {spec.name!r}; tier names must be distinct "
                                 "(count a private tier of every instance once, with count = instances)")

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kvmm._validate import as_array, as_count, as_index_array
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_array, as_count, as_index_array
 from kvmm.cluster import _index_kernels as K
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError, UnknownKeyError
 
@@ -47,14 +47,14 @@ class BlockIndex:
 
     def __init__(self, num_instances: int, media: Sequence[str] = ("GPU", "CPU"), max_entries: int | None = None,
                  *, key_width: int | None = None) -> None:
-        self.num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=2**20)
+        self.num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if isinstance(media, str) or not all(isinstance(m, str) for m in media) or not media:
             raise BadInputError(f"media must be a non-empty sequence of names such as ('GPU', 'CPU'), got {media!r}")
         if len(set(media)) != len(media):
             raise BadInputError(f"media must be distinct names, got {tuple(media)!r}")
         self.media = tuple(media)
         self._medium_ids = {name: m for m, name in enumerate(self.media)}
-        self.max_entries = None if max_entries is None else as_count(max_entries, "max_entries", minimum=1)
+        self.max_entries = None if max_entries is None else as_count(max_entries, "max_entries", minimum=1, maximum=MAX_UNITS)
         if key_width not in (None, 1, 2):
             raise BadInputError(f"key_width must be 1 (int64 block ids), 2 ((n, 2) uint64 keys) or None, got {key_width!r}")
         self.key_width = key_width

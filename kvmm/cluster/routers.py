@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from kvmm._validate import as_count, as_fraction, as_positive_float
+from kvmm._validate import MAX_INSTANCES, as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError
 
 __all__ = ["RoundRobinRouter", "LeastLoadedRouter", "SessionRouter", "ApproxPrefixRouter", "PrecisePrefixRouter",
@@ -42,7 +42,7 @@ class RoundRobinRouter:
     _next: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
         _check_view(self, view)
@@ -60,7 +60,7 @@ class LeastLoadedRouter:
     name: ClassVar[str] = "least-loaded"
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
         _check_view(self, view)
@@ -87,7 +87,7 @@ class SessionRouter:
     _next: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if self.first not in ("least-loaded", "round-robin"):
             raise BadInputError(f"first must be 'least-loaded' or 'round-robin', got {self.first!r}")
         if self.max_sessions is not None:
@@ -146,7 +146,7 @@ class ApproxPrefixRouter:
     _memory: "PrefixMemory" = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         self.max_blocks = as_count(self.max_blocks, "max_blocks", minimum=1)
         self.cache_threshold = as_fraction(self.cache_threshold, "cache_threshold", include_zero=True)
         self.balance_abs_threshold = as_count(self.balance_abs_threshold, "balance_abs_threshold")
@@ -203,7 +203,7 @@ class PrecisePrefixRouter:
     _weights: tuple = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         self.load_weight = as_positive_float(self.load_weight, "load_weight", allow_zero=True)
         if self.medium_weights is not None:
             if not isinstance(self.medium_weights, dict) or not self.medium_weights:
@@ -263,7 +263,7 @@ class WeightedRouter:
     _memory: "PrefixMemory" = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if not isinstance(self.weights, dict) or not self.weights:
             raise DTypeError(f"weights must be a non-empty dict score -> weight over {list(self.SCORES)}, "
                              f"got {self.weights!r}")
@@ -319,7 +319,7 @@ def make_router(spec: Any, num_instances: int, **params: Any) -> Any:
     An unknown name lists the known ones; an option the router does not take names the ones it
     does; bad option values raise from the router's validation.  Runtime complexity: O(1).
     """
-    num_instances = as_count(num_instances, "num_instances", minimum=1)
+    num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
     if isinstance(spec, str):
         key = spec.strip().lower().replace("_", "-")
         if key not in ROUTERS:
