@@ -101,11 +101,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, what: str) -> int:
     """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
+    from kvmm._validate import MAX_UNITS, short_repr
+
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
-        raise BadInputError(f"{what}: bad size {text!r}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+        raise BadInputError(f"{what}: bad size {short_repr(text)}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, "
+                            "MB, GB, TB)")
+    nbytes = float(m.group(1)) * _UNITS[unit]  # inf for 400 digits
+    if not nbytes <= MAX_UNITS:
+        raise BadInputError(f"{what}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); expected a size such as 64GiB")
+    return int(nbytes)
 
 
 def parse_tier(text: str):

@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvmm._validate import as_count, as_fraction, as_positive_float
+from kvmm._validate import MAX_INSTANCES, MAX_INT64, MAX_UNITS, as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.workload import Workload
@@ -104,8 +104,8 @@ class PDConfig:
     layerwise_overlap: bool = True
 
     def __post_init__(self) -> None:
-        as_count(self.prefill_instances, "prefill_instances", minimum=1)
-        as_count(self.decode_instances, "decode_instances", minimum=1)
+        as_count(self.prefill_instances, "prefill_instances", minimum=1, maximum=MAX_INSTANCES)
+        as_count(self.decode_instances, "decode_instances", minimum=1, maximum=MAX_INSTANCES)
         link = self.link
         if isinstance(link, str):
             from kvmm.tiers.spec import link_preset
@@ -172,15 +172,15 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.max_requests is not None:
-            as_count(self.max_requests, "max_requests", minimum=1)
+            as_count(self.max_requests, "max_requests", minimum=1, maximum=MAX_INT64)
         if self.load is not None:
             as_positive_float(self.load, "load")
             if self.time_scale != 1.0:
                 raise BadInputError("give load= or time_scale=, not both (load rescales the arrivals itself)")
         as_positive_float(self.time_scale, "time_scale")
         resolve_model(self.model)
-        as_count(self.instances, "instances", minimum=1)
-        as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
+        as_count(self.instances, "instances", minimum=1, maximum=MAX_INSTANCES)
+        as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1, maximum=MAX_UNITS)
         if not isinstance(self.gpu_prefix_cache, bool):
             raise BadInputError(f"gpu_prefix_cache must be a bool, got {self.gpu_prefix_cache!r}")
         object.__setattr__(self, "tiers", as_tier_levels(self.tiers, "tiers"))
@@ -198,13 +198,13 @@ class SimConfig:
         if self.initial_rate is not None:
             as_positive_float(self.initial_rate, "initial_rate")
         as_fraction(self.high_priority_share, "high_priority_share", include_zero=True)
-        as_count(self.priority_seed, "priority_seed")
+        as_count(self.priority_seed, "priority_seed", maximum=MAX_INT64)
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
         if self.token_budget is not None:
-            as_count(self.token_budget, "token_budget", minimum=1)
+            as_count(self.token_budget, "token_budget", minimum=1, maximum=MAX_INT64)
         check_scorer(self.scorer)
-        as_count(self.repack_interval, "repack_interval", minimum=1)
+        as_count(self.repack_interval, "repack_interval", minimum=1, maximum=MAX_INT64)
         if self.cluster is not None:
             from kvmm.cluster.config import ClusterConfig
 
