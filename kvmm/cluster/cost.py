@@ -121,7 +121,7 @@ class CostAccount:
         return {name: (g, u) for name, g, u in zip(self.tier_names, self.tier_gib_hours, self.tier_usd)}
 
 
-def parse_prices(text: str) -> Prices:
+def parse_prices(text: str, *, tier_names: Iterable[str] | None = None) -> Prices:
     """Prices from the CLI spelling: comma-separated ``NAME=AMOUNT/UNIT`` parts.
 
     ``NAME`` is ``gpu`` or a tier name (a preset such as ``dram``, ``layer3.5``, or any spec's
@@ -130,7 +130,9 @@ def parse_prices(text: str) -> Prices:
     GiB-hour) or ``GiBmo`` (USD per GiB-month of 730 hours, as storage is listed).  ``gpu``
     takes only ``/h``.  A tier may have both a ``/h`` and a per-GiB price; giving the same
     price twice is an error.  Example: ``gpu=3.5/h,dram=0.004/GiBh,layer3.5=12/h``.  An empty
-    text is no override.  Errors are one-line :class:`BadInputError` naming the bad part.
+    text is no override.  ``tier_names``: the tier names a price may name (the CLI passes the
+    presets: its tiers are presets); ``None``, any name.  Errors are one-line
+    :class:`BadInputError` naming the bad part (an unknown name lists the known ones).
 
     Runtime complexity: O(len(text)).
     """
@@ -141,8 +143,12 @@ def parse_prices(text: str) -> Prices:
     per_hour: dict[str, float] = {}
     if not text.strip():
         return Prices()
+    known = None if tier_names is None else sorted(set(tier_names))
     for part in text.split(","):
         name, amount, unit = _parse_part(part.strip(), text)
+        if known is not None and name != "gpu" and name not in known:
+            raise BadInputError(f"price {part.strip()!r} names {name!r}, which is not a price kvmm knows; expected "
+                                f"gpu or a tier: {', '.join(known)}")
         if name == "gpu":
             if unit != "h":
                 raise _part_error(part, f"prices a GPU per {PRICE_UNITS[unit].removeprefix('USD per ')}; "

@@ -108,9 +108,9 @@ class PDConfig:
         as_count(self.decode_instances, "decode_instances", minimum=1, maximum=MAX_INSTANCES)
         link = self.link
         if isinstance(link, str):
-            from kvmm.tiers.spec import link_preset
+            from kvmm.cluster.fabric import link_by_name
 
-            link = link_preset(link)
+            link = link_by_name(link)  # a link or a fabric preset name: --pd and --fabric share names
         if not isinstance(link, TierSpec):
             raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
         object.__setattr__(self, "link", link)
