@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, as_count, as_fraction, as_positive_float
+from kvmm.cluster.view import ClusterView, RouteRequest
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError
 
 __all__ = ["RoundRobinRouter", "LeastLoadedRouter", "SessionRouter", "ApproxPrefixRouter", "PrecisePrefixRouter",
@@ -45,7 +46,7 @@ class RoundRobinRouter:
         self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         choice = self._next
         self._next = (choice + 1) % self.num_instances
         return choice
@@ -63,7 +64,7 @@ class LeastLoadedRouter:
         self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         return _least_loaded(view)
 
 
@@ -94,7 +95,7 @@ class SessionRouter:
             self.max_sessions = as_count(self.max_sessions, "max_sessions", minimum=1)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         session = int(request.session)
         if session < 0:
             return _least_loaded(view)
@@ -156,7 +157,7 @@ class ApproxPrefixRouter:
         self._memory = PrefixMemory(self.num_instances, self.max_blocks)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         load = view.load()
         blocks = request.block_ids.tolist()
         lo, hi = int(load.min()), int(load.max())
@@ -213,7 +214,7 @@ class PrecisePrefixRouter:
         self._weights = (None, None)  # (media tuple, weight array) cached per index.media
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         hits = _index_hits(self, view, request)
         score = hits.max(axis=1) if self.medium_weights is None else (hits * self._medium_weight_array(view.index)).max(axis=1)
         load = view.load()
@@ -279,7 +280,7 @@ class WeightedRouter:
         self._memory = PrefixMemory(self.num_instances, self.max_blocks)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         total = np.zeros(self.num_instances, dtype=np.float64)
         w_prefix = self.weights.get("prefix", 0.0)
         blocks = None
@@ -416,7 +417,14 @@ class PrefixMemory:
             self.sizes[owner] -= 1
 
 
-def _check_view(router: Any, view: Any) -> None:
+def _check_route_args(router: Any, request: Any, view: Any) -> None:
+    """A RouteRequest and a ClusterView of the router's size, else a KvmmError naming the router
+    (not an AttributeError from deep inside it on a None view or request)."""
+    if not isinstance(view, ClusterView):
+        raise DTypeError(f"router {router.name!r}: view must be a kvmm.cluster.ClusterView, got {type(view).__name__}")
+    if not isinstance(request, RouteRequest):
+        raise DTypeError(f"router {router.name!r}: request must be a kvmm.cluster.RouteRequest, got "
+                         f"{type(request).__name__}")
     if view.num_instances != router.num_instances:
         raise BadInputError(f"router {router.name!r} was built for {router.num_instances} instances but the view has "
                             f"{view.num_instances}; expected the same count")

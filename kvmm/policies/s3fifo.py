@@ -243,9 +243,10 @@ class S3FIFOPolicy:
             assert used == sum(queue.values())
         # Frequencies are integers >= 0.
         assert all(isinstance(f, int) and f >= 0 for f in self._freq.values())
-        # The queue sizes are libCacheSim's, from c, and c covers the residents.
+        # The queue sizes are libCacheSim's, from c; without a capacity c follows the residents (with
+        # one, an owner may overfill it: docs/eviction_orders.md, "Overfill", and victims empties it).
         assert self._caps == queue_sizes(self._c, self.small_size_ratio, self.ghost_size_ratio)
-        assert self._small_used + self._main_used <= self._c or self._c == 0
+        assert self.capacity is not None or self._small_used + self._main_used <= self._c or self._c == 0
         if self.capacity is not None:
             assert self._c == self.capacity
         # The ghost queue never holds more than its size.

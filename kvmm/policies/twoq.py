@@ -204,10 +204,11 @@ class TwoQPolicy:
         although the tier has room: when it is an A1out ghost it enters Am, and Am drops its least
         recent keys until ``|Am| + incoming_size <= c - Kin`` (libCacheSim's Am is a cache of its
         own).  Unprotected keys only; no change of state.  Runtime complexity: O(result + protected)."""
+        if incoming_size is not None:  # checked first: a bad size is refused whatever the key is
+            incoming_size = as_count(incoming_size, "incoming_size")
+        protected = as_key_set(protected, "protected")
         if as_hashable(incoming) in self._a_in or incoming in self._am or incoming_size is None:
             return []  # a hit or an overwrite evicts nothing beyond the room it needs
-        incoming_size = as_count(incoming_size, "incoming_size")
-        protected = as_key_set(protected, "protected")
         if incoming != self._ghost_hit and incoming not in self._a_out:
             return []
         room = self.quotas()["Am"] - incoming_size
