@@ -9,6 +9,7 @@ structure keeps its "a call that raises changes nothing" promise.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from typing import Any
 
@@ -16,7 +17,23 @@ import numpy as np
 
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
-__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction", "as_positive_float", "check_ids_in_range"]
+__all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction",
+           "as_positive_float", "check_ids_in_range", "short_repr", "strict_json", "MAX_INT64", "MAX_UNITS",
+           "MAX_INSTANCES", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS"]
+
+#: The largest count that fits int64: a larger Python int overflows every array, numba kernel and C
+#: call it reaches.
+MAX_INT64 = 2**63 - 1
+#: The largest capacity or entry size, in size units (bytes under a tier), a structure accepts: a
+#: few of them added or doubled in int64 arithmetic (queue totals, LIRS's ``2 x capacity``, a
+#: capacity plus the incoming size) stay below 2**63.  2**60 bytes is 1 EiB.
+MAX_UNITS = 2**60
+#: The most instances a cluster structure (BlockIndex, ClusterView, a router) is built for.
+MAX_INSTANCES = 2**20
+#: :func:`strict_json`'s limits: objects and lists nested deeper than this (a kvmm file nests a
+#: handful of levels), integers of more digits than a 64-bit value has.
+MAX_JSON_DEPTH = 32
+MAX_JSON_DIGITS = 20
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -84,14 +101,25 @@ def as_key_array(x: Any, name: str = "keys") -> np.ndarray:
 
 
 def as_count(x: Any, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN."""
+    """Return ``x`` as a Python int in ``[minimum, maximum]``; reject floats, bools, text and NaN.
+    Where the value reaches int64 arithmetic pass a bound (:data:`MAX_INT64`, :data:`MAX_UNITS`,
+    :data:`MAX_INSTANCES`)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise DTypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+        raise DTypeError(f"{name} must be an integer, got {short_repr(x)} ({type(x).__name__})")
     if int(x) < minimum:
-        raise BadInputError(f"{name} must be >= {minimum}, got {int(x)}")
+        raise BadInputError(f"{name} must be >= {minimum}, got {short_repr(int(x))}")
     if maximum is not None and int(x) > maximum:
-        raise BadInputError(f"{name} must be <= {maximum}, got {int(x)}")
+        raise BadInputError(f"{name} must be <= {maximum}, got {short_repr(int(x))}")
     return int(x)
+
+
+def short_repr(x: Any) -> str:
+    """``repr(x)`` for a message, shortened: a huge int as its size (a 5,000-digit message helps no
+    one, and Python refuses to print an int of more than 4,300 digits)."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**30:
+        return f"{'-' if x < 0 else ''}an integer of about {int(x.bit_length() * 0.30103) + 1} digits"
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_hashable(key: Any, name: str = "key") -> Any:
@@ -153,11 +181,13 @@ def _iinfo(dtype) -> np.iinfo:
 def _as_real(x: Any, name: str, want: str) -> float:
     """``float(x)`` for a real number (Python or numpy, not bool); text and containers are refused."""
     if isinstance(x, (str, bytes, bool, np.bool_)) or (isinstance(x, np.ndarray) and x.ndim != 0):
-        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})")
+        raise DTypeError(f"{name} must be {want}, got {short_repr(x)} ({type(x).__name__})")
     try:
         return float(x)
-    except (TypeError, ValueError, OverflowError):
-        raise DTypeError(f"{name} must be {want}, got {x!r} ({type(x).__name__})") from None
+    except OverflowError:
+        raise BadInputError(f"{name} must be {want}, got {short_repr(x)}, too large for a float") from None
+    except (TypeError, ValueError):
+        raise DTypeError(f"{name} must be {want}, got {short_repr(x)} ({type(x).__name__})") from None
 
 
 def as_array(x: Any, name: str) -> np.ndarray:
@@ -183,3 +213,79 @@ def _holds_bool(x: list | tuple, depth: int = 2) -> bool:
         if depth > 1 and isinstance(v, (list, tuple)) and _holds_bool(v, depth - 1):
             return True
     return False
+
+
+def strict_json(data: str | bytes, what: str) -> Any:
+    """JSON text (``bytes`` must be UTF-8; a BOM is allowed) as Python values, stricter than
+    ``json.loads``: a key twice in one object, ``NaN`` / ``Infinity``, a float beyond float
+    range (``1e400``), an integer of more than :data:`MAX_JSON_DIGITS` digits, or nesting deeper
+    than :data:`MAX_JSON_DEPTH` is a one-line :class:`BadInputError` that starts with ``what``
+    (the file or flag), as is text that is not UTF-8 or not JSON.
+    Runtime complexity: O(len(data)).
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        try:
+            data = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise BadInputError(f"{what}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                                "expected a UTF-8 JSON file") from None
+    try:
+        value = json.loads(data, object_pairs_hook=_object_without_repeats, parse_int=_bounded_int,
+                           parse_float=_finite_float, parse_constant=_no_constant)
+    except _RefusedJson as exc:
+        raise BadInputError(f"{what}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"{what}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise BadInputError(f"{what}: nested too deeply; expected at most {MAX_JSON_DEPTH} levels") from None
+    if _json_depth(value) > MAX_JSON_DEPTH:
+        raise BadInputError(f"{what}: nested more than {MAX_JSON_DEPTH} levels deep; expected a shallower document")
+    return value
+
+
+class _RefusedJson(ValueError):
+    """Raised from inside ``json.loads``'s hooks; :func:`strict_json` turns it into its one line."""
+
+
+def _object_without_repeats(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _RefusedJson(f"key {short_repr(repeated)} appears twice in one object; expected each key once "
+                           "(JSON readers disagree on which value wins)")
+    return out
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:  # before int(): Python refuses more than 4,300 digits itself
+        raise _RefusedJson(f"an integer of {len(text.lstrip('-'))} digits ({text[:12]}...); expected at most "
+                           f"{MAX_JSON_DIGITS} digits (64 bits)")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _RefusedJson(f"the number {short_repr(text)} is beyond float range; expected a finite number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _RefusedJson(f"{name} is not a JSON number; expected a finite number")
+
+
+def _json_depth(value: Any) -> int:
+    """How many objects and lists deep ``value`` nests (iterative: deep input must not recurse)."""
+    deepest = 0
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            break
+        for child in (item.values() if isinstance(item, dict) else item):
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest

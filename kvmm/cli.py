@@ -26,8 +26,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class FlagError(Exception):
+    """A flag argparse refuses (a missing value, ``--instances 2.5``), raised by :class:`OneLineParser`."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the flag (``main`` prints it, exit code 2),
+    like every other bad-input error of the CLI, not the whole usage text."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise FlagError(self.prog, f"{message} (see {self.prog} --help)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kvmm", description="kvmm: fast, verified KV-cache data structures")
+    parser = OneLineParser(prog="kvmm", description="kvmm: fast, verified KV-cache data structures")
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("reproduce", help="run every paper reproduction on the bundled data and write a report")
@@ -50,7 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         handlers[name] = module.run
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(_dash_values_attached(argv, sub.choices))
+    except FlagError as exc:
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return 2
     args.argv = argv[1:]  # the subcommand's own flags, quoted back in what it writes (kvmm plan's plan.md)
     from kvmm.errors import KvmmError
 
@@ -61,6 +81,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvmmError as exc:
         print(f"kvmm {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _dash_values_attached(argv: list[str], commands: dict) -> list[str]:
+    """``--flag -2s`` as ``--flag=-2s`` for a flag that takes one value: argparse reads a value
+    that starts with ``-`` (other than a plain negative number) as another flag and says the
+    first one lacks its value; this way the flag's own check names what is wrong with it.  A
+    following token that is itself a flag of the command stays a flag."""
+    command = commands.get(argv[0]) if argv else None
+    if command is None:
+        return argv
+    flags = command._option_string_actions
+    out = [argv[0]]
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        action = flags.get(token)
+        if (action is not None and action.nargs is None and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and argv[i + 1].split("=")[0] not in flags):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def _reproduce(args: argparse.Namespace) -> int:

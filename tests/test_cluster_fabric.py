@@ -23,6 +23,7 @@ DOCUMENTED = {
     "nvlink": (450 * GB, 2e-6, 3.6 * TB),
     "supernode-ub": (1 * TB, 2e-6, 1024 * TB),
     "supernode-m890": (350 * GB, 1e-6, 44.8 * TB),
+    "cross-dc": (12.5 * GB, 20e-3, 12.5 * GB),  # the PD link as a fabric (issue 33: --pd and --fabric share names)
 }
 
 
@@ -35,7 +36,7 @@ def test_presets_hold_the_documented_figures():
         assert spec.aggregate_bandwidth == pytest.approx(aggregate, rel=1e-12), name
     # the per-instance links reuse the link presets' figures
     for fabric, link in (("rdma200", "rdma200"), ("rdma400", "rdma400"), ("nvlink", "nvlink"),
-                         ("supernode-m890", "supernode")):
+                         ("supernode-m890", "supernode"), ("cross-dc", "cross-dc")):
         assert FABRIC_PRESETS[fabric].link_bandwidth == LINK_PRESETS[link].read_bandwidth
         assert FABRIC_PRESETS[fabric].latency_s == LINK_PRESETS[link].latency_s
     assert FABRIC_PRESETS["rdma400"].full_rate_links == 64.0 and FABRIC_PRESETS["nvlink"].full_rate_links == 8.0
@@ -147,7 +148,7 @@ def test_fabric_preset_lookup():
     assert fabric_preset("rdma400") is FABRIC_PRESETS["rdma400"]
     custom = FabricSpec("mine", 1.0, 0.0, 1.0)
     assert fabric_preset(custom) is custom
-    with pytest.raises(BadInputError, match=r"unknown fabric preset 'infiniband'; expected one of \['ethernet100'"):
+    with pytest.raises(BadInputError, match=r"unknown fabric preset 'infiniband'; expected one of \['cross-dc', 'ethernet100'"):
         fabric_preset("infiniband")
     with pytest.raises(BadInputError, match="unknown fabric preset"):
         fabric_preset(["rdma400"])

@@ -36,6 +36,12 @@ def decode_vllm_batch(batch: Any) -> tuple[list[tuple], int]:
         _, _, events = _batch(obj, stats)
     except (ValueError, TypeError) as exc:
         raise BadInputError(f"not a vLLM KV event batch: {exc}") from None
+    except OverflowError:  # an int timestamp beyond float range (10**400) fails math.isfinite
+        raise BadInputError("not a vLLM KV event batch: a number (the batch ts?) is too large for a float; expected "
+                            "a finite non-negative number of seconds") from None
+    except RecursionError:
+        raise BadInputError("not a vLLM KV event batch: it is nested too deeply; expected [ts, events, dp_rank] "
+                            "with flat events") from None
     ops = []
     for ev in events:
         if ev[0] == "BlockStored":
@@ -61,9 +67,7 @@ def apply_vllm_batch(index, instance: int, batch: Any, *, lenient: bool = False)
         if op[0] != "cleared":
             index._medium(op[2])
     width = index.key_width
-    if width is None:
-        index.key_width = 1  # vLLM hashes are 64-bit: an undecided index takes int64 keys
-    runs = _runs(ops, index.key_width)
+    runs = _runs(ops, width or 1)  # vLLM hashes are 64-bit: an undecided index is given int64 keys (its first store decides)
     counts = {"stored": sum(len(op[1]) for op in ops if op[0] == "stored"),
               "removed": sum(len(op[1]) for op in ops if op[0] == "removed"),
               "cleared": sum(op[0] == "cleared" for op in ops), "unknown_events": unknown}
@@ -121,12 +125,16 @@ def _builtins(batch: Any) -> Any:
         try:
             return _msgpack().unpackb(bytes(batch), raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad bytes
-            raise BadInputError(f"not a msgpack KV event batch: {type(exc).__name__}: {exc}") from None
+            detail = "nested too deeply" if type(exc).__name__ == "StackError" else f"{type(exc).__name__}: {exc}"
+            raise BadInputError(f"not a msgpack KV event batch: {detail}") from None
     if isinstance(batch, str):
         try:
             return json.loads(batch)
         except ValueError as exc:
             raise BadInputError(f"not a JSON KV event batch: {exc}") from None
+        except RecursionError:
+            raise BadInputError("not a JSON KV event batch: it is nested too deeply; expected [ts, events, "
+                                "dp_rank] with flat events") from None
     if hasattr(type(batch), "__struct_fields__"):  # a msgspec Struct (vLLM's KVEventBatch itself)
         import msgspec
 

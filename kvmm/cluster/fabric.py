@@ -16,7 +16,7 @@ from kvmm._validate import as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.tiers.spec import GB, LINK_PRESETS, TB, TierSpec
 
-__all__ = ["FabricSpec", "FABRIC_PRESETS", "fabric_preset"]
+__all__ = ["FabricSpec", "FABRIC_PRESETS", "FABRIC_ALIASES", "LINK_NAMES", "fabric_preset", "link_by_name"]
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,13 @@ class FabricSpec:
         return TierSpec(self.name, 0, self.link_bandwidth, self.link_bandwidth, self.latency_s, source=self.source)
 
 
+#: fabric name -> the link preset its per-instance link is (the fabrics built by ``_from_link``)
+_LINK_OF: dict[str, str] = {}
+
+
 def _from_link(name: str, link: str, aggregate_bandwidth: float, source: str) -> FabricSpec:
     """A fabric whose per-instance link is the link preset ``link`` (same bandwidth and latency)."""
+    _LINK_OF[name] = link
     spec = LINK_PRESETS[link]
     return FabricSpec(name, spec.read_bandwidth, spec.latency_s, aggregate_bandwidth,
                       source=f"link: {spec.source}; aggregate: {source}")
@@ -93,13 +98,36 @@ FABRIC_PRESETS: dict[str, FabricSpec] = {
     "supernode-m890": _from_link("supernode-m890", "supernode", 128 * 350 * GB,
                                  "Alibaba Zhenwu M890 supernode: 128 Zhenwu 810E PPUs in one unified-memory "
                                  "scale-up domain, assumed non-blocking: 128 x 350 GB/s per direction"),
+    "cross-dc": _from_link("cross-dc", "cross-dc", 12.5 * GB,
+                           "assumed: the one 100 Gb/s path between the datacenters carries every instance's "
+                           "transfers, so the aggregate is that path's bandwidth"),
 }
+
+#: Link-preset spellings of fabrics (``--pd`` names): a link name whose fabric has another name.
+FABRIC_ALIASES: dict[str, str] = {link: fabric for fabric, link in _LINK_OF.items()
+                                  if link != fabric and link not in FABRIC_PRESETS}
+#: The names ``--pd`` and ``--fabric`` (``PDConfig.link``, ``ClusterConfig.fabric``) both accept:
+#: every link preset and every fabric preset, each name meaning the same link in both.
+LINK_NAMES: tuple[str, ...] = tuple(sorted(set(LINK_PRESETS) | set(FABRIC_PRESETS) | set(FABRIC_ALIASES)))
 
 
 def fabric_preset(name: str) -> FabricSpec:
     """A fabric preset by name (see :data:`FABRIC_PRESETS`), or a :class:`FabricSpec` as is."""
     if isinstance(name, FabricSpec):
         return name
+    name = FABRIC_ALIASES.get(name, name) if isinstance(name, str) else name
     if not isinstance(name, str) or name not in FABRIC_PRESETS:
-        raise BadInputError(f"unknown fabric preset {name!r}; expected one of {sorted(FABRIC_PRESETS)} or a FabricSpec")
+        raise BadInputError(f"unknown fabric preset {name!r}; expected one of {list(LINK_NAMES)} or a FabricSpec")
     return FABRIC_PRESETS[name]
+
+
+def link_by_name(name: str) -> TierSpec:
+    """The per-instance link ``name`` means in :data:`LINK_NAMES`: a link preset as is, a fabric
+    preset's link (the link preset it was built from, else :meth:`FabricSpec.as_link`), so
+    ``--pd 2x4:ethernet100`` and ``--fabric cross-dc`` work as ``--fabric ethernet100`` and
+    ``--pd 2x4:cross-dc`` do.  Runtime complexity: O(1)."""
+    if isinstance(name, str) and name in LINK_PRESETS:
+        return LINK_PRESETS[name]
+    if isinstance(name, str) and name in FABRIC_PRESETS:
+        return LINK_PRESETS[_LINK_OF[name]] if name in _LINK_OF else FABRIC_PRESETS[name].as_link()
+    raise BadInputError(f"unknown link preset {name!r}; expected one of {list(LINK_NAMES)}")

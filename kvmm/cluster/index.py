@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kvmm._validate import as_array, as_count, as_index_array
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_array, as_count, as_index_array
 from kvmm.cluster import _index_kernels as K
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError, UnknownKeyError
 
@@ -26,7 +26,7 @@ class BlockIndex:
 
     ``key_width``: 1 for trace block ids (1-D int64; uint64 taken as its int64 view), 2 for the
     ``(n, 2)`` uint64 keys of :class:`~kvmm.allocators.BlockAllocator`; ``None``: the first
-    successful call with a key decides.  ``max_entries``: entry budget with LRU eviction.
+    successful store of a key decides (a lookup or a call that raises decides nothing).  ``max_entries``: entry budget with LRU eviction.
 
     Layout (structure of arrays, ``capacity`` rows, grown by doubling):
 
@@ -47,14 +47,14 @@ class BlockIndex:
 
     def __init__(self, num_instances: int, media: Sequence[str] = ("GPU", "CPU"), max_entries: int | None = None,
                  *, key_width: int | None = None) -> None:
-        self.num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=2**20)
+        self.num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if isinstance(media, str) or not all(isinstance(m, str) for m in media) or not media:
             raise BadInputError(f"media must be a non-empty sequence of names such as ('GPU', 'CPU'), got {media!r}")
         if len(set(media)) != len(media):
             raise BadInputError(f"media must be distinct names, got {tuple(media)!r}")
         self.media = tuple(media)
         self._medium_ids = {name: m for m, name in enumerate(self.media)}
-        self.max_entries = None if max_entries is None else as_count(max_entries, "max_entries", minimum=1)
+        self.max_entries = None if max_entries is None else as_count(max_entries, "max_entries", minimum=1, maximum=MAX_UNITS)
         if key_width not in (None, 1, 2):
             raise BadInputError(f"key_width must be 1 (int64 block ids), 2 ((n, 2) uint64 keys) or None, got {key_width!r}")
         self.key_width = key_width
@@ -167,19 +167,17 @@ class BlockIndex:
         ``lenient``: then it is ignored and counted in ``stats["lenient_ignored"]``.  An entry
         left without holders is dropped.  Runtime complexity: O(len(keys)) expected.
         """
-        width = self.key_width
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
         self._remove(np.array([inst], np.int64), np.array([m], np.int64), np.array([0, flat.shape[0]], np.int64),
-                     flat, lenient, width)
+                     flat, lenient)
 
     def removed_many(self, instances: Any, offsets: Any, keys: Any, media: Any, *, lenient: bool = False) -> None:
         """Group g: ``removed(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for
         every g in order; strict: all or nothing.  Runtime complexity: O(total keys) expected."""
-        width = self.key_width
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._remove(inst, meds, offs, flat, lenient, width)
+        self._remove(inst, meds, offs, flat, lenient)
 
     def cleared(self, instance: int, medium: str | int | None = None) -> None:
         """Instance ``instance`` holds nothing more on ``medium`` (``None``: on any medium).
@@ -213,11 +211,16 @@ class BlockIndex:
                 "meta": self.meta.copy(), "key_width": np.array([self.key_width or 0])}
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
-        """Put back a :meth:`snapshot` of this index.  Runtime complexity: O(capacity)."""
-        self.keys, self.holder_bits, self.links = snap["keys"].copy(), snap["holders"].copy(), snap["links"].copy()
-        self.live, self.free_rows, self.table = snap["live"].copy(), snap["free_rows"].copy(), snap["table"].copy()
-        self.meta = snap["meta"].copy()
-        self.key_width = int(snap["key_width"][0]) or None
+        """Put back a :meth:`snapshot` of this index (its instances, media and budget).  Every
+        array is checked first (names, dtypes, shapes, the invariants between them): a dict that
+        is not such a snapshot is a :class:`BadInputError` and nothing changes.
+        Runtime complexity: O(capacity x num_media x words + table size)."""
+        from kvmm.cluster._index_snapshot import checked_snapshot
+
+        s = checked_snapshot(self, snap)
+        self.keys, self.holder_bits, self.links = s["keys"], s["holders"], s["links"]
+        self.live, self.free_rows, self.table, self.meta = s["live"], s["free_rows"], s["table"], s["meta"]
+        self.key_width = s["key_width"] or None
 
     def check(self) -> None:
         """Assert every invariant of the arrays.  Expensive (tests).  Runtime complexity:
@@ -264,16 +267,17 @@ class BlockIndex:
             self._allocate(cap if self.max_entries is None else min(cap, self.max_entries))
 
     def _store(self, inst, meds, offs, flat) -> None:
+        if self.key_width is None and flat.shape[0]:
+            self.key_width = flat.shape[1]  # every argument is valid by now: the first store decides
         self._reserve(flat.shape[0])
         K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
                      inst, meds, offs, flat)
 
-    def _remove(self, inst, meds, offs, flat, lenient: bool, width: int | None) -> None:
+    def _remove(self, inst, meds, offs, flat, lenient: bool) -> None:
         log = np.empty((flat.shape[0], 2), dtype=np.int64)
         got = K.remove_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
                             inst, meds, offs, flat, bool(lenient), log)
         if got < 0:
-            self.key_width = width  # a failing call decides nothing
             j = -got - 1
             g = int(np.searchsorted(offs, j, side="right")) - 1
             raise UnknownKeyError(f"instance {int(inst[g])} does not hold key {self._flat_value(flat, j)!r} (key {j} of "
@@ -312,13 +316,14 @@ class BlockIndex:
     def _medium(self, medium: Any) -> int:
         m = self._medium_ids.get(medium) if isinstance(medium, str) else None
         if m is None:
-            if isinstance(medium, (int, np.integer)) and not isinstance(medium, bool) and 0 <= medium < len(self.media):
+            if (isinstance(medium, (int, np.integer)) and not isinstance(medium, (bool, np.bool_))
+                    and 0 <= medium < len(self.media)):
                 return int(medium)
             raise BadInputError(f"unknown medium {medium!r}; expected one of {list(self.media)} (or its position)")
         return m
 
     def _keys(self, keys: Any, name: str) -> np.ndarray:
-        """``keys`` as a contiguous (n, key_width) uint64 array (copy); decides an undecided key width."""
+        """``keys`` as a contiguous (n, 1) or (n, 2) uint64 array (copy), of this index's key width once decided."""
         try:
             arr = as_array(keys, name)
         except OverflowError:
@@ -344,8 +349,6 @@ class BlockIndex:
             flat = np.ascontiguousarray(flat).reshape(-1, 1).copy()
         else:
             flat = np.ascontiguousarray(arr.astype(np.uint64, copy=True))
-        if self.key_width is None and arr.size:
-            self.key_width = width  # only a successful call gets this far with keys (callers validate the rest first)
         return flat
 
     def _offsets(self, offsets: Any, n: int) -> np.ndarray:
@@ -362,18 +365,15 @@ class BlockIndex:
             raise InvalidIdError(f"instances contains {bad}; expected instances in [0, {self.num_instances})")
         if isinstance(media, (str, int, np.integer)):
             meds = np.full(inst.shape[0], self._medium(media), dtype=np.int64)
-        else:
+        elif isinstance(media, (list, tuple, np.ndarray)) and np.ndim(media) == 1:
             meds = np.array([self._medium(m) for m in media], dtype=np.int64)
-            if meds.shape[0] != inst.shape[0]:
-                raise ShapeError(f"media must be one medium or one per group ({inst.shape[0]}), got {meds.shape[0]}")
-        width = self.key_width
+        else:
+            raise DTypeError(f"media must be one medium (a name of {list(self.media)} or its position) or a list "
+                             f"with one per group, got {type(media).__name__}")
+        if meds.shape[0] != inst.shape[0]:
+            raise ShapeError(f"media must be one medium or one per group ({inst.shape[0]}), got {meds.shape[0]}")
         flat = self._keys(keys, "keys")
-        try:
-            offs = self._offsets(offsets, flat.shape[0])
-            if offs.shape[0] != inst.shape[0] + 1:
-                raise ShapeError(f"offsets must have one more entry than instances ({inst.shape[0] + 1}), "
-                                 f"got {offs.shape[0]}")
-        except BadInputError:
-            self.key_width = width  # the failing call decides nothing
-            raise
+        offs = self._offsets(offsets, flat.shape[0])
+        if offs.shape[0] != inst.shape[0] + 1:
+            raise ShapeError(f"offsets must have one more entry than instances ({inst.shape[0] + 1}), got {offs.shape[0]}")
         return inst, meds, offs, flat

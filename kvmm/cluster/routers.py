@@ -26,7 +26,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from kvmm._validate import as_count, as_fraction, as_positive_float
+from kvmm._validate import MAX_INSTANCES, as_count, as_fraction, as_positive_float
+from kvmm.cluster.view import ClusterView, RouteRequest
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError
 
 __all__ = ["RoundRobinRouter", "LeastLoadedRouter", "SessionRouter", "ApproxPrefixRouter", "PrecisePrefixRouter",
@@ -45,10 +46,10 @@ class RoundRobinRouter:
     _next: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         choice = self._next
         self._next = (choice + 1) % self.num_instances
         return choice
@@ -63,10 +64,10 @@ class LeastLoadedRouter:
     name: ClassVar[str] = "least-loaded"
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         return _least_loaded(view)
 
 
@@ -90,14 +91,14 @@ class SessionRouter:
     _next: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if self.first not in ("least-loaded", "round-robin"):
             raise BadInputError(f"first must be 'least-loaded' or 'round-robin', got {self.first!r}")
         if self.max_sessions is not None:
             self.max_sessions = as_count(self.max_sessions, "max_sessions", minimum=1)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         session = int(request.session)
         if session < 0:
             return _least_loaded(view)
@@ -149,7 +150,7 @@ class ApproxPrefixRouter:
     _memory: "PrefixMemory" = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         self.max_blocks = as_count(self.max_blocks, "max_blocks", minimum=1)
         self.cache_threshold = as_fraction(self.cache_threshold, "cache_threshold", include_zero=True)
         self.balance_abs_threshold = as_count(self.balance_abs_threshold, "balance_abs_threshold")
@@ -159,7 +160,7 @@ class ApproxPrefixRouter:
         self._memory = PrefixMemory(self.num_instances, self.max_blocks)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         load = view.load()
         blocks = request.block_ids.tolist()
         lo, hi = int(load.min()), int(load.max())
@@ -206,7 +207,7 @@ class PrecisePrefixRouter:
     _weights: tuple = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         self.load_weight = as_positive_float(self.load_weight, "load_weight", allow_zero=True)
         if self.medium_weights is not None:
             if not isinstance(self.medium_weights, dict) or not self.medium_weights:
@@ -216,7 +217,7 @@ class PrecisePrefixRouter:
         self._weights = (None, None)  # (media tuple, weight array) cached per index.media
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         hits = _index_hits(self, view, request)
         score = hits.max(axis=1) if self.medium_weights is None else (hits * self._medium_weight_array(view.index)).max(axis=1)
         load = view.load()
@@ -266,7 +267,7 @@ class WeightedRouter:
     _memory: "PrefixMemory" = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1)
+        self.num_instances = as_count(self.num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if not isinstance(self.weights, dict) or not self.weights:
             raise DTypeError(f"weights must be a non-empty dict score -> weight over {list(self.SCORES)}, "
                              f"got {self.weights!r}")
@@ -282,7 +283,7 @@ class WeightedRouter:
         self._memory = PrefixMemory(self.num_instances, self.max_blocks)
 
     def route(self, request: Any, view: Any) -> int:
-        _check_view(self, view)
+        _check_route_args(self, request, view)
         total = np.zeros(self.num_instances, dtype=np.float64)
         w_prefix = self.weights.get("prefix", 0.0)
         blocks = None
@@ -322,7 +323,7 @@ def make_router(spec: Any, num_instances: int, **params: Any) -> Any:
     An unknown name lists the known ones; an option the router does not take names the ones it
     does; bad option values raise from the router's validation.  Runtime complexity: O(1).
     """
-    num_instances = as_count(num_instances, "num_instances", minimum=1)
+    num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
     if isinstance(spec, str):
         key = spec.strip().lower().replace("_", "-")
         if key not in ROUTERS:
@@ -419,7 +420,14 @@ class PrefixMemory:
             self.sizes[owner] -= 1
 
 
-def _check_view(router: Any, view: Any) -> None:
+def _check_route_args(router: Any, request: Any, view: Any) -> None:
+    """A RouteRequest and a ClusterView of the router's size, else a KvmmError naming the router
+    (not an AttributeError from deep inside it on a None view or request)."""
+    if not isinstance(view, ClusterView):
+        raise DTypeError(f"router {router.name!r}: view must be a kvmm.cluster.ClusterView, got {type(view).__name__}")
+    if not isinstance(request, RouteRequest):
+        raise DTypeError(f"router {router.name!r}: request must be a kvmm.cluster.RouteRequest, got "
+                         f"{type(request).__name__}")
     if view.num_instances != router.num_instances:
         raise BadInputError(f"router {router.name!r} was built for {router.num_instances} instances but the view has "
                             f"{view.num_instances}; expected the same count")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count, as_index_array, as_positive_float
+from kvmm._validate import MAX_INSTANCES, as_count, as_index_array, as_positive_float
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 
 __all__ = ["RouteRequest", "ClusterView"]
@@ -72,7 +72,7 @@ class ClusterView:
 
     def __init__(self, num_instances: int, *, queue_lengths: Any = None, running: Any = None,
                  kv_utilisation: Any = None, index: Any = None, now: float = 0.0) -> None:
-        n = as_count(num_instances, "num_instances", minimum=1)
+        n = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         queue = _counts(queue_lengths, n, "queue_lengths")
         run = _counts(running, n, "running")
         kv = _utilisation(kv_utilisation, n)

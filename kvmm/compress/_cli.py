@@ -10,6 +10,9 @@ layer and head the Pearson correlation between the predicted mean-logit curve
 sample (measured on the calibration part) and out of sample (on the held-out part), plus the
 query concentration.
 ``--token-ids`` reads whitespace-separated token ids instead of text (no tokenizer needed).
+kvmm's own model folder (``kvmm/data/models/pydoc-llama``: ``config.json`` plus ``weights.npz``,
+byte-level vocabulary) is read with :func:`kvmm.compress.pydoc_model.load_model` and tokenized
+one token per UTF-8 byte.
 """
 
 from __future__ import annotations
@@ -51,12 +54,20 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    raw = args.text.read_text(encoding="utf-8")
+    bundled = (args.model / "weights.npz").is_file()  # kvmm's own format (pydoc_model), not save_pretrained's
+    try:
+        raw = args.text.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"text file {args.text} is not UTF-8 (byte {exc.start}); expected UTF-8 text") from None
     if args.token_ids:
         try:
             ids = [int(t) for t in raw.split()]
         except ValueError as exc:
             raise BadInputError(f"{args.text}: --token-ids expects whitespace-separated integers ({exc})") from None
+    elif bundled:
+        from kvmm.compress.pydoc_model import byte_ids
+
+        ids = byte_ids(raw.encode("utf-8")).tolist()  # its vocabulary: one token per UTF-8 byte
     else:
         from transformers import AutoTokenizer
 
@@ -72,8 +83,18 @@ def run(args: argparse.Namespace) -> int:
     if n_cal < 2:
         raise BadInputError(f"need at least 2 calibration tokens, got {len(ids)} tokens x "
                             f"--calibration-fraction {args.calibration_fraction}")
-    model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
-                                                 dtype=getattr(torch, args.dtype)).eval()
+    if bundled:
+        from kvmm.compress.pydoc_model import load_model
+
+        model = load_model(args.model).to(getattr(torch, args.dtype)).eval()
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
+                                                         dtype=getattr(torch, args.dtype)).eval()
+        except (OSError, ValueError, TypeError, KeyError) as exc:  # transformers' many ways to say "not a model"
+            first = (str(exc).strip().splitlines() or [""])[0].rstrip(": ") or type(exc).__name__
+            raise BadInputError(f"cannot load a transformers model from {args.model} ({first[:200]}); expected a "
+                                "save_pretrained folder (config.json with model_type, and weights)") from None
     rope = hf.rope_from_config(model.config)
     pairs = hf.capture_qk(model, np.asarray(ids))
     cal = calibrate([q[:n_cal] for q, _ in pairs], [k[:n_cal] for _, k in pairs], rope=rope)

@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from kvmm._validate import MAX_INSTANCES, short_repr
 from kvmm.errors import BadInputError
-from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate
+from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate, finite_number
 
 __all__ = ["run_plan", "analytic_grid"]
 
@@ -335,7 +336,7 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     from kvmm.tiers.spec import preset
 
     if isinstance(slo, (int, float)) and not isinstance(slo, bool):
-        slo = SLO(float(slo))
+        slo = SLO(slo)  # SLO checks the number (an int beyond float range included)
     if not isinstance(slo, SLO):
         raise BadInputError(f"slo must be an SLO (e.g. SLO(ttft_p95_s=2.0)), got {type(slo).__name__}")
     if isinstance(tiers, (str, TierCandidate)):
@@ -349,11 +350,11 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     kinds = [c.kind for c in cands]
     if len(set(kinds)) != len(kinds):
         raise BadInputError(f"tier kinds must be distinct, got {kinds}")
-    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise BadInputError(f"instances must be an integer >= 1, got {instances!r}")
+    if isinstance(instances, bool) or not isinstance(instances, int) or not 1 <= instances <= MAX_INSTANCES:
+        raise BadInputError(f"instances must be an integer in [1, {MAX_INSTANCES}], got {short_repr(instances)}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                               or not math.isfinite(budget) or budget <= 0):
-        raise BadInputError(f"budget must be a finite number of USD per hour > 0 or None, got {budget!r}")
+                               or not finite_number(budget) or budget <= 0):
+        raise BadInputError(f"budget must be a finite number of USD per hour > 0 or None, got {short_repr(budget)}")
     for name, value, low in (("verify", verify, 1), ("neighbours", neighbours, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise BadInputError(f"{name} must be an integer >= {low}, got {value!r}")

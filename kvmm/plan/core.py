@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kvmm._validate import MAX_UNITS, short_repr
 from kvmm.errors import BadInputError
 
 __all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan", "simulation_key"]
@@ -74,13 +75,14 @@ class TierCandidate:
             raise BadInputError(f"tier kind {self.kind!r} is not a tier preset; expected one of {sorted(PRESETS)}")
         for name in ("min_bytes", "max_bytes"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise BadInputError(f"tier {self.kind}: {name} must be an integer number of bytes >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UNITS:
+                raise BadInputError(f"tier {self.kind}: {name} must be an integer number of bytes in [0, 2**60], "
+                                    f"got {short_repr(value)}")
         if self.max_bytes == 0 or self.min_bytes > self.max_bytes:
             raise BadInputError(f"tier {self.kind}: empty capacity range {self.min_bytes}-{self.max_bytes} bytes; "
                                 "expected 0 <= min <= max and max > 0")
         if isinstance(self.points, bool) or not isinstance(self.points, int) or not 1 <= self.points <= MAX_POINTS:
-            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got {self.points!r}")
+            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got {short_repr(self.points)}")
         if self.min_bytes != self.max_bytes and self.points < 2:
             raise BadInputError(f"tier {self.kind}: a range {self.min_bytes}-{self.max_bytes} needs points >= 2 "
                                 "(both ends are sampled); give min == max for a fixed tier")
@@ -111,7 +113,7 @@ class TierCandidate:
             raise BadInputError(f"a tier candidate must be text such as 'dram:0-4TiB', got {type(text).__name__}")
         parts = [p.strip() for p in text.split(":")]
         if len(parts) < 2 or not parts[0] or not parts[1]:
-            raise BadInputError(f"--tier {text!r}: expected KIND:MIN-MAX[:shared][:points=N] (e.g. dram:0-4TiB)")
+            raise BadInputError(f"--tier {_quoted(text)}: expected KIND:MIN-MAX[:shared][:points=N] (e.g. dram:0-4TiB)")
         lo, hi = _parse_range(parts[1], text)
         options: dict[str, Any] = {}
         for part in parts[2:]:
@@ -119,21 +121,24 @@ class TierCandidate:
             if part == "shared":
                 key, value = "shared", True
             elif not eq or key not in ("points", "eviction", "admission"):
-                raise BadInputError(f"--tier {text!r}: unknown option {part!r}; expected shared, points=N, "
+                raise BadInputError(f"--tier {_quoted(text)}: unknown option {part!r}; expected shared, points=N, "
                                     "eviction=NAME or admission=NAME")
             elif key == "points":
-                if not value.isdigit():
-                    raise BadInputError(f"--tier {text!r}: points={value!r} is not a whole number")
+                # ASCII digits only: str.isdigit accepts "²", which int() refuses; a long run of
+                # digits is out of range however it reads (int() refuses 4,300 and more)
+                if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_POINTS)):
+                    raise BadInputError(f"--tier {_quoted(text)}: points={short_repr(value)} is not a whole number "
+                                        f"in [1, {MAX_POINTS}]")
                 value = int(value)
             if key in options:
-                raise BadInputError(f"--tier {text!r}: option {key!r} given twice")
+                raise BadInputError(f"--tier {_quoted(text)}: option {key!r} given twice")
             options[key] = value
         if lo == hi:
             options.setdefault("points", 1)
         try:
             return cls(parts[0], lo, hi, **options)
         except BadInputError as error:
-            raise BadInputError(f"--tier {text!r}: {error}") from None
+            raise BadInputError(f"--tier {_quoted(text)}: {error}") from None
 
     def capacities(self) -> tuple[int, ...]:
         """The sampled capacities in bytes, ascending: ``points`` evenly spaced from ``min_bytes``
@@ -339,15 +344,29 @@ def simulation_key(config: Any) -> str:
 
 # ---------------------------------------------------------------------- helpers
 def _positive(value: Any, name: str) -> float:
-    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise BadInputError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or not finite_number(value) or value <= 0:
+        raise BadInputError(f"{name} must be a finite number of seconds > 0, got {short_repr(value)}")
     return float(value)
 
 
 def _non_negative(value: Any, name: str) -> float:
-    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise BadInputError(f"{name} must be a number >= 0, got {value!r}")
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or value != value or value < 0 \
+            or (isinstance(value, int) and not finite_number(value)):
+        raise BadInputError(f"{name} must be a number >= 0, got {short_repr(value)}")
     return float(value)
+
+
+def finite_number(value: int | float) -> bool:
+    """``math.isfinite``, False for an int too large for a float (10**400) instead of OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _quoted(text: str) -> str:
+    """``repr(text)`` for an error message, cut to 60 characters (a pasted 5,000-digit flag stays one readable line)."""
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
 
 
 def _parse_size(text: str, default_unit: str | None, whole: str) -> tuple[int, str]:
@@ -356,9 +375,13 @@ def _parse_size(text: str, default_unit: str | None, whole: str) -> tuple[int, s
     if m and not m.group(2) and float(m.group(1)) == 0:
         unit = "b"  # a bare 0 needs no unit
     if not m or unit not in _UNITS:
-        raise BadInputError(f"--tier {whole!r}: bad size {text!r}; expected a number and a unit "
+        raise BadInputError(f"--tier {_quoted(whole)}: bad size {short_repr(text)}; expected a number and a unit "
                             "(B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)")
-    return int(float(m.group(1)) * _UNITS[unit]), unit
+    nbytes = float(m.group(1)) * _UNITS[unit]  # inf for 400 digits
+    if not nbytes <= MAX_UNITS:
+        raise BadInputError(f"--tier {_quoted(whole)}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); "
+                            "expected a capacity such as 4TiB")
+    return int(nbytes), unit
 
 
 def _parse_range(text: str, whole: str) -> tuple[int, int]:
@@ -368,7 +391,7 @@ def _parse_range(text: str, whole: str) -> tuple[int, int]:
         size, _ = _parse_size(text, None, whole)
         return size, size
     if not lo_text.strip() or not hi_text.strip():
-        raise BadInputError(f"--tier {whole!r}: bad range {text!r}; expected MIN-MAX such as 0-4TiB")
+        raise BadInputError(f"--tier {_quoted(whole)}: bad range {short_repr(text)}; expected MIN-MAX such as 0-4TiB")
     hi, unit = _parse_size(hi_text, None, whole)
     lo, _ = _parse_size(lo_text, unit, whole)
     return lo, hi

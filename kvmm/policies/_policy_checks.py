@@ -61,3 +61,8 @@ class Sentinel:
 
 def _module_attribute(module: str, name: str) -> Any:
     return getattr(importlib.import_module(module), name)
+
+
+#: "No key": the default ``incoming`` of ``victims`` (no entry named), no ghost hit pending, no
+#: victim found, a list's end.  Every hashable key, None included, is a key, so none can mark these.
+NO_KEY = Sentinel(__name__, "NO_KEY")

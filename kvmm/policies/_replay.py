@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count
+from kvmm._validate import MAX_UNITS, as_count
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 
 __all__ = ["replay", "REPLAY_ORDERS", "dense_ids"]
@@ -69,14 +69,16 @@ def replay(order: str, keys: Any, capacity: int, sizes: Any = None, **params: An
     """The hits mask (``bool``, one per reference) of ``order`` over ``keys`` at ``capacity``.
 
     ``keys``: a 1-D integer array (int64 or uint64; uint64 keys are reinterpreted as int64).
-    ``sizes``: None (entry counts) or a 1-D non-negative integer array as long as ``keys``.
+    ``capacity``: at most ``2**60`` (:data:`~kvmm._validate.MAX_UNITS`; the kernels add and double
+    capacities and sizes in int64).  ``sizes``: None (entry counts) or a 1-D integer array in
+    ``[0, 2**60]`` as long as ``keys``.
     ``params``: the order's options by libCacheSim's names (e.g. ``small_size_ratio`` for
     S3-FIFO); an unknown one is a :class:`BadInputError` naming those the order takes.
     Runtime complexity: O(n) plus the order's cost per reference.
     """
     kernel, names = _kernel(order)
     keys = _as_keys(keys)
-    capacity = as_count(capacity, "capacity")
+    capacity = as_count(capacity, "capacity", maximum=MAX_UNITS)
     sizes = _as_sizes(sizes, keys.size)
     unknown = sorted(set(params) - {name for name, _ in names})
     if unknown:
@@ -161,6 +163,8 @@ def _as_sizes(sizes: Any, n: int) -> np.ndarray:
         raise DTypeError(f"sizes must be integers, got dtype {arr.dtype}")
     if arr.size and arr.min() < 0:
         raise BadInputError(f"sizes must be >= 0, got {int(arr.min())}")
+    if arr.size and int(arr.max()) > MAX_UNITS:  # uint64 sizes >= 2**63 would wrap negative in int64
+        raise BadInputError(f"sizes must be <= {MAX_UNITS} (2**60 size units), got {int(arr.max())}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

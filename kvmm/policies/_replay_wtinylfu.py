@@ -76,8 +76,10 @@ def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", w
     # no counter can saturate (2^32 - 1) unless hashes * (adds <= 2 per reference) can reach it
     may_saturate = hashes * 2 * dense.size >= 0xFFFFFFFF
     counts, overflow = np.zeros(width, np.uint16), np.zeros(width, np.uint32)
+    # libCacheSim halves the counters after 32 x main's capacity additions; beyond 2**62 (a capacity
+    # near replay's 2**60 bound) no trace gets there, and the product would not fit int64
     return _replay(dense, sizes, capacity, window_cap, main_cap, node, segs, len(maxima), hashes, counts, overflow,
-                   32 * main_cap, may_saturate)
+                   min(32 * main_cap, 2**62), may_saturate)
 
 
 def counter_slots(words: np.ndarray, dense: np.ndarray, n_unique: int, width: int, hashes: int,

@@ -274,13 +274,18 @@ def _trace_arrays(trace: Any) -> tuple[Any, np.ndarray, int, bool]:
         if trace.dtype.kind in "iu":
             from kvmm.policies._replay import dense_ids
 
-            keys = np.ascontiguousarray(trace, dtype=np.uint64 if trace.dtype == np.uint64 else np.int64)
+            # any 64-bit unsigned array (big-endian '>u8' too) stays unsigned: as int64 its keys
+            # >= 2**63 would read back negative and no event could name them
+            wide_unsigned = trace.dtype.kind == "u" and trace.dtype.itemsize == 8
+            keys = np.ascontiguousarray(trace, dtype=np.uint64 if wide_unsigned else np.int64)
             dense, n_unique = dense_ids(keys.view(np.int64))
             return keys, dense, n_unique, True
         trace = trace.tolist()
     if isinstance(trace, (str, bytes)) or not hasattr(trace, "__iter__"):
         raise BadInputError(f"trace must be a sequence of keys, got {type(trace).__name__}")
-    keys = list(trace)
+    # numpy integers as the Python ints they equal: the keys the trace reports (victims, messages)
+    # are then the same whichever the caller passed, and an all-integer trace takes the array path
+    keys = [int(k) if isinstance(k, np.integer) else k for k in trace]
     if keys and all(type(k) is int for k in keys) and -2**63 <= min(keys) and max(keys) < 2**63:
         return _trace_arrays(np.array(keys, np.int64))
     ids: dict = {}

@@ -47,7 +47,7 @@ from sortedcontainers import SortedDict
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size, first_unprotected, ignore_access, require_absent, require_present
+from kvmm.policies._policy_checks import NO_KEY, check_size, first_unprotected, ignore_access, require_absent, require_present
 
 __all__ = ["LRUPolicy", "FIFOPolicy", "LFUPolicy", "ARCPolicy", "EVICTION_POLICIES", "make_eviction_policy"]
 
@@ -422,7 +422,7 @@ class ARCPolicy:
             sizes["B2"] += size
         self._trim_ghosts()
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = NO_KEY,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` victims (without changing state), skipping protected keys.
 
@@ -434,7 +434,7 @@ class ARCPolicy:
         incoming_size = as_count(incoming_size, "incoming_size")
         protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
-        if incoming is None:
+        if incoming is NO_KEY:
             return self._replace_victims(n, protected)
         in_b1 = incoming in self._b1
         in_b2 = incoming in self._b2
@@ -467,15 +467,15 @@ class ARCPolicy:
             else:
                 first = "T1"
             second = "T2" if first == "T1" else "T1"
-            source, victim = first, next(residents[first], None)
-            if victim is None:
-                source, victim = second, next(residents[second], None)
+            source, victim = first, next(residents[first], NO_KEY)
+            if victim is NO_KEY:
+                source, victim = second, next(residents[second], NO_KEY)
                 keep_ghost = True
-                if victim is None:
+                if victim is NO_KEY:
                     break
             if forget is not None:
-                ghost = next(ghosts[forget], None)
-                if ghost is None:
+                ghost = next(ghosts[forget], NO_KEY)
+                if ghost is NO_KEY:
                     ghost = new_ghosts[forget].popleft()
                     forget_size = self._t1[ghost] if forget == "B1" else self._t2[ghost]
                 else:
@@ -570,7 +570,7 @@ class ARCPolicy:
 
     def _adapted_p(self, incoming: Hashable) -> float:
         """``p`` after a ghost hit on ``incoming`` (unchanged when it is not a ghost)."""
-        if incoming is None:
+        if incoming is NO_KEY:
             return self.p
         b1, b2 = self._sizes["B1"], self._sizes["B2"]
         if incoming in self._b1:

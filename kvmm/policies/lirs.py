@@ -16,7 +16,7 @@ from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size
+from kvmm.policies._policy_checks import NO_KEY, check_size
 
 __all__ = ["LIRSPolicy", "check_hirs_ratio"]
 
@@ -138,7 +138,7 @@ class LIRSPolicy:
         else:
             self._delete(key)
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = NO_KEY,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` victims without changing the order.  With ``incoming``: the keys its
         reference evicts (the event is run and undone), then further keys in the order of
@@ -148,7 +148,7 @@ class LIRSPolicy:
         protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
         out: list[Hashable] = []
-        if incoming is not None:
+        if incoming is not NO_KEY:
             out = self._plan(incoming, self._event_size(incoming, incoming_size), frozenset(protected) | {incoming})
         if len(out) < n:
             seen = set(out)
@@ -183,6 +183,8 @@ class LIRSPolicy:
     def admits(self, key: Hashable, size: int) -> bool:
         """Whether libCacheSim's LIRS stores a miss on ``key`` of ``size``: a key larger than the
         cache never; a non-resident HIR key of S always; a new key only within both limits."""
+        size = as_count(size, "size")
+        as_hashable(key)
         if size > self._c:
             return False
         if key in self._s.prev and not self._res[key]:
@@ -221,11 +223,11 @@ class LIRSPolicy:
         assert nh == {k for k in s if not self._res[k]}
         # A resident HIR key of S is in Q (this policy keeps no resident outside S's LIR and Q).
         assert all(k in q for k in s if self._res[k] and not self._lir[k])
-        # The byte counters are the sums they name; the residents fit c.
+        # The byte counters are the sums they name.  The residents may exceed c: an owner may
+        # overfill (docs/eviction_orders.md, "Overfill"); the next reference's event makes room.
         lir = sum(self._s_size[k] for k in s if self._lir[k])
         hir = sum(self._q_size.values())
         assert self._n == {"lir": lir, "hir": hir, "occ": lir + hir, "s": sum(self._s_size.values())}
-        assert lir + hir <= self._c
         # No undo journal is left open, and a plan's removed prefix is within its victims.
         assert self._journal is None
         assert self._pending is None or self._pending[3] <= len(self._pending[2])
@@ -303,7 +305,7 @@ class LIRSPolicy:
                 self._add("hir", size)
             self._add("occ", size)
         # S remembers at most 2c bytes: forget the oldest non-resident keys
-        while n["s"] > 2 * self._c and self._nh.tail is not None:
+        while n["s"] > 2 * self._c and self._nh.tail is not NO_KEY:
             old = self._nh.tail
             self._unlink(self._nh, old)
             self._drop_s(old)
@@ -321,7 +323,7 @@ class LIRSPolicy:
 
     def _prune(self) -> None:
         s = self._s
-        while s.tail is not None and s.tail != s.head:
+        while s.tail is not NO_KEY and s.tail != s.head:
             bottom = s.tail
             if self._lir[bottom]:
                 break
@@ -331,8 +333,8 @@ class LIRSPolicy:
 
     def _evict_hir(self, protected: frozenset, dropped: list) -> bool:
         """Q's oldest unprotected key leaves the cache (non-resident in S if it is there)."""
-        victim = next((k for k in self._q.bottom_up() if k not in protected), None)
-        if victim is None:
+        victim = next((k for k in self._q.bottom_up() if k not in protected), NO_KEY)
+        if victim is NO_KEY:
             return False
         self._leave_q(victim)
         dropped.append(victim)
@@ -351,8 +353,8 @@ class LIRSPolicy:
     def _demote(self, hirs_limit: int, protected: frozenset, dropped: list) -> bool:
         """S's bottom LIR key leaves S for Q's top (or the cache, when larger than hirs_limit); prune."""
         # S's bottom, or the lowest LIR key when pruning left a lone HIR key at the bottom
-        bottom = next((k for k in self._s.bottom_up() if self._lir[k]), None)
-        if bottom is None:
+        bottom = next((k for k in self._s.bottom_up() if self._lir[k]), NO_KEY)
+        if bottom is NO_KEY:
             return False
         size = self._s_size[bottom]
         self._drop_s(bottom)
@@ -464,40 +466,41 @@ def _restore(table: dict, key: Hashable, old) -> None:
 
 
 class _Links:
-    """A doubly linked order over keys: ``head`` the top / newest, ``tail`` the bottom / oldest."""
+    """A doubly linked order over keys: ``head`` the top / newest, ``tail`` the bottom / oldest;
+    ``NO_KEY`` past either end (None is a key)."""
 
     __slots__ = ("prev", "next", "head", "tail")
 
     def __init__(self) -> None:
         self.prev: dict = {}  # key -> the neighbour towards the head
         self.next: dict = {}  # key -> the neighbour towards the tail
-        self.head = self.tail = None
+        self.head = self.tail = NO_KEY
 
     def __len__(self) -> int:
         return len(self.prev)
 
     def push_top(self, key: Hashable) -> None:
-        self.relink(key, None, self.head)
+        self.relink(key, NO_KEY, self.head)
 
     def relink(self, key: Hashable, before: Hashable, after: Hashable) -> None:
-        """Put ``key`` between ``before`` (towards the head, None: at the head) and ``after``."""
+        """Put ``key`` between ``before`` (towards the head, NO_KEY: at the head) and ``after``."""
         self.prev[key], self.next[key] = before, after
-        if before is None:
+        if before is NO_KEY:
             self.head = key
         else:
             self.next[before] = key
-        if after is None:
+        if after is NO_KEY:
             self.tail = key
         else:
             self.prev[after] = key
 
     def unlink(self, key: Hashable) -> tuple:
         before, after = self.prev.pop(key), self.next.pop(key)
-        if before is None:
+        if before is NO_KEY:
             self.head = after
         else:
             self.next[before] = after
-        if after is None:
+        if after is NO_KEY:
             self.tail = before
         else:
             self.prev[after] = before
@@ -505,7 +508,7 @@ class _Links:
 
     def bottom_up(self):
         key = self.tail
-        while key is not None:
+        while key is not NO_KEY:
             before = self.prev[key]
             yield key
             key = before
@@ -514,7 +517,7 @@ class _Links:
         walked = list(self.bottom_up())
         # The links form one chain through every key.
         assert len(walked) == len(set(walked)) == len(self.prev) == len(self.next)
-        assert (self.head is None) == (self.tail is None) == (not walked)
+        assert (self.head is NO_KEY) == (self.tail is NO_KEY) == (not walked)
 
 
 def check_hirs_ratio(hirs_ratio) -> float:

@@ -57,12 +57,12 @@ from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.policies._policy_checks import Sentinel, check_size, require_absent, require_present
+from kvmm.policies._policy_checks import NO_KEY, check_size, require_absent, require_present
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 
 
-_NO_KEY = Sentinel(__name__, "_NO_KEY")  # no ghost hit pending (None is a valid key)
+_NO_KEY = NO_KEY  # its old name: pickles made before NO_KEY was shared refer to it
 _MOVE = 0  # a plan's move: small -> main with frequency 0
 _REINSERT = 1  # a plan's move: main's oldest -> main's new end with min(f, 3) - 1
 
@@ -94,7 +94,7 @@ class S3FIFOPolicy:
     # the last victims() plan (None once anything else happened) and the key whose ghost entry
     # the applied plan forgot (its insert goes to main)
     _pending: _S3FIFOPlan | None = field(default=None, init=False, repr=False)
-    _ghost_hit: object = field(default=_NO_KEY, init=False, repr=False)
+    _ghost_hit: object = field(default=NO_KEY, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.small_size_ratio = as_fraction(self.small_size_ratio, "small_size_ratio", include_zero=True)
@@ -120,7 +120,7 @@ class S3FIFOPolicy:
     def _insert_unchecked(self, key: Hashable, size: int) -> None:
         """``on_insert`` of an untracked key and a valid size (the fast hook)."""
         ghost_hit = self._ghost_hit == key or key in self._ghost
-        self._ghost_hit = _NO_KEY
+        self._ghost_hit = NO_KEY
         self._pending = None
         if key in self._ghost:
             self._ghost_used -= self._ghost.pop(key)
@@ -152,7 +152,7 @@ class S3FIFOPolicy:
         """``on_access(key)`` of a resident key (the fast hook): one more access."""
         self._freq[key] += 1
         self._pending = None
-        self._ghost_hit = _NO_KEY
+        self._ghost_hit = NO_KEY
 
     def on_remove(self, key: Hashable) -> None:
         require_present(self._freq, key, self)
@@ -161,14 +161,14 @@ class S3FIFOPolicy:
             self._apply_step(plan)
             return
         self._pending = None
-        self._ghost_hit = _NO_KEY
+        self._ghost_hit = NO_KEY
         self._drop(key)
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = NO_KEY,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` evictions of libCacheSim's S3-FIFO (without changing state), skipping
         protected keys; ``incoming`` is the key whose miss needs the room (its ghost entry is
-        forgotten when the plan is applied), ``incoming_size`` is accepted and not needed (the
+        forgotten when the plan is applied; default: none), ``incoming_size`` is accepted and not needed (the
         caller evicts a prefix until the bytes fit, as libCacheSim's loop does)."""
         n = as_count(n, "n")
         as_count(incoming_size, "incoming_size")
@@ -243,9 +243,10 @@ class S3FIFOPolicy:
             assert used == sum(queue.values())
         # Frequencies are integers >= 0.
         assert all(isinstance(f, int) and f >= 0 for f in self._freq.values())
-        # The queue sizes are libCacheSim's, from c, and c covers the residents.
+        # The queue sizes are libCacheSim's, from c; without a capacity c follows the residents (with
+        # one, an owner may overfill it: docs/eviction_orders.md, "Overfill", and victims empties it).
         assert self._caps == queue_sizes(self._c, self.small_size_ratio, self.ghost_size_ratio)
-        assert self._small_used + self._main_used <= self._c or self._c == 0
+        assert self.capacity is not None or self._small_used + self._main_used <= self._c or self._c == 0
         if self.capacity is not None:
             assert self._c == self.capacity
         # The ghost queue never holds more than its size.
@@ -290,9 +291,9 @@ class S3FIFOPolicy:
                 from_main = main_used > main_cap or small_used == 0
             else:  # only entries of size 0 are left (libCacheSim never evicts then): list them too
                 from_main = small_left == 0
-            victim = None
+            victim = NO_KEY
             if from_main:
-                while victim is None:
+                while victim is NO_KEY:
                     key, size = next(main_items, None) or appended.popleft()
                     f = planned.get(key, freq[key])
                     if f >= 1:
@@ -305,7 +306,7 @@ class S3FIFOPolicy:
                         victim = key
             else:
                 drain_all = small_used + main_used == 0
-                while victim is None and small_left and (small_used > 0 or drain_all):
+                while victim is NO_KEY and small_left and (small_used > 0 or drain_all):
                     key, size = next(small_items)
                     small_left -= 1
                     small_used -= size
@@ -317,7 +318,7 @@ class S3FIFOPolicy:
                         moves.append((key, _MOVE))
                     else:
                         victim = key
-                if victim is None:
+                if victim is NO_KEY:
                     continue  # small emptied by moves alone: the next eviction is from main
             if victim not in protected:
                 steps.append((victim, moves))

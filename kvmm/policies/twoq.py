@@ -19,7 +19,7 @@ from typing import Callable, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
-from kvmm.policies._policy_checks import check_size, require_absent
+from kvmm.policies._policy_checks import NO_KEY, check_size, require_absent
 
 __all__ = ["TwoQPolicy", "check_twoq_ratios"]
 
@@ -68,7 +68,7 @@ class TwoQPolicy:
     # step forgets the incoming key's ghost (libCacheSim does so while looking the key up).
     _pending: list | None = field(default=None, init=False, repr=False)
     # A ghost already forgotten for the key about to be inserted (it enters Am)
-    _ghost_hit: Hashable = field(default=None, init=False, repr=False)
+    _ghost_hit: Hashable = field(default=NO_KEY, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.a_in_size_ratio, self.a_out_size_ratio = check_twoq_ratios(self.a_in_size_ratio, self.a_out_size_ratio)
@@ -102,7 +102,7 @@ class TwoQPolicy:
     def _insert_unchecked(self, key: Hashable, size: int) -> None:
         """``on_insert`` of an untracked key and a valid size (the fast hook)."""
         self._pending = None
-        ghost_hit, self._ghost_hit = self._ghost_hit == key, None
+        ghost_hit, self._ghost_hit = self._ghost_hit == key, NO_KEY
         if key in self._a_out:
             self._pop(key, self._a_out, "A1out")
             ghost_hit = True
@@ -120,7 +120,7 @@ class TwoQPolicy:
             queue, name = self._am, "Am"
         else:
             raise UnknownKeyError(f"TwoQPolicy does not track {key!r} as resident; expected a key passed to on_insert")
-        self._pending = self._ghost_hit = None
+        self._pending, self._ghost_hit = None, NO_KEY
         if size is not None:  # an overwrite with another size (libCacheSim's hits never resize)
             self._used[name] += size - queue[key]
             queue[key] = size
@@ -130,7 +130,7 @@ class TwoQPolicy:
 
     def _access_unchecked(self, key: Hashable) -> None:
         """``on_access(key)`` of a resident key, same size (the fast hook)."""
-        self._pending = self._ghost_hit = None
+        self._pending, self._ghost_hit = None, NO_KEY
         if key in self._am:
             self._am.move_to_end(key)
 
@@ -161,15 +161,15 @@ class TwoQPolicy:
         leaves.  For an owner that evicts without naming the incoming entry (vLLM's
         ``evict(n)``: a batch).  Runtime complexity: O(1) plus the ghosts forgotten."""
         if as_hashable(key) in self._a_in:
-            self._pending = self._ghost_hit = None
+            self._pending, self._ghost_hit = None, NO_KEY
             self._remember(key, self._pop(key, self._a_in, "A1in"))
         elif key in self._am:
-            self._pending = self._ghost_hit = None
+            self._pending, self._ghost_hit = None, NO_KEY
             self._pop(key, self._am, "Am")
         else:
             raise UnknownKeyError(f"TwoQPolicy does not track {key!r} as resident; expected a key passed to on_insert")
 
-    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
+    def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = NO_KEY,
                 incoming_size: int = 1) -> list[Hashable]:
         """The next ``n`` victims, without changing the order: libCacheSim's eviction loop
         (A1in's oldest while A1in holds more than ``Kin``, else Am's least recent), skipping
@@ -195,7 +195,7 @@ class TwoQPolicy:
             out.append(entry[0])
             if first is a_in:
                 used_in -= entry[1]
-        if incoming is not None:
+        if incoming is not NO_KEY:
             self._pending = [incoming, out, 0]
         return out
 
@@ -204,10 +204,11 @@ class TwoQPolicy:
         although the tier has room: when it is an A1out ghost it enters Am, and Am drops its least
         recent keys until ``|Am| + incoming_size <= c - Kin`` (libCacheSim's Am is a cache of its
         own).  Unprotected keys only; no change of state.  Runtime complexity: O(result + protected)."""
+        if incoming_size is not None:  # checked first: a bad size is refused whatever the key is
+            incoming_size = as_count(incoming_size, "incoming_size")
+        protected = as_key_set(protected, "protected")
         if as_hashable(incoming) in self._a_in or incoming in self._am or incoming_size is None:
             return []  # a hit or an overwrite evicts nothing beyond the room it needs
-        incoming_size = as_count(incoming_size, "incoming_size")
-        protected = as_key_set(protected, "protected")
         if incoming != self._ghost_hit and incoming not in self._a_out:
             return []
         room = self.quotas()["Am"] - incoming_size
@@ -273,7 +274,7 @@ class TwoQPolicy:
         if self._pending is not None:
             assert len(self._pending[1]) == len(set(self._pending[1])) and self._pending[2] <= len(self._pending[1])
         # A forgotten ghost awaiting its insert is not resident.
-        assert self._ghost_hit is None or self._ghost_hit not in self
+        assert self._ghost_hit is NO_KEY or self._ghost_hit not in self
 
     # -- helpers -----------------------------------------------------------------------------
     def _residents_view(self) -> _Residents:

@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a tier every instance shares, after the private --tier levels (repeatable; same "
                              "spelling as --tier)")
     parser.add_argument("--fabric", default=None,
-                        help="the link from each instance to the shared tiers (kvmm.cluster.FABRIC_PRESETS) or none "
-                             "(default rdma400; only with --shared-tier)")
+                        help="the link from each instance to the shared tiers (kvmm.cluster.FABRIC_PRESETS; --pd's "
+                             "link names too) or none (default rdma400; only with --shared-tier)")
     parser.add_argument("--fill", default="write-through", choices=("write-through", "write-back"),
                         help="how every --tier / --shared-tier level is filled: at prefill (write-through) or by "
                              "demotion of blocks evicted from the level above (write-back)")
@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(units h, GiBh, GiBmo; docs/cost.md)")
     parser.add_argument("--pd", default=None, metavar="PxD:LINK[:serial]",
                         help="prefill/decode disaggregation, e.g. 2x4:rdma400 (links: nvlink, supernode, rdma200, "
-                             "rdma400, cross-dc; ':serial' turns layer-wise overlap off)")
+                             "rdma400, cross-dc and --fabric's names; ':serial' turns layer-wise overlap off)")
     parser.add_argument("--token-budget", type=int, default=None, metavar="N",
                         help="decode-time token compression: live tokens kept per request (TokenTable + scorer)")
     parser.add_argument("--scorer", default="h2o", help="token scorer with --token-budget (h2o, scissorhands, snapkv, "
@@ -125,11 +125,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, what: str) -> int:
     """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
+    from kvmm._validate import MAX_UNITS, short_repr
+
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
+    if m and not unit and float(m.group(1)) == 0:
+        unit = "b"  # a bare 0 needs no unit
     if not m or unit not in _UNITS:
-        raise BadInputError(f"{what}: bad size {text!r}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+        raise BadInputError(f"{what}: bad size {short_repr(text)}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, "
+                            "MB, GB, TB)")
+    nbytes = float(m.group(1)) * _UNITS[unit]  # inf for 400 digits
+    if not nbytes <= MAX_UNITS:
+        raise BadInputError(f"{what}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); expected a size such as 64GiB")
+    return int(nbytes)
 
 
 def parse_tier(text: str):
@@ -161,23 +169,25 @@ def parse_price_flag(text: str | None):
     if text is None:
         return None
     from kvmm.sim.cost import parse_prices
+    from kvmm.tiers.spec import PRESETS
 
     try:
-        return parse_prices(text)
+        return parse_prices(text, tier_names=PRESETS)  # every tier the flags can build is a preset
     except BadInputError as exc:
         raise BadInputError(f"--price {text!r}: {exc}") from None
 
 
 def parse_pd(text: str):
     """``PxD:LINK[:serial]`` -> PDConfig."""
+    from kvmm.cluster.fabric import LINK_NAMES
     from kvmm.sim.config import PDConfig
-    from kvmm.tiers.spec import LINK_PRESETS
 
     m = re.fullmatch(r"(\d+)x(\d+):([\w.-]+)(:serial)?", text)
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise BadInputError(f"--pd {text!r}: expected PxD:LINK[:serial] with P, D >= 1, e.g. 2x4:rdma400")
-    if m.group(3) not in LINK_PRESETS:
-        raise BadInputError(f"--pd {text!r}: unknown link {m.group(3)!r}; expected one of {sorted(LINK_PRESETS)}")
+    if m.group(3) not in LINK_NAMES:
+        raise BadInputError(f"--pd {text!r}: unknown link {m.group(3)!r}; expected one of {list(LINK_NAMES)} (the "
+                            "names --fabric takes)")
     return PDConfig(int(m.group(1)), int(m.group(2)), m.group(3), layerwise_overlap=m.group(4) is None)
 
 
@@ -229,10 +239,11 @@ def parse_cluster(args: argparse.Namespace):
     fabric_flag = args.fabric if args.fabric is not None else "rdma400"
     fabric = None if fabric_flag.lower() == "none" else fabric_flag
     if fabric is not None:
-        from kvmm.cluster.fabric import FABRIC_PRESETS
+        from kvmm.cluster.fabric import LINK_NAMES
 
-        if fabric not in FABRIC_PRESETS:
-            raise BadInputError(f"--fabric {fabric_flag!r}: expected one of {sorted(FABRIC_PRESETS)} or none")
+        if fabric not in LINK_NAMES:
+            raise BadInputError(f"--fabric {fabric_flag!r}: expected one of {list(LINK_NAMES)} (the names --pd "
+                                "takes) or none")
     instances = parse_pd(args.pd).prefill_instances if args.pd else args.instances  # PD: routed prefill instances
     try:
         return ClusterConfig(instances=instances, router=name, router_params=params, shared_tiers=shared,
@@ -250,8 +261,7 @@ def build_configs(args: argparse.Namespace) -> list:
 
     if args.config is not None:
         return [config_file(args)]
-    if args.requests < 1 or args.jobs < 1 or args.instances < 1:
-        raise BadInputError("--requests, --jobs and --instances must be >= 1")
+    check_number_flags(args)
     load = None
     if args.load.lower() != "none":
         try:
@@ -320,8 +330,40 @@ def serving_fields(args: argparse.Namespace) -> dict:
         if table:
             fields["latency_table"] = table
     if args.gpu_kv is not None:
-        fields["gpu_kv_bytes"] = parse_size(args.gpu_kv, "--gpu-kv")
+        from kvmm._validate import short_repr
+
+        gpu_kv_bytes = parse_size(args.gpu_kv, f"--gpu-kv {short_repr(args.gpu_kv)}")
+        if gpu_kv_bytes < 1:
+            raise BadInputError(f"--gpu-kv {args.gpu_kv!r}: expected a size > 0 such as 96GiB")
+        fields["gpu_kv_bytes"] = gpu_kv_bytes
+    for flag, value in (("--tp", args.tp), ("--max-num-batched-tokens", args.max_num_batched_tokens),
+                        ("--max-num-seqs", args.max_num_seqs)):
+        if value is not None and value < 1:
+            raise BadInputError(f"{flag} {value}: expected an integer >= 1")
+    if args.long_prefill_token_threshold is not None and args.long_prefill_token_threshold < 0:
+        raise BadInputError(f"--long-prefill-token-threshold {args.long_prefill_token_threshold}: expected an integer >= 0")
+    if args.gpu_memory_utilization is not None and not 0.0 < args.gpu_memory_utilization <= 1.0:
+        raise BadInputError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in (0, 1]")
     return fields
+
+
+def check_number_flags(args: argparse.Namespace) -> None:
+    """Each integer and share flag in its range, or a one-line error naming that flag (the
+    config's own checks would name its field, ``gpu_kv_bytes``, not the flag)."""
+    from kvmm._validate import MAX_INSTANCES
+
+    counts = (("--requests", args.requests, 1), ("--jobs", args.jobs, 1), ("--instances", args.instances, 1),
+              ("--repack-interval", args.repack_interval, 1), ("--seed", args.seed, 0),
+              ("--token-budget", args.token_budget, 1), ("--index-max-entries", args.index_max_entries, 1))
+    for flag, value, low in counts:
+        if value is not None and value < low:
+            raise BadInputError(f"{flag} {value}: expected an integer >= {low}")
+    if args.instances > MAX_INSTANCES:
+        raise BadInputError(f"--instances {args.instances}: expected at most {MAX_INSTANCES}")
+    if not 0.0 <= args.high_priority_share <= 1.0:
+        raise BadInputError(f"--high-priority-share {args.high_priority_share}: expected a share in [0, 1]")
+    if not 0.0 < args.time_scale < float("inf"):
+        raise BadInputError(f"--time-scale {args.time_scale}: expected a number > 0")
 
 
 #: flags that only change how results are shown (allowed beside --config)
@@ -379,7 +421,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         results = []
         for c in configs:
-            with Progress(c.max_requests or args.requests, f"simulate {c.policy}", enabled=not args.no_progress) as bar:
+            with Progress(request_total(c), f"simulate {c.policy}", enabled=not args.no_progress) as bar:
                 results.append(simulate(c, progress=bar.update))
     if args.json:
         for r in results:
@@ -427,6 +469,15 @@ def serving_line(result) -> str:
     return (f"serving: {s.get('model')} on {s.get('hardware') or '-'} x tp {s.get('tp')}, {s.get('latency')} clock, "
             f"{'chunked' if s.get('chunked_prefill') else 'whole'} prefill, {s.get('max_num_batched_tokens')} tokens / "
             f"{s.get('max_num_seqs')} seqs per step, {pool}")
+
+
+def request_total(config) -> int:
+    """How many requests a run of ``config`` finishes (its progress bar's total): the trace's
+    requests, at most ``max_requests``.  Not ``--requests``: a ``--config`` with ``max_requests``
+    null replays the whole trace.  The trace is parsed once per process (the simulator's cache)."""
+    from kvmm.sim.simulator import resolve_trace
+
+    return resolve_trace(config.workload, config.max_requests).num_requests
 
 
 def _router_name(config) -> str:

@@ -17,11 +17,12 @@ is deep-copied for every run, like every policy object in a :class:`~kvmm.sim.Si
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvmm._validate import as_count
-from kvmm.errors import BadInputError
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_count
+from kvmm.errors import BadInputError, DTypeError
 
 __all__ = ["ClusterConfig"]
 
@@ -54,8 +55,8 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         from kvmm.sim.config import as_tier_levels
 
-        as_count(self.instances, "instances", minimum=1)
-        params = dict(self.router_params) if not isinstance(self.router_params, dict) else self.router_params
+        as_count(self.instances, "instances", minimum=1, maximum=MAX_INSTANCES)
+        params = _router_params(self.router_params)
         object.__setattr__(self, "router_params", tuple(sorted(params.items())))
         if isinstance(self.router, str):
             from kvmm.cluster.routers import ROUTERS, make_router
@@ -80,7 +81,7 @@ class ClusterConfig:
         if self.index is not None and not isinstance(self.index, bool):
             raise BadInputError(f"index must be a bool or None, got {self.index!r}")
         if self.index_max_entries is not None:
-            as_count(self.index_max_entries, "index_max_entries", minimum=1)
+            as_count(self.index_max_entries, "index_max_entries", minimum=1, maximum=MAX_UNITS)
 
     @property
     def uses_index(self) -> bool:
@@ -92,3 +93,19 @@ class ClusterConfig:
 
             return self.router in INDEX_ROUTERS
         return bool(getattr(self.router, "uses_index", False))
+
+
+def _router_params(params: Any) -> dict:
+    """``router_params`` as a dict: a mapping of option names, or the ``(name, value)`` pairs a
+    ClusterConfig stores (so ``dataclasses.replace`` works); anything else is a DTypeError."""
+    if isinstance(params, Mapping):
+        out = dict(params)
+    elif isinstance(params, (tuple, list)) and all(isinstance(p, tuple) and len(p) == 2 for p in params):
+        out = dict(params)
+    else:
+        raise DTypeError(f"router_params must be a mapping of option names to values, such as "
+                         f"{{'load_weight': 0.5}}, got {type(params).__name__}")
+    bad = [k for k in out if not isinstance(k, str)]
+    if bad:
+        raise DTypeError(f"router_params' keys must be option names (text), got {bad[0]!r}")
+    return out

@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvmm._validate import as_count, as_fraction, as_positive_float
+from kvmm._validate import MAX_INSTANCES, MAX_INT64, MAX_UNITS, as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.sim.workload import Workload
 from kvmm.tiers._base import resolve_spec
@@ -103,13 +103,13 @@ class PDConfig:
     layerwise_overlap: bool = True
 
     def __post_init__(self) -> None:
-        as_count(self.prefill_instances, "prefill_instances", minimum=1)
-        as_count(self.decode_instances, "decode_instances", minimum=1)
+        as_count(self.prefill_instances, "prefill_instances", minimum=1, maximum=MAX_INSTANCES)
+        as_count(self.decode_instances, "decode_instances", minimum=1, maximum=MAX_INSTANCES)
         link = self.link
         if isinstance(link, str):
-            from kvmm.tiers.spec import link_preset
+            from kvmm.cluster.fabric import link_by_name
 
-            link = link_preset(link)
+            link = link_by_name(link)  # a link or a fabric preset name: --pd and --fabric share names
         if not isinstance(link, TierSpec):
             raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
         object.__setattr__(self, "link", link)
@@ -187,23 +187,23 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.max_requests is not None:
-            as_count(self.max_requests, "max_requests", minimum=1)
+            as_count(self.max_requests, "max_requests", minimum=1, maximum=MAX_INT64)
         if self.load is not None:
             as_positive_float(self.load, "load")
             if self.time_scale != 1.0:
                 raise BadInputError("give load= or time_scale=, not both (load rescales the arrivals itself)")
         as_positive_float(self.time_scale, "time_scale")
-        as_count(self.tp, "tp", minimum=1)
+        as_count(self.tp, "tp", minimum=1, maximum=MAX_INSTANCES)
         for name in ("max_num_batched_tokens", "max_num_seqs"):
             if getattr(self, name) is not None:
-                as_count(getattr(self, name), name, minimum=1)
-        as_count(self.long_prefill_token_threshold, "long_prefill_token_threshold")
+                as_count(getattr(self, name), name, minimum=1, maximum=MAX_INT64)
+        as_count(self.long_prefill_token_threshold, "long_prefill_token_threshold", maximum=MAX_INT64)
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):
             raise BadInputError(f"chunked_prefill must be a bool or None, got {self.chunked_prefill!r}")
         as_fraction(self.gpu_memory_utilization, "gpu_memory_utilization")
-        as_count(self.instances, "instances", minimum=1)
+        as_count(self.instances, "instances", minimum=1, maximum=MAX_INSTANCES)
         if self.gpu_kv_bytes is not None:
-            as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1)
+            as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1, maximum=MAX_UNITS)
         from kvmm.sim.serving import resolve_serving
 
         resolve_serving(self)  # every serving field checked together (names, weights that fit, ...)
@@ -224,13 +224,13 @@ class SimConfig:
         if self.initial_rate is not None:
             as_positive_float(self.initial_rate, "initial_rate")
         as_fraction(self.high_priority_share, "high_priority_share", include_zero=True)
-        as_count(self.priority_seed, "priority_seed")
+        as_count(self.priority_seed, "priority_seed", maximum=MAX_INT64)
         if not isinstance(self.recompute_fallback, bool):
             raise BadInputError(f"recompute_fallback must be a bool, got {self.recompute_fallback!r}")
         if self.token_budget is not None:
-            as_count(self.token_budget, "token_budget", minimum=1)
+            as_count(self.token_budget, "token_budget", minimum=1, maximum=MAX_INT64)
         check_scorer(self.scorer)
-        as_count(self.repack_interval, "repack_interval", minimum=1)
+        as_count(self.repack_interval, "repack_interval", minimum=1, maximum=MAX_INT64)
         if self.cluster is not None:
             from kvmm.sim.cluster_config import ClusterConfig
 

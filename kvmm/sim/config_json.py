@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kvmm._validate import as_index_array, short_repr, strict_json
 from kvmm.errors import BadInputError
 
 __all__ = ["config_to_json", "config_from_json", "save_config", "load_config", "FORMAT", "VERSION"]
@@ -34,6 +35,8 @@ __all__ = ["config_to_json", "config_from_json", "save_config", "load_config", "
 FORMAT = "kvmm.sim.SimConfig"
 VERSION = 1
 _TRACE_ARRAYS = ("timestamp_ms", "input_length", "output_length", "block_offsets", "block_ids")
+#: the largest config file read (an inline trace of some million requests fits)
+MAX_CONFIG_BYTES = 1 << 30
 
 
 def config_to_json(cfg) -> dict:
@@ -75,17 +78,23 @@ def save_config(cfg, path) -> Path:
 
 
 def load_config(path):
-    """The SimConfig in the JSON file ``path``; a one-line error naming the file otherwise."""
+    """The SimConfig in the JSON file ``path``; a one-line error naming the file otherwise.
+
+    The file is read by :func:`kvmm._validate.strict_json`: UTF-8, no key twice in one object,
+    no ``NaN``, integers of at most 20 digits, at most 32 levels deep, at most 1 GiB.  The values
+    are not converted: ``"12"`` is not a number and ``12.0`` is not a count."""
+    what = f"--config {str(path)!r}"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        size = Path(path).stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise BadInputError(f"{what}: {size} bytes; expected a config file of at most {MAX_CONFIG_BYTES} bytes")
+        data = strict_json(Path(path).read_bytes(), what)
     except OSError as exc:
-        raise BadInputError(f"--config {str(path)!r}: cannot read it ({exc.strerror or type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise BadInputError(f"--config {str(path)!r}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise BadInputError(f"{what}: cannot read it ({exc.strerror or type(exc).__name__})") from None
     try:
         return config_from_json(data)
-    except (BadInputError, TypeError) as exc:
-        raise BadInputError(f"--config {str(path)!r}: {exc}") from None
+    except (BadInputError, TypeError, ValueError) as exc:  # the file's values reach constructors that check them
+        raise BadInputError(f"{what}: {exc}") from None
 
 
 # ---------------------------------------------------------------------- encoders
@@ -231,6 +240,12 @@ _ENCODERS = {"workload": _workload, "model": _model, "tiers": _levels, "fast_tie
 
 
 # ---------------------------------------------------------------------- decoders
+def _checked_object(data: Any, what: str) -> dict:
+    if not isinstance(data, dict):
+        raise BadInputError(f"{what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
 def _check_keys(data: Any, allowed, what: str) -> None:
     if not isinstance(data, dict):
         raise BadInputError(f"{what} must be a JSON object, got {type(data).__name__}")
@@ -244,9 +259,12 @@ def _spec_from(data: Any, what: str):
 
     if isinstance(data, dict) and "preset" in data:
         _check_keys(data, ("preset", "capacity_bytes"), what)
-        return preset(data["preset"], data.get("capacity_bytes"))
-    _check_keys(data, [f.name for f in fields(TierSpec)], what)
-    return TierSpec(**data)
+        capacity = data.get("capacity_bytes")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)):
+            raise BadInputError(f"{what}.capacity_bytes must be an integer number of bytes or null, got "
+                                f"{short_repr(capacity)}")
+        return preset(data["preset"], capacity)
+    return _fields_from(_checked_object(data, what), TierSpec, what)
 
 
 def _named_from(data: Any, presets: dict, cls, what: str):
@@ -287,11 +305,43 @@ def _workload_from(data: Any, what: str):
     if kind == "generated":
         _check_keys(value, [f.name for f in fields(Workload)], f"{what}.generated")
         return Workload(**value)
+    inline = f"{what}.inline"
+    _check_keys(value, (*_TRACE_ARRAYS, "columns", "name", "bad_lines", "block_tokens", "source_format"), inline)
+    missing = [k for k in (*_TRACE_ARRAYS, "name") if k not in value]
+    if missing:
+        raise BadInputError(f"{inline}: missing {missing}; an inline trace names its arrays {list(_TRACE_ARRAYS)} "
+                            "and its name")
     value = dict(value)
-    columns = {k: np.asarray(c["values"], dtype=c["dtype"]) for k, c in value.pop("columns", {}).items()}
-    arrays = {k: np.asarray(value.pop(k), dtype=np.int64) for k in _TRACE_ARRAYS}
-    _check_keys(value, ("name", "bad_lines", "block_tokens", "source_format"), f"{what}.inline")
+    columns = value.pop("columns", {})
+    _check_keys(columns, list(columns) if isinstance(columns, dict) else (), f"{inline}.columns")
+    columns = {k: _column_from(c, f"{inline}.columns[{k!r}]") for k, c in columns.items()}
+    arrays = {k: _int_list(value.pop(k), f"{inline}.{k}") for k in _TRACE_ARRAYS}
     return KVTrace(columns=columns, **arrays, **value)
+
+
+def _int_list(values: Any, what: str) -> np.ndarray:
+    """A JSON list of integers as int64: text, floats and booleans are refused, not converted."""
+    if not isinstance(values, list):
+        raise BadInputError(f"{what} must be a JSON list of integers, got {type(values).__name__}")
+    return as_index_array(values, what)
+
+
+def _column_from(data: Any, what: str) -> np.ndarray:
+    """``{"dtype": ..., "values": [...]}`` as that array: the values' own kind must be the dtype's."""
+    _check_keys(data, ("dtype", "values"), what)
+    if not isinstance(data.get("dtype"), str) or not isinstance(data.get("values"), list):
+        raise BadInputError(f"{what} must be {{\"dtype\": name, \"values\": list}}")
+    try:
+        dtype = np.dtype(data["dtype"])
+    except TypeError:
+        raise BadInputError(f"{what}: unknown dtype {data['dtype']!r}") from None
+    if dtype.kind in "iu":
+        return as_index_array(data["values"], what, dtype=dtype.type)
+    values = np.asarray(data["values"]) if data["values"] else np.zeros(0, dtype)
+    readable = {"f": "iuf", "b": "b", "U": "U", "S": "U"}.get(dtype.kind, "")
+    if values.ndim != 1 or values.dtype.kind not in readable:
+        raise BadInputError(f"{what}: values of kind {values.dtype} cannot be read as {dtype} (text is not a number)")
+    return values.astype(dtype)
 
 
 def _model_from(data: Any, what: str):
@@ -382,6 +432,10 @@ def _fields_from(data: Any, cls, what: str, **nested):
     if data is None:
         return None
     _check_keys(data, [f.name for f in fields(cls)], what)
+    missing = [f.name for f in fields(cls) if f.init and f.default is MISSING and f.default_factory is MISSING
+               and f.name not in data]
+    if missing:
+        raise BadInputError(f"{what}: missing {missing}")
     data = dict(data)
     for name, decode in nested.items():
         if data.get(name) is not None:

@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
 
-from kvmm._validate import as_count, as_positive_float
+from kvmm._validate import MAX_INT64, as_count, as_positive_float
 from kvmm.errors import BadInputError, DTypeError
 from kvmm.sim.models import H200_USD_PER_GPU_HOUR
 from kvmm.tiers.spec import HOURS_PER_MONTH, TierSpec
@@ -121,7 +121,7 @@ class CostAccount:
         return {name: (g, u) for name, g, u in zip(self.tier_names, self.tier_gib_hours, self.tier_usd)}
 
 
-def parse_prices(text: str) -> Prices:
+def parse_prices(text: str, *, tier_names: Iterable[str] | None = None) -> Prices:
     """Prices from the CLI spelling: comma-separated ``NAME=AMOUNT/UNIT`` parts.
 
     ``NAME`` is ``gpu`` or a tier name (a preset such as ``dram``, ``layer3.5``, or any spec's
@@ -130,7 +130,9 @@ def parse_prices(text: str) -> Prices:
     GiB-hour) or ``GiBmo`` (USD per GiB-month of 730 hours, as storage is listed).  ``gpu``
     takes only ``/h``.  A tier may have both a ``/h`` and a per-GiB price; giving the same
     price twice is an error.  Example: ``gpu=3.5/h,dram=0.004/GiBh,layer3.5=12/h``.  An empty
-    text is no override.  Errors are one-line :class:`BadInputError` naming the bad part.
+    text is no override.  ``tier_names``: the tier names a price may name (the CLI passes the
+    presets: its tiers are presets); ``None``, any name.  Errors are one-line
+    :class:`BadInputError` naming the bad part (an unknown name lists the known ones).
 
     Runtime complexity: O(len(text)).
     """
@@ -141,8 +143,12 @@ def parse_prices(text: str) -> Prices:
     per_hour: dict[str, float] = {}
     if not text.strip():
         return Prices()
+    known = None if tier_names is None else sorted(set(tier_names))
     for part in text.split(","):
         name, amount, unit = _parse_part(part.strip(), text)
+        if known is not None and name != "gpu" and name not in known:
+            raise BadInputError(f"price {part.strip()!r} names {name!r}, which is not a price kvmm knows; expected "
+                                f"gpu or a tier: {', '.join(known)}")
         if name == "gpu":
             if unit != "h":
                 raise _part_error(part, f"prices a GPU per {PRICE_UNITS[unit].removeprefix('USD per ')}; "
@@ -175,9 +181,9 @@ def cost_account(*, duration_s: float, gpus: int, tiers: Iterable[tuple[TierSpec
     Runtime complexity: O(number of tiers + number of price overrides).
     """
     duration = as_positive_float(duration_s, "duration_s", allow_zero=True)
-    gpus = as_count(gpus, "gpus")
-    input_tokens = as_count(input_tokens, "input_tokens")
-    output_tokens = as_count(output_tokens, "output_tokens")
+    gpus = as_count(gpus, "gpus", maximum=MAX_INT64)  # Python ints beyond int64 overflow the float arithmetic
+    input_tokens = as_count(input_tokens, "input_tokens", maximum=MAX_INT64)
+    output_tokens = as_count(output_tokens, "output_tokens", maximum=MAX_INT64)
     protected = as_positive_float(protected_byte_seconds, "protected_byte_seconds", allow_zero=True)
     if prices is None:
         prices = Prices()
@@ -267,7 +273,7 @@ def _tier_pairs(tiers) -> list[tuple[TierSpec, int]]:
     for i, pair in enumerate(tiers):
         if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], TierSpec):
             raise DTypeError(f"tiers[{i}] must be a (TierSpec, count) pair, got {pair!r}")
-        spec, count = pair[0], as_count(pair[1], f"tiers[{i}] count")
+        spec, count = pair[0], as_count(pair[1], f"tiers[{i}] count", maximum=MAX_INT64)
         if spec.name in seen:
             raise BadInputError(f"tiers[{i}]: a second tier named {spec.name!r}; tier names must be distinct "
                                 "(count a private tier of every instance once, with count = instances)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvmm._validate import as_positive_float
+from kvmm._validate import MAX_UNITS, as_count, as_positive_float, short_repr
 from kvmm.errors import BadInputError
 
 __all__ = ["TierSpec", "PRESETS", "preset", "LINK_PRESETS", "link_preset", "SHARED_PRESETS",
@@ -49,8 +49,9 @@ class TierSpec:
     price_source: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.capacity_bytes, bool) or not isinstance(self.capacity_bytes, int) or self.capacity_bytes < 0:
-            raise BadInputError(f"capacity_bytes must be an integer >= 0, got {self.capacity_bytes!r}")
+        capacity = self.capacity_bytes
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 <= capacity <= MAX_UNITS:
+            raise BadInputError(f"capacity_bytes must be an integer in [0, 2**60], got {short_repr(capacity)}")
         as_positive_float(self.read_bandwidth, "read_bandwidth")
         as_positive_float(self.write_bandwidth, "write_bandwidth")
         as_positive_float(self.latency_s, "latency_s", allow_zero=True)
@@ -66,7 +67,8 @@ class TierSpec:
         return self.latency_s + nbytes / bw
 
     def with_capacity(self, capacity_bytes: int) -> "TierSpec":
-        return replace(self, capacity_bytes=int(capacity_bytes))
+        """This spec resized: an integer (numpy's too) in [0, 2**60]; text and floats are refused, not converted."""
+        return replace(self, capacity_bytes=as_count(capacity_bytes, "capacity_bytes", maximum=MAX_UNITS))
 
 
 #: Host DRAM, USD per GiB-hour: the price difference of two AWS EC2 on-demand instances that differ
