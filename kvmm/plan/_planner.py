@@ -91,8 +91,10 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     ``usd_h``, ``usd_m``, ``index (G, T)``) plus what built it (``model``, ``trace``, ``caps``).
     Runtime complexity: one stack-distance pass over the trace + O(u0 u1 requests + G T)."""
     from kvmm.plan._analytic import block_stream, build_model
+    from kvmm.plan._clock import replay_clock
+    from kvmm.plan._configs import point_config
     from kvmm.plan._kernels import grid_kernel
-    from kvmm.sim.models import model as resolve_model
+    from kvmm.sim.serving import resolve_serving
     from kvmm.sim.simulator import resolve_trace
 
     # the simulator reads private levels before shared ones: evaluate in that order, report in the given one
@@ -105,24 +107,26 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
         grid["blocks"] = [grid["blocks"][i] for i in back]
         return grid
     trace = resolve_trace(base.workload, base.max_requests)
-    m = resolve_model(base.model)
-    block_bytes = int(trace.block_tokens) * m.kv_bytes_per_token
+    # what the points serve with (the tiers do not change it): the model, clock, scheduler and pool
+    bare = point_config(base, cands, [0] * len(cands), instances)
+    serving = resolve_serving(bare)
+    clock = replay_clock(serving, trace)
+    block_bytes = int(trace.block_tokens) * serving.kv_bytes_per_token
     caps = [np.asarray(c.capacities(), dtype=np.int64) for c in cands]
     blocks = [c // block_bytes for c in caps]
     types = [1 if (c.shared and instances > 1) else 0 for c in cands]
-    gpu_blocks = base.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
+    gpu_blocks = serving.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
     grids = []
     for t in (0, 1):
         pts = [np.zeros(1, dtype=np.int64)] + [b for b, ty in zip(blocks, types) if ty == t]
         if t == 0 and gpu_blocks is not None:
             pts.append(np.array([gpu_blocks], dtype=np.int64))
         grids.append(np.unique(np.concatenate(pts)))
-    from kvmm.plan._configs import point_config
-
     # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
-    stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
-    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth,
-                         fast_latency=base.fast_tier.latency_s, pool_blocks=base.gpu_kv_bytes // block_bytes)
+    stream = block_stream(trace, serving, bare)
+    model_ = build_model(stream, instances, grids, gpu_blocks, clock=clock, kv_bytes_per_token=serving.kv_bytes_per_token,
+                         fast_read_bw=base.fast_tier.read_bandwidth, fast_latency=base.fast_tier.latency_s,
+                         pool_blocks=serving.gpu_kv_bytes // block_bytes)
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
     cap_bin = np.zeros((len(cands), width), dtype=np.int64)
@@ -133,15 +137,15 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     spb, lat = staging_costs(base, cands)
     st = model_.pair
     ch = [np.asarray(c, dtype=np.float64) for c in model_.hist1]
-    gpus = instances
-    base_usd_h = gpus * gpu_price(prices, m) + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices) * gpus
+    base_usd_h = instances * (serving.gpus * gpu_price(prices, serving)
+                              + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices))
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
         model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
         st["staged95"], st["end_s"], st["tpot"], model_.lam, stream.span_s, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
-            "caps": caps, "trace": trace, "model": m, "points": int(usd_h.shape[0]), "blocks": blocks,
-            "grid_model": model_, "stream": stream}
+            "caps": caps, "trace": trace, "serving": serving, "clock": clock, "points": int(usd_h.shape[0]),
+            "blocks": blocks, "grid_model": model_, "stream": stream}
 
 
 def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instances: int) -> np.ndarray:
@@ -155,8 +159,9 @@ def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instan
     return count * (caps / GIB * per_gib + np.where(caps > 0, per_hour, 0.0))
 
 
-def gpu_price(prices: Any, m: Any) -> float:
-    return prices.gpu_usd_per_hour if prices.gpu_usd_per_hour is not None else m.gpu_usd_per_hour
+def gpu_price(prices: Any, serving: Any) -> float:
+    """USD per hour of one GPU: the price list's, else the serving setup's (its hardware's)."""
+    return prices.gpu_usd_per_hour if prices.gpu_usd_per_hour is not None else serving.gpu_usd_per_hour
 
 
 def _spec_usd_h(spec: Any, capacity: int, prices: Any) -> float:
@@ -199,11 +204,11 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
     from kvmm.tiers.spec import preset
 
     caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
-    m = grid["model"]
+    serving = grid["serving"]
     pairs = [(base.fast_tier, instances)]
     pairs += [(preset(c.kind).with_capacity(cap), 1 if c.shared else instances) for c, cap in zip(cands, caps) if cap > 0]
-    account = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
-                           prices=prices, gpu_usd_per_hour=m.gpu_usd_per_hour)
+    account = cost_account(duration_s=3600.0, gpus=instances * serving.gpus, tiers=pairs, input_tokens=0,
+                           output_tokens=0, prices=prices, gpu_usd_per_hour=serving.gpu_usd_per_hour)
     gib = {c.kind: (1 if c.shared else instances) * cap / GIB for c, cap in zip(cands, caps)}
     usd = {"gpu": account.gpu_usd, **{n: u for n, u in zip(account.tier_names, account.tier_usd)}}
     for c in cands:
