@@ -154,13 +154,14 @@ class GridModel:
 
 
 def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | None, *, clock, kv_bytes_per_token: int,
-                fast_read_bw: float, fast_latency: float = 0.0, pool_blocks: int) -> GridModel:
+                fast_read_bw: float, fast_latency: float = 0.0, pool_blocks: int, distances: tuple | None = None) -> GridModel:
     """Bin the distances on ``grids`` (type 0: the GPU and private levels; type 1: shared levels)
     and tabulate the per-request run statistics, replayed on ``clock`` (a
     :class:`kvmm.plan._clock.ReplayClock`) with a GPU pool of ``pool_blocks``.  Runtime
     complexity: O(refs log refs + u0 x u1 x replay steps) for u0, u1 grid points per type; memory
-    O(requests x (u0 + u1)) (the per-request run tokens at every grid point)."""
-    local_d, global_d = stack_distances(stream, instances)
+    O(requests x (u0 + u1)) (the per-request run tokens at every grid point).  ``distances``:
+    :func:`stack_distances` of ``stream`` when already computed."""
+    local_d, global_d = stack_distances(stream, instances) if distances is None else distances
     per_type = []
     for t, d in enumerate((local_d, global_d)):
         grid = np.asarray(grids[t], dtype=np.int64)

@@ -241,3 +241,15 @@ def replay(arrival, inp, pre, staged, out, held, instances, latency, sched, pool
                 else:
                     running[r] = [out[r] - 1, inp[r]]
     return start, first, finish
+
+
+def pareto3(cost: list, ttft: list, tpot: list) -> list:
+    """Indices no other point matches or beats on cost, TTFT and TPOT at once (of identical
+    points the first), ascending."""
+    keep = []
+    for i in range(len(cost)):
+        beaten = any(cost[j] <= cost[i] and ttft[j] <= ttft[i] and tpot[j] <= tpot[i]
+                     and ((cost[j], ttft[j], tpot[j]) != (cost[i], ttft[i], tpot[i]) or j < i) for j in range(len(cost)))
+        if not beaten:
+            keep.append(i)
+    return keep
