@@ -104,8 +104,19 @@ def test_reasons_never_round_a_miss_onto_the_slo():
     miss = point((2 * TiB, 0), (0.4, 0.0), 6.9, 10.0, sim=7.005, slo=7.0)
     text = " ".join(_reasons(slo, None, miss, [miss], [miss], 1, 1))
     assert "7.005 s" in text and "TTFT p95 7 s" not in text
-    assert seconds_text(7.005, 7.0) == "7.005" and seconds_text(6.9996, 7.0) == "7"  # a pass may round up to it
+    assert seconds_text(7.005, 7.0) == "7.005" and seconds_text(6.9996, 7.0) == "6.9996"  # nor a pass onto it
+    assert seconds_text(7.0, 7.0) == "7" and seconds_text(11.952, 12.0) == "11.95"
     assert seconds_text(7.0000004, 7.0) == "7.0000004" and seconds_text(12.34, 7.0) == "12.3"
+
+
+def test_waves_are_as_wide_as_the_executor():
+    from kvmm.plan._cli import InlineExecutor
+    from kvmm.plan._verify import workers_of
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        assert workers_of(pool) == 3
+    assert workers_of(InlineExecutor()) == 1 and workers_of(None) == 1
+    assert workers_of(SimpleNamespace(nthreads=lambda: {"a": 2, "b": 4})) == 6  # a Dask client
 
 
 def _base(**kw) -> SimConfig:
@@ -159,3 +170,7 @@ def test_the_summary_never_rounds_a_miss_onto_the_slo():
     lines = plan_summary(p)
     assert lines[0] == "no configuration meets the SLO (p95 TTFT <= 7 s)"
     assert "p95 TTFT 7.0004 s simulated" in lines[1]
+    hit = point((2 * TiB, 0), (0.4, 0.0), 6.9, 10.0, sim=6.9996, slo=7.0)
+    p = Plan(slo=SLO(7.0), chosen=hit, closest=None, config=None, frontier=[hit], verified=[hit], points_evaluated=1,
+             reasons=[])
+    assert "p95 TTFT 6.9996 s simulated" in plan_summary(p)[0]

@@ -310,14 +310,16 @@ def _tokens(trace: Any) -> int:
 
 
 def seconds_text(x: float, bound: float | None = None) -> str:
-    """``x`` seconds to 3 significant digits, more when that would round it onto the other side
-    of ``bound`` (7.005 s beside a 7 s SLO reads 7.005, never 7).  O(1)."""
+    """``x`` seconds to 3 significant digits, more when that would round it onto ``bound`` or
+    past it (7.005 s beside a 7 s SLO reads 7.005, never 7; 11.952 s beside 12 s reads 11.95).
+    O(1)."""
     text = f"{x:.3g}"
     if bound is None or not math.isfinite(x):
         return text
     for digits in range(3, 18):
         text = f"{x:.{digits}g}"
-        if (float(text) <= bound) == (x <= bound):
+        shown = float(text)
+        if (shown <= bound) == (x <= bound) and (shown != bound or x == bound):
             return text
     return repr(float(x))
 

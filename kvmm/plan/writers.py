@@ -324,7 +324,7 @@ def _seconds(value: float, bound: float | None = None) -> str:
             shown = float(text.replace(",", ""))
         except ValueError:
             shown = value * scale
-        if (shown <= bound * scale) != (value <= bound):
+        if (shown <= bound * scale) != (value <= bound) or (shown == bound * scale and value != bound):
             from kvmm.plan._planner import seconds_text
 
             text = seconds_text(value * scale, bound * scale)
