@@ -12,8 +12,8 @@ Spelling (each flag's bad part is named in a one-line error, exit code 2)::
 whatever the order given.  ``--requests``, ``--load``, ``--model``: the
 base :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
-``--verify N``: simulate the N cheapest candidates the estimate says meet the SLO (plus their
-neighbours); ``--jobs N`` runs them in N processes.  Progress goes to stderr; the decision to
+``--verify N``: up to N of the cheapest candidates the estimate says meet the SLO (plus their
+neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.  Progress goes to stderr; the decision to
 stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
 "No configuration meets the SLO" is an answer (exit 0, the closest one shown).
 """
@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", default=None, metavar="USD/h",
                         help="drop configurations costing more than this many USD per hour")
     parser.add_argument("--verify", type=int, default=8,
-                        help="simulate this many of the cheapest candidates estimated to meet the SLO (default 8)")
+                        help="simulate up to this many of the cheapest candidates estimated to meet the SLO, "
+                             "cheapest first, until one meets it in simulation (default 8)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel simulations (process pool; default 2)")
     parser.add_argument("--out", default="plan", metavar="DIR",
                         help="folder for plan.md, frontier.png and config.json (default ./plan)")
