@@ -71,7 +71,7 @@ MORE_FIELDS = ['demoted_blocks', 'instances', 'requests_per_instance', 'load_imb
                'index_entries', 'fabric_bytes', 'staging_wait_s_mean', 'staging_wait_s_p95', 'staging_wait_s_total']
 
 SPLIT_DIGESTS = {
-    'compress': '20ce279fcb30cac781c489a926fc3552',
+    'compress': '8607d92454dc50b84d72834b91cb14f6',
     'cluster-precise-writeback': 'fe27e292b6ab39b8410d85dd1ccdda7b',
     'cluster-weighted': 'eb4de0bbe980c038862bc450d52934c3',
     'pd-routed': '10dbc4bca6245fd93422d2775304009f',
@@ -79,7 +79,7 @@ SPLIT_DIGESTS = {
 }
 
 SPLIT_CONFIGS = {
-    "compress": SimConfig(max_requests=1500, token_budget=2048, scorer="snapkv", **OLD_CLOCK),
+    "compress": SimConfig(max_requests=500, token_budget=2048, scorer="snapkv", **OLD_CLOCK),
     "cluster-precise-writeback": SimConfig(
         max_requests=2000, tiers=(TierLevel("dram", capacity_bytes=64 * GiB, fill="write-back"),),
         cluster=ClusterConfig(instances=4, router="precise-prefix", fabric="rdma400",

@@ -61,7 +61,7 @@ def reproduce(report) -> None:
         f"({_gib(serving.gpu_kv_bytes)} of 512-token blocks) with prefix caching, the protected CXL staging tier "
         f"(100 GiB) and timely staging; arrivals rescaled to load {LOAD} over all the GPUs.  Tier specs: "
         "kvmm/tiers/spec.py (figures marked assumed there are assumed); shared tiers are read over the rdma400 fabric.  "
-        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at ${serving.gpu_usd_per_hour:g} per "
+        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at ${plain_number(serving.gpu_usd_per_hour)} per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
     # one pool for every simulation of the section: its workers load the simulator's kernels once
