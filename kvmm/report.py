@@ -38,6 +38,7 @@ TRACE_SECTION = "allocator"
 #: (section name, module path).  The module defines ``reproduce(report)``.
 SECTIONS: list[tuple[str, str]] = [
     ("allocator", "kvmm.reproduce.prefix_cache"),
+    ("latency", "kvmm.reproduce.latency"),
     ("vtoken", "kvmm.reproduce.vtoken"),
     ("working-set", "kvmm.reproduce.efficientagent"),
     ("tempokv", "kvmm.reproduce.tempokv"),
