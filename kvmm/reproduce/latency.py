@@ -169,7 +169,7 @@ def reproduce(report) -> None:
         f"Every simulating section times its steps with Roofline (docs/latency.md): a step takes max(compute, memory) "
         f"+ tensor-parallel all-reduces.  Compute = GEMM FLOPs of the new tokens + 2 FLOPs per multiply-add of every "
         f"causal query-key pair (prefill attention is quadratic in the context), at the hardware's dense bf16 peak x "
-        f"MFU (prefill / decode, BLIS's calibrated values); memory = the weights read once per step + every sequence's "
+        f"MFU (prefill / decode: {_mfu_sources()}); memory = the weights read once per step + every sequence's "
         f"KV read + the new KV written, at peak HBM bandwidth.  Not counted: softmax, norms, kernel launches (no fixed "
         f"step overhead), speculative decoding.  Default run: {r200}.  {MODEL}: {arch.kv_bytes_per_token():,} bytes of "
         f"KV per token (bf16), {arch.total_params() / 1e9:.2f}B parameters.  Every number below is the model's, not a "
@@ -188,9 +188,12 @@ def reproduce(report) -> None:
          "bound (1K..128K)"], rows,
         note="A step of `batch` decoding sequences, each reading `context` tokens of KV.  * : the batch's KV does not fit "
              "that GPU's KV pool from memory (kv_pool_bytes: 0.9 x HBM - weights - activation reserve); shown for the "
-             "shape of the curve only.  bound: m = memory-bound, c = compute-bound (m/c: memory-bound at short contexts, "
-             "compute-bound at long ones).  A memory-bound step grows with the KV it reads; a single decode mostly reads "
-             "the 16 GB of weights, so its context matters less than a large batch's.")
+             "shape of the curve only.  bound: m = memory-bound, c = compute-bound, in the order met from 1K to 128K "
+             "(c/m: compute-bound at short contexts, memory-bound at long ones).  A memory-bound step grows with the KV "
+             "it reads; a single decode mostly reads the 16 GB of weights, so its context matters less than a large "
+             "batch's.  The 128K / 1K column repeats down the GPUs where a row is memory-bound throughout: weights and "
+             "KV are read at the same bandwidth, so the ratio (weights + KV at 128K) / (weights + KV at 1K) does not "
+             "depend on the GPU.")
     prefill = prefill_table()
     report.table(
         f"Prefill chunk of {CHUNK:,} new tokens: step time (ms) vs the context before it, {MODEL}",
@@ -244,6 +247,16 @@ def reproduce(report) -> None:
              "where the first two tables say otherwise (its latency).")
 
 
+def _mfu_sources() -> str:
+    """Which accelerators' MFUs are calibrated (BLIS) and which are assumed (Hardware.assumed)."""
+    from kvmm.sim.latency import HARDWARE
+
+    assumed = [hw.name for hw in HARDWARE.values() if "mfu_prefill" in hw.assumed]
+    calibrated = [hw.name for hw in HARDWARE.values() if "mfu_prefill" not in hw.assumed]
+    return (f"BLIS's calibrated values for {', '.join(calibrated)}; assumed for {', '.join(assumed)} (the H100's, or "
+            "scaled from it: Hardware.sources)")
+
+
 def _break_even_note(marginal: bool, specs: dict, kv: dict) -> str:
     per_token = ", ".join(f"{t} {plain_number(1e6 * kv[MODEL] / s.read_bandwidth)}" for t, s in specs.items())
     first = (f"Loading one token's KV of {MODEL} takes (us, latency aside): {per_token}.  " if not marginal else "")
@@ -263,7 +276,7 @@ def _draw_steps(axes, decode, prefill, hw_names) -> None:
     styles = dict(zip(BATCHES, ("-", "--", ":")))
     for d in decode:
         axes[0].plot([c / 1024 for c in CONTEXTS], d["ms"], color=colours[d["hardware"]], linestyle=styles[d["batch"]],
-                     marker=".", label=f"{d['hardware']}, batch {d['batch']}" if d["batch"] == BATCHES[0] else None)
+                     marker=".", label=d["hardware"] if d["batch"] == BATCHES[0] else None)
     for b, st in styles.items():
         axes[0].plot([], [], color="gray", linestyle=st, label=f"batch {b}")
     for p in prefill:
