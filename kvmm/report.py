@@ -208,7 +208,8 @@ def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]
         module = importlib.import_module(module_path)
         t0 = time.perf_counter()
         module.reproduce(report)
-        print(f"({name}: {time.perf_counter() - t0:.1f}s)", file=report.stream)
+        # wall time of the whole section, numba compilation (or cache loading) of its kernels included
+        print(f"({name}: {time.perf_counter() - t0:.1f}s wall, JIT compilation included)", file=report.stream)
         ran.append(name)
         report.sections.append(name)
     return ran

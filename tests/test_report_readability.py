@@ -205,3 +205,19 @@ def test_tempokv_and_pd_say_what_the_physical_clock_moved(tempokv, pd):
         assert headers == ["setting", "metric", "old clock", "physical clock", "change"] and rows
         assert "Old clock:" in md and "Clock (physical, docs/latency.md): Roofline step times" in md
         assert "rates assumed" not in md  # the old wording of the constant-rate clock
+
+
+def test_section_timings_say_they_include_jit_compilation(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import kvmm.report as R
+
+    module = types.ModuleType("kvmm_test_fake_section")
+    module.reproduce = lambda report: report.text("nothing")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(R, "SECTIONS", [("fake", module.__name__)])
+    stream = io.StringIO()
+    report = Report(out=tmp_path, quick=True, progress_enabled=False, stream=stream)
+    assert R.run_sections(report) == ["fake"]
+    assert re.search(r"\(fake: \d+\.\ds wall, JIT compilation included\)", stream.getvalue())
