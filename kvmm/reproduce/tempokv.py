@@ -222,8 +222,8 @@ def _moved(report, trace_res, wl_res, loads, seeds, n_trace, n_wl, cells) -> Non
         MOVED_HEADERS, rows,
         note=f"{old_clock_text()}  Each clock rescales the arrivals to the load by its own work estimate.  The goal is met "
              f"at {goals['old']} of {len(loads)} loads on the old clock and at {goals['new']} of {len(loads)} on the "
-             f"physical one; the reduction is inside the paper's {PAPER_REDUCTION} at {in_paper['old']} and "
-             f"{in_paper['new']} of them.  The scenario's reduction is the mean ± std of the per-seed reductions (the scenario table's "
+             f"physical one; the reduction falls inside the paper's {PAPER_REDUCTION} at {in_paper['old']} of them on "
+             f"the old clock and {in_paper['new']} on the physical one.  The scenario's reduction is the mean ± std of the per-seed reductions (the scenario table's "
              "goal row compares the means over seeds).")
 
 
