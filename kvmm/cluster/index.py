@@ -8,7 +8,7 @@ import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_array, as_count, as_index_array
 from kvmm.cluster import _index_kernels as K
-from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError, UnknownKeyError
+from kvmm.errors import BadInputError, DTypeError, InvalidIdError, KvmmError, ShapeError, UnknownKeyError
 
 __all__ = ["BlockIndex"]
 
@@ -27,6 +27,8 @@ class BlockIndex:
     ``key_width``: 1 for trace block ids (1-D int64; uint64 taken as its int64 view), 2 for the
     ``(n, 2)`` uint64 keys of :class:`~kvmm.allocators.BlockAllocator`; ``None``: the first
     successful store of a key decides (a lookup or a call that raises decides nothing).  ``max_entries``: entry budget with LRU eviction.
+    ``max_holders``: at most this many (instance, medium) holders per key, the most recently
+    stored ones (llm-d's in-memory index keeps 10 pods per key, ``podCacheSize``); ``None``: no cap.
 
     Layout (structure of arrays, ``capacity`` rows, grown by doubling):
 
@@ -36,6 +38,8 @@ class BlockIndex:
     * ``links`` (2, capacity) int64: PREV / NEXT of the LRU list (least recently used at the
       head), kept only under a budget (all -1 without one: nothing would read it);
     * ``live`` (capacity,) uint8; ``free_rows`` (capacity,) int64: a stack of unused rows;
+    * ``order`` (capacity, max_holders or 0) int64: with a holder cap, each row's holders as
+      ``instance x num_media + medium``, oldest first, -1 padded (no columns without a cap);
     * ``table`` (2, 2 x capacity rounded up to a power of two) int64: open addressing with
       linear probing, slot -> (row or -1, the key's 64-bit hash), backward-shift deletion; the
       stored hash spares key reads on probes and rehashing on deletion;
@@ -46,7 +50,7 @@ class BlockIndex:
     """
 
     def __init__(self, num_instances: int, media: Sequence[str] = ("GPU", "CPU"), max_entries: int | None = None,
-                 *, key_width: int | None = None) -> None:
+                 *, key_width: int | None = None, max_holders: int | None = None) -> None:
         self.num_instances = as_count(num_instances, "num_instances", minimum=1, maximum=MAX_INSTANCES)
         if isinstance(media, str) or not all(isinstance(m, str) for m in media) or not media:
             raise BadInputError(f"media must be a non-empty sequence of names such as ('GPU', 'CPU'), got {media!r}")
@@ -58,6 +62,9 @@ class BlockIndex:
         if key_width not in (None, 1, 2):
             raise BadInputError(f"key_width must be 1 (int64 block ids), 2 ((n, 2) uint64 keys) or None, got {key_width!r}")
         self.key_width = key_width
+        self.max_holders = None if max_holders is None else as_count(max_holders, "max_holders", minimum=1,
+                                                                     maximum=MAX_INSTANCES * len(self.media))
+        self._medium_cache: dict = {}  # (medium, groups) -> a read-only int64 array of that medium, reused by batch calls
         self._words = (self.num_instances + 63) // 64
         full = np.zeros(self._words, dtype=np.uint64)
         for i in range(self.num_instances):
@@ -67,6 +74,8 @@ class BlockIndex:
         self.meta[[K.M_HEAD, K.M_TAIL]] = -1
         self.meta[K.M_MAX] = -1 if self.max_entries is None else self.max_entries
         self.meta[K.M_SEED] = _SEED
+        self.meta[K.M_HOLDER_CAP] = self.max_holders or 0
+        self.meta[K.M_INSTANCES] = self.num_instances
         self._allocate(_MIN_CAPACITY if self.max_entries is None else min(_MIN_CAPACITY, self.max_entries))
 
     # ----------------------------------------------------------------- reading
@@ -86,7 +95,8 @@ class BlockIndex:
     def stats(self) -> dict[str, int]:
         """Counters: ``stored`` / ``removed`` (keys), ``lenient_ignored`` (removals of keys not
         held, under lenient replay), ``budget_evictions`` (entries dropped by the budget),
-        ``cleared`` (calls), ``lookups`` (requests), ``entries``.  Runtime complexity: O(1)."""
+        ``holder_evictions`` (holders dropped by ``max_holders``), ``cleared`` (calls),
+        ``lookups`` (requests), ``entries``.  Runtime complexity: O(1)."""
         out = {name: int(self.meta[slot]) for name, slot in K.STAT_SLOTS.items()}
         out["entries"] = self.num_entries
         return out
@@ -159,7 +169,7 @@ class BlockIndex:
         per scheduler step.  Runtime complexity: O(total keys) expected.
         """
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._store(inst, meds, offs, flat)
+        self._store(inst, meds, offs, flat, (instances, offsets, keys, media))
 
     def removed(self, instance: int, keys: Any, medium: str | int, *, lenient: bool = False) -> None:
         """Instance ``instance`` no longer holds ``keys`` on ``medium``.  A key it does not hold
@@ -177,7 +187,7 @@ class BlockIndex:
         """Group g: ``removed(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for
         every g in order; strict: all or nothing.  Runtime complexity: O(total keys) expected."""
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._remove(inst, meds, offs, flat, lenient)
+        self._remove(inst, meds, offs, flat, lenient, (instances, offsets, keys, media))
 
     def cleared(self, instance: int, medium: str | int | None = None) -> None:
         """Instance ``instance`` holds nothing more on ``medium`` (``None``: on any medium).
@@ -185,7 +195,7 @@ class BlockIndex:
         inst = self._instance(instance)
         meds = np.arange(len(self.media), dtype=np.int64) if medium is None else np.array([self._medium(medium)])
         K.clear_instance(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
-                         inst, meds)
+                         self.order, inst, meds)
 
     def apply_vllm_events(self, instance: int, batch: Any, *, lenient: bool = False) -> dict[str, int]:
         """Apply one vLLM ``KVEventBatch`` of instance ``instance``: BlockStored -> :meth:`stored`
@@ -208,7 +218,7 @@ class BlockIndex:
         Runtime complexity: O(capacity)."""
         return {"keys": self.keys.copy(), "holders": self.holder_bits.copy(), "links": self.links.copy(),
                 "live": self.live.copy(), "free_rows": self.free_rows.copy(), "table": self.table.copy(),
-                "meta": self.meta.copy(), "key_width": np.array([self.key_width or 0])}
+                "meta": self.meta.copy(), "order": self.order.copy(), "key_width": np.array([self.key_width or 0])}
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
         """Put back a :meth:`snapshot` of this index (its instances, media and budget).  Every
@@ -220,6 +230,7 @@ class BlockIndex:
         s = checked_snapshot(self, snap)
         self.keys, self.holder_bits, self.links = s["keys"], s["holders"], s["links"]
         self.live, self.free_rows, self.table, self.meta = s["live"], s["free_rows"], s["table"], s["meta"]
+        self.order = s["order"]
         self.key_width = s["key_width"] or None
 
     def check(self) -> None:
@@ -241,8 +252,10 @@ class BlockIndex:
         table = np.zeros((2, size), dtype=np.int64)
         table[0] = -1
         start = 0 if old is None else old.shape[0]
+        order = np.full((capacity, self.max_holders or 0), -1, dtype=np.int64)
         if old is not None:  # rows keep their numbers, so the LRU links stay valid
             keys[:start], holders[:start], links[:, :start], live[:start] = self.keys, self.holder_bits, self.links, old
+            order[:start] = self.order
         # Free stack (top = last): the old free rows stay at the bottom, the new rows go above, lowest on top.
         num_free = 0 if old is None else int(self.meta[K.M_FREE])
         free_rows = np.zeros(capacity, dtype=np.int64)
@@ -250,7 +263,7 @@ class BlockIndex:
             free_rows[:num_free] = self.free_rows[:num_free]
         free_rows[num_free:num_free + capacity - start] = np.arange(capacity - 1, start - 1, -1)
         self.keys, self.holder_bits, self.links, self.live, self.table = keys, holders, links, live, table
-        self.free_rows = free_rows
+        self.free_rows, self.order = free_rows, order
         self.meta[K.M_FREE] = num_free + capacity - start
         self.meta[K.M_MASK] = size - 1
         K.rebuild_table(self.keys, self.live, self.table, self.meta)
@@ -266,17 +279,28 @@ class BlockIndex:
                 cap *= 2
             self._allocate(cap if self.max_entries is None else min(cap, self.max_entries))
 
-    def _store(self, inst, meds, offs, flat) -> None:
+    def _store(self, inst, meds, offs, flat, named=None) -> None:
+        """One kernel call (two when the arrays must grow first).  ``named``: the call's own
+        arguments, for :meth:`_groups_named` to name the fault when the kernel refuses them."""
+        got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
+                           self.order, inst, meds, offs, flat)
+        if got == K.GROW:
+            self._reserve(flat.shape[0])
+            got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table,
+                               self.meta, self.order, inst, meds, offs, flat)
+        if got == K.INVALID:
+            self._groups_named(*named)
+            raise AssertionError(f"BlockIndex: a batch the kernel refused passed every check: {named!r:.200}")
         if self.key_width is None and flat.shape[0]:
-            self.key_width = flat.shape[1]  # every argument is valid by now: the first store decides
-        self._reserve(flat.shape[0])
-        K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
-                     inst, meds, offs, flat)
+            self.key_width = flat.shape[1]  # the call succeeded: the first store decides
 
-    def _remove(self, inst, meds, offs, flat, lenient: bool) -> None:
+    def _remove(self, inst, meds, offs, flat, lenient: bool, named=None) -> None:
         log = np.empty((flat.shape[0], 2), dtype=np.int64)
         got = K.remove_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
-                            inst, meds, offs, flat, bool(lenient), log)
+                            self.order, inst, meds, offs, flat, bool(lenient), log)
+        if got == K.INVALID:
+            self._groups_named(*named)
+            raise AssertionError(f"BlockIndex: a batch the kernel refused passed every check: {named!r:.200}")
         if got < 0:
             j = -got - 1
             g = int(np.searchsorted(offs, j, side="right")) - 1
@@ -323,7 +347,13 @@ class BlockIndex:
         return m
 
     def _keys(self, keys: Any, name: str) -> np.ndarray:
-        """``keys`` as a contiguous (n, 1) or (n, 2) uint64 array (copy), of this index's key width once decided."""
+        """``keys`` as a contiguous (n, 1) or (n, 2) uint64 array, of this index's key width once
+        decided: a view of a contiguous int64 / uint64 array (the kernels only read it), else a copy."""
+        if type(keys) is np.ndarray and keys.flags.c_contiguous and keys.dtype.kind in "iu" and keys.itemsize == 8:
+            if keys.ndim == 1 and self.key_width != 2:
+                return keys.view(np.uint64).reshape(-1, 1)
+            if keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64 and self.key_width != 1:
+                return keys
         try:
             arr = as_array(keys, name)
         except OverflowError:
@@ -359,6 +389,40 @@ class BlockIndex:
         return offs
 
     def _groups(self, instances: Any, offsets: Any, keys: Any, media: Any):
+        """Validated ``(instances, media, offsets, keys)`` of a batch call.  The common case
+        (integer arrays or lists, one medium or a list of names) is checked by one kernel
+        call, so a batch of one group costs no more than the single call; any fault is then
+        found and named by :meth:`_groups_named`, in the order it checks."""
+        inst, offs = _int64_vector(instances), _int64_vector(offsets)
+        if inst is not None and offs is not None:
+            if isinstance(media, str) and media in self._medium_ids:
+                meds = self._media_of(self._medium_ids[media], inst.shape[0])
+            elif _int64_vector(media) is not None:
+                meds = _int64_vector(media)
+            elif isinstance(media, (list, tuple)) and all(type(m) is str for m in media):
+                ids = self._medium_ids
+                meds = np.array([ids.get(m, -1) for m in media], dtype=np.int64)  # -1: the kernel refuses it
+            else:
+                meds = None
+            if meds is not None:
+                try:
+                    return inst, meds, offs, self._keys(keys, "keys")
+                except KvmmError:
+                    pass  # named in the order of the checks below
+        return self._groups_named(instances, offsets, keys, media)
+
+    def _media_of(self, m: int, groups: int) -> np.ndarray:
+        """An int64 array of ``groups`` copies of medium ``m``, cached (the kernels never write
+        it; a read-only flag would compile a second variant of every kernel)."""
+        arr = self._medium_cache.get((m, groups))
+        if arr is None:
+            if len(self._medium_cache) > 64:
+                self._medium_cache.clear()
+            arr = self._medium_cache[(m, groups)] = np.full(groups, m, dtype=np.int64)
+        return arr
+
+    def _groups_named(self, instances: Any, offsets: Any, keys: Any, media: Any):
+        """:meth:`_groups`'s checks one by one: the first fault raises, named."""
         inst = as_index_array(instances, "instances")
         if inst.size and (inst.min() < 0 or inst.max() >= self.num_instances):
             bad = int(inst[(inst < 0) | (inst >= self.num_instances)][0])
@@ -377,3 +441,19 @@ class BlockIndex:
         if offs.shape[0] != inst.shape[0] + 1:
             raise ShapeError(f"offsets must have one more entry than instances ({inst.shape[0] + 1}), got {offs.shape[0]}")
         return inst, meds, offs, flat
+
+
+def _int64_vector(x: Any) -> np.ndarray | None:
+    """``x`` as a contiguous 1-D int64 array when it already is one (as is) or is a non-empty
+    list of ints; None otherwise (the named checks then convert or refuse it)."""
+    if type(x) is np.ndarray:
+        return x if x.dtype == np.int64 and x.ndim == 1 and x.flags.c_contiguous else None
+    if type(x) is list and x:
+        for v in x:
+            if type(v) is not int:
+                return None
+        try:
+            return np.array(x, dtype=np.int64)
+        except OverflowError:
+            return None
+    return None
