@@ -127,7 +127,7 @@ class EventFeed:
         self._expiries: list = []  # FIFO of (expires at, instance, block ids): one TTL, so already in time order
         self._next_expiry = 0
         self.applied: list[tuple] | None = [] if stream.record else None
-        self.stats = {"batches": 0, "batches_dropped": 0, "events": 0, "events_dropped": 0,
+        self.stats = {"batches": 0, "batches_dropped": 0, "events": 0, "events_applied": 0, "events_dropped": 0,
                       "speculative_inserts": 0, "speculative_expiries": 0, "max_lag_s": 0.0}
 
     # ------------------------------------------------------------------ the instances' side
@@ -172,6 +172,7 @@ class EventFeed:
                     continue
                 for medium, happened, stored, removed in batch.ops:
                     self.stats["max_lag_s"] = max(self.stats["max_lag_s"], at - happened)
+                    self.stats["events_applied"] += len(stored) + len(removed)
                     self._apply_op(batch.instance, medium, stored, removed)
             else:
                 _, instance, ids = expiries[self._next_expiry]
@@ -193,6 +194,20 @@ class EventFeed:
         self._apply_op(instance, SPECULATIVE_MEDIUM, ids, ())
         self._expiries.append((t + ttl, instance, ids))
         self.stats["speculative_inserts"] += 1
+
+    def check(self) -> None:
+        """Assert the feed's invariants (tests): every published event is applied, lost or in a
+        batch still in flight; batches in flight are open and ordered by due time; the
+        speculative expiries are in time order."""
+        pending = sum(len(s) + len(r) for _, _, b in self._queue for _, _, s, r in b.ops)
+        st = self.stats
+        assert st["events"] == st["events_applied"] + st["events_dropped"] + pending
+        assert all(not b.closed for _, _, b in self._queue)
+        assert all(b.sent_at + self.stream.delay_s == at for at, _, b in self._queue)
+        assert 0 <= st["batches_dropped"] <= st["batches"] and st["speculative_expiries"] <= st["speculative_inserts"]
+        times = [e[0] for e in self._expiries]
+        assert times == sorted(times) and 0 <= self._next_expiry <= len(times)
+        self.index.check()
 
     @property
     def in_flight(self) -> int:

@@ -324,7 +324,9 @@ class _StreamFeed:
         self.stream, self.instance, self.media, self.engine = stream, instance, media, None
 
     def __call__(self, medium: int, stored: list, removed: list) -> None:
-        self.stream.publish(self.instance, self.engine.now, self.media[medium], stored, removed)
+        # no engine: PD's prefill instances, whose stream is exact (the time is not read)
+        self.stream.publish(self.instance, self.engine.now if self.engine is not None else 0.0, self.media[medium],
+                            stored, removed)
 
 
 def _index_feed(index: Any, instance: int) -> Callable:
