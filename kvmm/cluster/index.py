@@ -12,6 +12,7 @@ from kvmm.errors import BadInputError, DTypeError, InvalidIdError, KvmmError, Sh
 
 __all__ = ["BlockIndex"]
 
+_I64, _U64 = np.dtype(np.int64), np.dtype(np.uint64)
 _SEED = 0x5EED_1DE5  # fixed: the same events give the same arrays in every run
 _MIN_CAPACITY = 64
 
@@ -64,7 +65,15 @@ class BlockIndex:
         self.key_width = key_width
         self.max_holders = None if max_holders is None else as_count(max_holders, "max_holders", minimum=1,
                                                                      maximum=MAX_INSTANCES * len(self.media))
-        self._medium_cache: dict = {}  # (medium, groups) -> a read-only int64 array of that medium, reused by batch calls
+        # small arrays the single calls pass to the kernels, made once (the kernels only read them;
+        # the scratch arrays are overwritten by each call): a single call's fixed cost is mostly these
+        self._medium_cache: dict = {}  # (medium, groups) -> an int64 array of that medium
+        self._spans: dict = {}  # n -> [0, n]
+        self._ones: dict = {}  # instance -> [instance]
+        self._scratch_alive = np.empty((len(self.media), (self.num_instances + 63) // 64), dtype=np.uint64)
+        self._scratch_rows = np.empty(64, dtype=np.int64)
+        self._out_shape = (1, self.num_instances, len(self.media))
+        self._scratch_log = np.empty((64, 2), dtype=np.int64)
         self._words = (self.num_instances + 63) // 64
         full = np.zeros(self._words, dtype=np.uint64)
         for i in range(self.num_instances):
@@ -109,7 +118,12 @@ class BlockIndex:
         once no (instance, medium) holds the whole prefix so far.
         """
         flat = self._keys(keys, "keys")
-        return self._prefix_hits(np.array([0, flat.shape[0]], dtype=np.int64), flat)[0]
+        n = flat.shape[0]
+        out = np.empty(self._out_shape, dtype=np.int64)
+        rows = self._scratch_rows if self._scratch_rows.shape[0] >= n else self._grow_rows(n)
+        K.prefix_hits_many(self.keys, self.holder_bits, self.links, self.table, self.meta, self._span(n), flat,
+                           self._full, out, self._scratch_alive, rows)  # the kernel call inline: the router's hot path
+        return out[0]
 
     def prefix_hits_many(self, offsets: Any, keys: Any) -> np.ndarray:
         """:meth:`prefix_hits` of R requests at once: request r's keys are
@@ -161,7 +175,7 @@ class BlockIndex:
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
-        self._store(np.array([inst], np.int64), np.array([m], np.int64), np.array([0, flat.shape[0]], np.int64), flat)
+        self._store(self._one(inst), self._media_of(m, 1), self._span(flat.shape[0]), flat)
 
     def stored_many(self, instances: Any, offsets: Any, keys: Any, media: Any) -> None:
         """Group g: ``stored(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for every
@@ -169,7 +183,12 @@ class BlockIndex:
         per scheduler step.  Runtime complexity: O(total keys) expected.
         """
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._store(inst, meds, offs, flat, (instances, offsets, keys, media))
+        # the kernel call inline (one Python frame less per call); growth, refusal and the first
+        # store's key width are handled by _store
+        got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
+                           self.order, inst, meds, offs, flat)
+        if got or self.key_width is None:
+            self._store(inst, meds, offs, flat, (instances, offsets, keys, media), got)
 
     def removed(self, instance: int, keys: Any, medium: str | int, *, lenient: bool = False) -> None:
         """Instance ``instance`` no longer holds ``keys`` on ``medium``.  A key it does not hold
@@ -180,14 +199,20 @@ class BlockIndex:
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
-        self._remove(np.array([inst], np.int64), np.array([m], np.int64), np.array([0, flat.shape[0]], np.int64),
-                     flat, lenient)
+        self._remove(self._one(inst), self._media_of(m, 1), self._span(flat.shape[0]), flat, lenient)
 
     def removed_many(self, instances: Any, offsets: Any, keys: Any, media: Any, *, lenient: bool = False) -> None:
         """Group g: ``removed(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for
         every g in order; strict: all or nothing.  Runtime complexity: O(total keys) expected."""
         inst, meds, offs, flat = self._groups(instances, offsets, keys, media)
-        self._remove(inst, meds, offs, flat, lenient, (instances, offsets, keys, media))
+        log = self._scratch_log
+        if log.shape[0] < flat.shape[0]:  # the general path grows the scratch log
+            self._remove(inst, meds, offs, flat, lenient, (instances, offsets, keys, media))
+            return
+        got = K.remove_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
+                            self.order, inst, meds, offs, flat, bool(lenient), log)  # the kernel call inline: one frame less
+        if got < 0:
+            self._removal_failed(got, inst, meds, offs, flat, (instances, offsets, keys, media))
 
     def cleared(self, instance: int, medium: str | int | None = None) -> None:
         """Instance ``instance`` holds nothing more on ``medium`` (``None``: on any medium).
@@ -279,11 +304,13 @@ class BlockIndex:
                 cap *= 2
             self._allocate(cap if self.max_entries is None else min(cap, self.max_entries))
 
-    def _store(self, inst, meds, offs, flat, named=None) -> None:
-        """One kernel call (two when the arrays must grow first).  ``named``: the call's own
-        arguments, for :meth:`_groups_named` to name the fault when the kernel refuses them."""
-        got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
-                           self.order, inst, meds, offs, flat)
+    def _store(self, inst, meds, offs, flat, named=None, got=None) -> None:
+        """One kernel call (two when the arrays must grow first; ``got``: the first call's result
+        when the caller made it).  ``named``: the call's own arguments, for :meth:`_groups_named`
+        to name the fault when the kernel refuses them."""
+        if got is None:
+            got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table,
+                               self.meta, self.order, inst, meds, offs, flat)
         if got == K.GROW:
             self._reserve(flat.shape[0])
             got = K.store_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table,
@@ -295,9 +322,16 @@ class BlockIndex:
             self.key_width = flat.shape[1]  # the call succeeded: the first store decides
 
     def _remove(self, inst, meds, offs, flat, lenient: bool, named=None) -> None:
-        log = np.empty((flat.shape[0], 2), dtype=np.int64)
+        log = self._scratch_log
+        if log.shape[0] < flat.shape[0]:
+            log = self._scratch_log = np.empty((max(flat.shape[0], 2 * log.shape[0]), 2), dtype=np.int64)
         got = K.remove_many(self.keys, self.holder_bits, self.links, self.live, self.free_rows, self.table, self.meta,
                             self.order, inst, meds, offs, flat, bool(lenient), log)
+        if got < 0:
+            self._removal_failed(got, inst, meds, offs, flat, named)
+
+    def _removal_failed(self, got: int, inst, meds, offs, flat, named) -> None:
+        """Raise the error a refused removal kernel call (nothing changed) stands for."""
         if got == K.INVALID:
             self._groups_named(*named)
             raise AssertionError(f"BlockIndex: a batch the kernel refused passed every check: {named!r:.200}")
@@ -310,11 +344,29 @@ class BlockIndex:
 
     def _prefix_hits(self, offs, flat) -> np.ndarray:
         out = np.empty((offs.shape[0] - 1, self.num_instances, len(self.media)), dtype=np.int64)
-        alive = np.empty((len(self.media), self._words), dtype=np.uint64)
-        rows = np.empty(flat.shape[0], dtype=np.int64)
+        rows = self._scratch_rows if self._scratch_rows.shape[0] >= flat.shape[0] else self._grow_rows(flat.shape[0])
         K.prefix_hits_many(self.keys, self.holder_bits, self.links, self.table, self.meta, offs, flat, self._full, out,
-                           alive, rows)
+                           self._scratch_alive, rows)
         return out
+
+    def _grow_rows(self, n: int) -> np.ndarray:
+        rows = self._scratch_rows = np.empty(max(n, 2 * self._scratch_rows.shape[0]), dtype=np.int64)
+        return rows
+
+    def _one(self, instance: int) -> np.ndarray:
+        arr = self._ones.get(instance)
+        if arr is None:
+            arr = self._ones[instance] = np.array([instance], dtype=np.int64)
+        return arr
+
+    def _span(self, n: int) -> np.ndarray:
+        """``[0, n]``: the offsets of one group of ``n`` keys (cached: the kernels only read them)."""
+        arr = self._spans.get(n)
+        if arr is None:
+            if len(self._spans) > 256:
+                self._spans.clear()
+            arr = self._spans[n] = np.array([0, n], dtype=np.int64)
+        return arr
 
     def _rows(self, flat) -> np.ndarray:
         out = np.empty(flat.shape[0], dtype=np.int64)
@@ -349,10 +401,10 @@ class BlockIndex:
     def _keys(self, keys: Any, name: str) -> np.ndarray:
         """``keys`` as a contiguous (n, 1) or (n, 2) uint64 array, of this index's key width once
         decided: a view of a contiguous int64 / uint64 array (the kernels only read it), else a copy."""
-        if type(keys) is np.ndarray and keys.flags.c_contiguous and keys.dtype.kind in "iu" and keys.itemsize == 8:
+        if type(keys) is np.ndarray and (keys.dtype == _I64 or keys.dtype == _U64) and keys.flags.c_contiguous:
             if keys.ndim == 1 and self.key_width != 2:
-                return keys.view(np.uint64).reshape(-1, 1)
-            if keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64 and self.key_width != 1:
+                return keys.view(_U64)[:, None]  # (n, 1), C-contiguous (its one column)
+            if keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == _U64 and self.key_width != 1:
                 return keys
         try:
             arr = as_array(keys, name)
@@ -393,17 +445,24 @@ class BlockIndex:
         (integer arrays or lists, one medium or a list of names) is checked by one kernel
         call, so a batch of one group costs no more than the single call; any fault is then
         found and named by :meth:`_groups_named`, in the order it checks."""
-        inst, offs = _int64_vector(instances), _int64_vector(offsets)
+        # an int64 vector as is (a strided one compiles the kernels' 'A'-layout variant once)
+        inst = instances if type(instances) is np.ndarray and instances.dtype == _I64 and instances.ndim == 1 \
+            else _int64_vector(instances)
+        offs = offsets if type(offsets) is np.ndarray and offsets.dtype == _I64 and offsets.ndim == 1 \
+            else _int64_vector(offsets)
         if inst is not None and offs is not None:
-            if isinstance(media, str) and media in self._medium_ids:
-                meds = self._media_of(self._medium_ids[media], inst.shape[0])
-            elif _int64_vector(media) is not None:
+            ids, kind, meds = self._medium_ids, type(media), None
+            if kind is str:
+                m = ids.get(media)
+                meds = None if m is None else self._media_of(m, inst.shape[0])
+            elif kind is list or kind is tuple:
+                if len(media) == 1:  # one group: a cached array
+                    m = ids.get(media[0]) if type(media[0]) is str else None
+                    meds = None if m is None else self._media_of(m, 1)
+                elif all(type(m) is str for m in media):
+                    meds = np.array([ids.get(m, -1) for m in media], dtype=np.int64)  # -1: the kernel refuses it
+            elif kind is np.ndarray:
                 meds = _int64_vector(media)
-            elif isinstance(media, (list, tuple)) and all(type(m) is str for m in media):
-                ids = self._medium_ids
-                meds = np.array([ids.get(m, -1) for m in media], dtype=np.int64)  # -1: the kernel refuses it
-            else:
-                meds = None
             if meds is not None:
                 try:
                     return inst, meds, offs, self._keys(keys, "keys")
