@@ -130,6 +130,8 @@ def test_bad_store_settings_are_refused():
         ClusterConfig(instances=2, shared_tiers=(TierLevel(POOL),), store=PooledStore(segments=3))
     with pytest.raises(BadInputError, match="one per shared level"):
         ClusterConfig(instances=2, shared_tiers=(TierLevel(POOL),), store=(PooledStore(), PooledStore()))
+    plain = ClusterConfig(instances=2, shared_tiers=(TierLevel(POOL),))
+    assert dataclasses.replace(plain, instances=3).store == () == plain.store  # replace keeps "no store"
 
 
 # ---------------------------------------------------------------- stateful

@@ -85,8 +85,9 @@ class PooledStore:
 
 
 def as_stores(store: Any, levels: int, instances: int) -> tuple:
-    """``ClusterConfig.store`` as one ``PooledStore`` or ``None`` per shared level."""
-    if store is None:
+    """``ClusterConfig.store`` as one ``PooledStore`` or ``None`` per shared level (``()``: plain
+    pools everywhere, what ``None`` becomes, so ``dataclasses.replace`` works)."""
+    if store is None or (isinstance(store, tuple) and not store):
         return ()
     items = (store,) * levels if isinstance(store, PooledStore) else store
     if not isinstance(items, (tuple, list)) or len(items) != levels or \
