@@ -164,3 +164,19 @@ class SegmentsMachine(RuleBasedStateMachine):
 
 SegmentsMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestSegmentsMachine = SegmentsMachine.TestCase
+
+
+def test_evict_until_evicts_in_the_policys_order_and_refuses_a_bad_mark():
+    from kvmm.policies.eviction import LRUPolicy
+    from kvmm.tiers.managed import ManagedTier
+    from kvmm.tiers.simulated import SimulatedTier
+
+    tier = ManagedTier(SimulatedTier(1000), LRUPolicy())
+    for k in range(5):
+        tier.put_size(k, 100)
+    tier.get(0)  # 0 is the most recently used now
+    with pytest.raises(BadInputError):
+        tier.evict_until(-1)
+    assert sorted(tier.keys()) == [0, 1, 2, 3, 4]
+    assert tier.evict_until(250) == [1, 2, 3] and sorted(tier.keys()) == [0, 4] and tier.evictions == 3
+    assert tier.evict_until(1000) == []
