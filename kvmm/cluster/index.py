@@ -69,6 +69,7 @@ class BlockIndex:
         # the scratch arrays are overwritten by each call): a single call's fixed cost is mostly these
         self._medium_cache: dict = {}  # (medium, groups) -> an int64 array of that medium
         self._spans: dict = {}  # n -> [0, n]
+        self._media_one = [np.array([m], dtype=np.int64) for m in range(len(self.media))]  # medium -> [medium]
         self._ones: dict = {}  # instance -> [instance]
         self._scratch_alive = np.empty((len(self.media), (self.num_instances + 63) // 64), dtype=np.uint64)
         self._scratch_rows = np.empty(64, dtype=np.int64)
@@ -175,7 +176,7 @@ class BlockIndex:
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
-        self._store(self._one(inst), self._media_of(m, 1), self._span(flat.shape[0]), flat)
+        self._store(self._one(inst), self._media_one[m], self._span(flat.shape[0]), flat)
 
     def stored_many(self, instances: Any, offsets: Any, keys: Any, media: Any) -> None:
         """Group g: ``stored(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for every
@@ -199,7 +200,7 @@ class BlockIndex:
         inst = self._instance(instance)
         m = self._medium(medium)
         flat = self._keys(keys, "keys")
-        self._remove(self._one(inst), self._media_of(m, 1), self._span(flat.shape[0]), flat, lenient)
+        self._remove(self._one(inst), self._media_one[m], self._span(flat.shape[0]), flat, lenient)
 
     def removed_many(self, instances: Any, offsets: Any, keys: Any, media: Any, *, lenient: bool = False) -> None:
         """Group g: ``removed(instances[g], keys[offsets[g]:offsets[g + 1]], media[g])`` for
@@ -458,12 +459,15 @@ class BlockIndex:
             elif kind is list or kind is tuple:
                 if len(media) == 1:  # one group: a cached array
                     m = ids.get(media[0]) if type(media[0]) is str else None
-                    meds = None if m is None else self._media_of(m, 1)
+                    meds = None if m is None else self._media_one[m]
                 elif all(type(m) is str for m in media):
                     meds = np.array([ids.get(m, -1) for m in media], dtype=np.int64)  # -1: the kernel refuses it
             elif kind is np.ndarray:
                 meds = _int64_vector(media)
             if meds is not None:
+                if type(keys) is np.ndarray and keys.dtype == _I64 and keys.ndim == 1 and self.key_width != 2 \
+                        and keys.flags.c_contiguous:  # _keys' common case inline: a batch of one group is hot
+                    return inst, meds, offs, keys.view(_U64)[:, None]
                 try:
                     return inst, meds, offs, self._keys(keys, "keys")
                 except KvmmError:
