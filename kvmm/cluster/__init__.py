@@ -30,6 +30,8 @@ _LAZY = {
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
+    "EventStream": "kvmm.cluster.event_stream",
+    "EventFeed": "kvmm.cluster.event_stream",
     "FabricSpec": "kvmm.cluster.fabric",
     "FABRIC_PRESETS": "kvmm.cluster.fabric",
     "fabric_preset": "kvmm.cluster.fabric",

@@ -106,7 +106,8 @@ class Instance:
                                     self.clock.prefill_rate_guess(serving.max_num_batched_tokens),
                                     self.clock.prefill_seconds)
         if hasattr(self.staging, "private_levels"):
-            self.staging.private_levels = len(cfg.tiers)  # the levels after these are shared (a cluster's fabric)
+            # the levels after these are read over a cluster's fabric (a pooled store's own segment is not)
+            self.staging.private_levels = len(self.levels) - sum(getattr(s, "over_fabric", True) for s in shared)
         self.scheduler = Scheduler(table, self.staging, budget=serving.max_num_batched_tokens,
                                    max_seqs=serving.max_num_seqs, chunked=serving.chunked_prefill,
                                    threshold=serving.long_prefill_token_threshold, take=lambda r: self.role.take(self, r),
@@ -119,6 +120,7 @@ class Instance:
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
         self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
+        self.now = 0.0  # the loop's clock where the hierarchy moves blocks (a delayed KV-event stream stamps them)
         self.batch_in_flight = 0
         self.next_arrival = 0
         # advance notice (SimConfig.notice_s): requests are looked up and claimed this long before
@@ -194,6 +196,7 @@ class Instance:
             self._events_until(now)
             if staging.ungranted:
                 staging.poll(now)
+            self.now = now
             plan = schedule()
             if not plan.chunks and not running:
                 nxt = self._next_event_time()
@@ -254,6 +257,7 @@ class Instance:
                 yield now + dt
             self._events_until(now + dt)
             now += dt
+            self.now = now
             stats.steps += 1
             if plan.prefill_tokens:
                 staging.observe_progress(plan.prefill_tokens, dt)
