@@ -15,7 +15,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kvmm._arrays import grown as _grown  # stack_distance._grown, moved to kvmm._arrays; same function
-from kvmm.policies.stack_distance import _next_pow2  # unchanged since 5464a2d
+from kvmm.policies.mrc.stack_distance import _next_pow2  # unchanged since 5464a2d
 
 # state vector indices
 ST_IDS = 0  # dense ids handed out (distinct keys ever tracked)

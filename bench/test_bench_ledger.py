@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from bench.conftest import size, warm
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging.ledger import CommitmentLedger
 from kvmm.tiers.spec import preset
 from tests.naive.ledger import NaiveLedger
 

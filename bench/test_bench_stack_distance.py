@@ -103,7 +103,7 @@ def test_exact_tracker(benchmark, name):
     assert tracker.num_refs == keys.size
 
 
-#: SHARDS configurations: fixed rate is stratified unless marked plain (see kvmm.policies.shards)
+#: SHARDS configurations: fixed rate is stratified unless marked plain (see kvmm.policies.mrc.shards)
 SHARDS_MODES = {
     "rate=0.01": dict(rate=0.01),
     "rate=0.01 plain": dict(rate=0.01, stratify_rate=None),

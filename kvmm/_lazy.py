@@ -4,7 +4,7 @@ Packages whose modules compile numba kernels or pull optional dependencies (torc
 hypothesis) export their public names through :func:`lazy_exports`, so ``import kvmm.<package>``
 costs nothing until a name is used::
 
-    _LAZY = {"StackDistanceTracker": "kvmm.policies.stack_distance", ...}
+    _LAZY = {"StackDistanceTracker": "kvmm.policies.mrc.stack_distance", ...}
     __all__ = sorted(_LAZY)
     __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 """

@@ -58,7 +58,7 @@ def run_engine(cfg: SimConfig):
 
 def make_engine(cfg: SimConfig, **kw):
     """An instance built but not run (tests drive its pieces)."""
-    from kvmm.policies.ledger import CommitmentLedger
+    from kvmm.policies.staging.ledger import CommitmentLedger
     from kvmm.sim.engine import Instance, RequestTable
     from kvmm.sim.load import arrival_times
     from kvmm.sim.serving import resolve_serving

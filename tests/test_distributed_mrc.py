@@ -6,7 +6,7 @@ import pytest
 
 from kvmm.errors import BadInputError
 from kvmm.policies import StackDistanceTracker, distributed_mrc
-from kvmm.policies.distributed import PartTracker, key_parts
+from kvmm.policies.mrc.distributed import PartTracker, key_parts
 from kvmm.traces import iter_trace_chunks, load_trace
 from tests.naive.stack_distance import MASK64, mix64
 
@@ -104,7 +104,7 @@ def test_bad_input(chunks, kwargs, match):
 def test_doctest():
     import doctest
 
-    import kvmm.policies.distributed as module
+    import kvmm.policies.mrc.distributed as module
 
     result = doctest.testmod(module)
     assert result.attempted >= 4 and result.failed == 0

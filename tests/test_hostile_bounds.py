@@ -14,7 +14,7 @@ from kvmm.cluster.routers import ROUTERS
 from kvmm.errors import BadInputError, KvmmError
 from kvmm.plan import SLO, TierCandidate, plan
 from kvmm.policies import replay
-from kvmm.policies._replay import _KERNELS
+from kvmm.policies.eviction._replay import _KERNELS
 
 MAX_UNITS = 2**60  # kvmm._validate.MAX_UNITS, the documented bound
 MAX_INSTANCES = 2**20  # kvmm._validate.MAX_INSTANCES

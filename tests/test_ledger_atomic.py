@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kvmm.errors import BadInputError, DoubleFreeError, KvmmError, ShapeError
-from kvmm.policies.ledger import MAX_CAPACITY_BYTES, RATE_BOUNDS, CommitmentLedger
+from kvmm.policies.staging.ledger import MAX_CAPACITY_BYTES, RATE_BOUNDS, CommitmentLedger
 from kvmm.tiers import preset
 from tests.ledger_helpers import SLOW, raises_unchanged
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvmm.policies.ledger import CLAIMED, CONSUMED, PENDING, STAGING, CommitmentLedger
+from kvmm.policies.staging.ledger import CLAIMED, CONSUMED, PENDING, STAGING, CommitmentLedger
 from tests.ledger_helpers import SLOW, SLOWER
 
 

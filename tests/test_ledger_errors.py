@@ -12,7 +12,7 @@ from kvmm.errors import (
     LedgerStateError,
     UnknownKeyError,
 )
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging.ledger import CommitmentLedger
 from tests.ledger_helpers import SLOW, raises_unchanged
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvmm.policies.ledger import PENDING, RATIO_BOUNDS, READY, STAGING, CommitmentLedger
+from kvmm.policies.staging.ledger import PENDING, RATIO_BOUNDS, READY, STAGING, CommitmentLedger
 from tests.ledger_helpers import SLOW
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvmm.errors import BadInputError, DTypeError
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging.ledger import CommitmentLedger
 from tests.ledger_helpers import SLOW, SLOWER, assert_same_snapshot, raises_unchanged, snapshot
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import math
 
-from kvmm.policies._ledger_kernels import check_claims_kernel, update_kernel
+from kvmm.policies.staging._ledger_kernels import check_claims_kernel, update_kernel
 
 
 def reference(ids, state, generation, n_slots, unique, allowed_mask):

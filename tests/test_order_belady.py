@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, BeladyPolicy, make_eviction_policy, replay
-from kvmm.policies.belady import NEVER
+from kvmm.policies.eviction.belady import NEVER
 from kvmm.traces.oracle import ORACLE_GENERAL_DTYPE, next_access_vtime
 from tests import order_parity
 from tests.naive.belady import LibpqueueHeap, next_use_naive, replay_belady_farthest, replay_belady_naive

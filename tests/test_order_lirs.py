@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import LIRSPolicy, make_eviction_policy, replay
 from kvmm.tiers import ManagedTier, SimulatedTier
-from kvmm.policies._replay_lirs import lirs_limits
+from kvmm.policies.eviction._kernels.lirs import lirs_limits
 from tests import order_parity
 from tests.naive.lirs import NaiveLIRS, replay_lirs_naive, replay_lirs_naive_checked
 
@@ -105,7 +105,7 @@ def test_other_hir_shares_equal_the_reference(block_streams, hirs_ratio):
 
 
 def test_pinned_small_example():
-    # the worked example of kvmm.policies._replay_lirs: capacity 3, hirs_limit 1, lirs_limit 2
+    # the worked example of kvmm.policies.eviction._kernels.lirs: capacity 3, hirs_limit 1, lirs_limit 2
     a, b, c, d = range(4)
     keys = [a, b, c, a, d, c, b]
     # a b c miss; a is an LIR hit; d misses (c leaves Q, stays in S non-resident); c misses and

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
-from kvmm.policies._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
+from kvmm.policies.eviction._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
 from tests.naive.replay import replay_naive
 from tests.order_parity import hypothesis_stream, libcachesim_hits, managed_tier_hits, mooncake_block_streams, zipf_keys_and_sizes
 
@@ -110,7 +110,7 @@ def test_dense_ids_across_chunks_and_table_growth(path):
 
 
 def test_dense_ids_takes_the_direct_table_only_for_compact_non_negative_keys(monkeypatch):
-    import kvmm.policies._replay as R
+    import kvmm.policies.eviction._replay as R
 
     calls = []
     monkeypatch.setattr(R, "_dense_ids_direct", lambda keys, top: calls.append(("direct", top)) or (keys, 0))

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import WTinyLFUPolicy, make_eviction_policy, replay
-from kvmm.policies.wtinylfu import sketch_shape, sketch_slots, split_capacity
+from kvmm.policies.eviction.wtinylfu import sketch_shape, sketch_slots, split_capacity
 from tests.naive.wtinylfu import NaiveSketch, NaiveWTinyLFU, replay_wtinylfu_naive, xxh64_u64
 from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
 from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
@@ -71,7 +71,7 @@ def test_wtinylfu_equals_naive_libcachesim_and_managed_tier_on_generated_streams
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**64 - 1), st.sampled_from([0x12345678, 0x12344321, 0]))
 def test_numba_xxh64_equals_the_reference(value, seed):
-    from kvmm.policies._replay_wtinylfu import xxh64_u64 as numba_xxh64
+    from kvmm.policies.eviction._kernels.wtinylfu import xxh64_u64 as numba_xxh64
 
     assert int(numba_xxh64(np.uint64(value), np.uint64(seed))) == xxh64_u64(value, seed)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kvmm.policies._replay_slru as slru_kernels
-import kvmm.policies._replay_wtinylfu as wtinylfu_kernels
+import kvmm.policies.eviction._kernels.slru as slru_kernels
+import kvmm.policies.eviction._kernels.wtinylfu as wtinylfu_kernels
 from kvmm.policies import replay
 from tests.naive.slru import replay_slru_naive
 from tests.naive.wtinylfu import replay_wtinylfu_naive

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kvmm.policies import replay
-from kvmm.policies._replay_twoq import node_dtype, quotas
+from kvmm.policies.eviction._kernels.twoq import node_dtype, quotas
 from tests.naive.lirs import replay_lirs_naive
 from tests.naive.s3fifo import replay_s3fifo_naive
 from tests.naive.twoq import replay_twoq_naive

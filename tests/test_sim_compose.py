@@ -17,7 +17,7 @@ import pytest
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError
 from kvmm.policies.eviction import LRUPolicy
-from kvmm.policies.stack_distance import StackDistanceTracker
+from kvmm.policies.mrc.stack_distance import StackDistanceTracker
 from kvmm.sim import SimConfig, TierLevel, simulate
 from kvmm.sim.config import make_eviction
 from kvmm.sim.simulator import resolve_trace

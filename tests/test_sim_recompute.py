@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvmm.policies.ledger import STAGING
+from kvmm.policies.staging.ledger import STAGING
 from tests.sim_helpers import TOY_FAST, TOY_MODEL, finish, make_engine, run_engine, toy_config, trace
 
 STAGE_S = 0.01 + 1_024_000 / 1e6

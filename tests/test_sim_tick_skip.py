@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging.ledger import CommitmentLedger
 from kvmm.sim.config import STAGING_NAMES, TierLevel
 from kvmm.sim.engine.staging import LedgerStaging
 from kvmm.sim.simulator import GiB, SimConfig, simulate

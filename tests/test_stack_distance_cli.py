@@ -86,7 +86,7 @@ def test_docs_example_runs(capsys):
 def test_stack_distance_doctest():
     import doctest
 
-    import kvmm.policies.stack_distance as module
+    import kvmm.policies.mrc.stack_distance as module
 
     result = doctest.testmod(module)
     assert result.attempted >= 5 and result.failed == 0

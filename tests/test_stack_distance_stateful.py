@@ -5,7 +5,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import kvmm.policies.shards as shards_module
+import kvmm.policies.mrc.shards as shards_module
 from kvmm.errors import KvmmError
 from kvmm.policies import ShardsTracker, StackDistanceTracker
 from tests.naive.stack_distance import MASK64, distinct_estimate, mix64, shards_stratified

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.policies.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
+from kvmm.policies.staging.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.policies.staging import (
     STAGING_POLICIES,
     ImmediateEDFStaging,

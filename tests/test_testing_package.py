@@ -151,7 +151,7 @@ def test_tier_operations_replay_on_an_arena_like_a_dict(ops):
 @FEW
 @given(kst.ledger_events())
 def test_ledger_events_keep_the_ledger_consistent(events):
-    from kvmm.policies.ledger import CommitmentLedger
+    from kvmm.policies.staging.ledger import CommitmentLedger
     from kvmm.tiers.spec import TierSpec
 
     ledger = CommitmentLedger(500, TierSpec("slow", 10**9, read_bandwidth=1000.0, write_bandwidth=1000.0,

@@ -119,7 +119,7 @@ def block_stream(trace, serving, cfg) -> Stream:
 def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
     """``(per-instance distances, global distances)`` of every reference (int64, ``INF`` cold),
     scaled by ``1 / rate``.  Requests go to instance ``r mod instances``.  O(refs log refs)."""
-    from kvmm.policies.stack_distance import StackDistanceTracker
+    from kvmm.policies.mrc.stack_distance import StackDistanceTracker
 
     def run(ids: np.ndarray) -> np.ndarray:
         d = StackDistanceTracker(initial_keys=max(1024, min(ids.shape[0], 1 << 22))).access(ids, return_distances=True)

@@ -1,39 +1,50 @@
-"""kvmm.policies: eviction orders (LRU, FIFO, LFU, ARC, CLOCK, S3-FIFO, SIEVE, 2Q, LIRS, SLRU,
-W-TinyLFU, offline Belady: :data:`EVICTION_POLICIES`, numba ``replay``; docs/eviction_orders.md),
-stack-distance analysis and working sets, admission filters,
-the TempoKV commitment ledger and staging policies (see DESIGN.md).
+"""kvmm.policies, one subpackage per idea:
 
-Imports are lazy, so ``import kvmm.policies`` compiles nothing; the first use of a name loads
-its module.
+* :mod:`kvmm.policies.eviction`: eviction orders (LRU, FIFO, LFU, ARC, CLOCK, S3-FIFO, SIEVE, 2Q,
+  LIRS, SLRU, W-TinyLFU, offline Belady), one module each, their numba replay kernels and the one
+  table of them (``ORDERS``: :data:`EVICTION_POLICIES`, :func:`replay`); docs/eviction_orders.md;
+* :mod:`kvmm.policies.staging`: TempoKV's commitment ledger and staging policies; docs/tempokv.md;
+* :mod:`kvmm.policies.mrc`: stack distances, SHARDS and the distributed miss-ratio curve
+  (EfficientAgent); docs/working_set.md;
+* :mod:`kvmm.policies.admission`: admission filters (the :class:`~kvmm.protocols.AdmissionPolicy`
+  Protocol).
+
+Every public name is exported here, as before the split.  Imports are lazy, so ``import
+kvmm.policies`` compiles nothing; the first use of a name loads its module.  The module paths of
+before the split (``kvmm.policies.ledger``, ``kvmm.policies.stack_distance``, ...) import for one
+release with a DeprecationWarning (:mod:`kvmm.policies._moved`).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from kvmm._lazy import lazy_exports
+from kvmm.policies import _moved
 
 _LAZY = {
     # eviction orders (the EvictionPolicy Protocol)
-    "LRUPolicy": "kvmm.policies.eviction",
-    "FIFOPolicy": "kvmm.policies.eviction",
-    "LFUPolicy": "kvmm.policies.eviction",
-    "ARCPolicy": "kvmm.policies.eviction",
-    "ClockPolicy": "kvmm.policies.clock",
-    "BeladyPolicy": "kvmm.policies.belady",
-    "S3FIFOPolicy": "kvmm.policies.s3fifo",
-    "SIEVEPolicy": "kvmm.policies.sieve",
-    "TwoQPolicy": "kvmm.policies.twoq",
-    "LIRSPolicy": "kvmm.policies.lirs",
-    "SLRUPolicy": "kvmm.policies.slru",
-    "WTinyLFUPolicy": "kvmm.policies.wtinylfu",
-    "EVICTION_POLICIES": "kvmm.policies.eviction",
-    "make_eviction_policy": "kvmm.policies.eviction",
-    "replay": "kvmm.policies._replay",
-    "REPLAY_ORDERS": "kvmm.policies._replay",
+    "LRUPolicy": "kvmm.policies.eviction.lru",
+    "FIFOPolicy": "kvmm.policies.eviction.fifo",
+    "LFUPolicy": "kvmm.policies.eviction.lfu",
+    "ARCPolicy": "kvmm.policies.eviction.arc",
+    "ClockPolicy": "kvmm.policies.eviction.clock",
+    "BeladyPolicy": "kvmm.policies.eviction.belady",
+    "S3FIFOPolicy": "kvmm.policies.eviction.s3fifo",
+    "SIEVEPolicy": "kvmm.policies.eviction.sieve",
+    "TwoQPolicy": "kvmm.policies.eviction.twoq",
+    "LIRSPolicy": "kvmm.policies.eviction.lirs",
+    "SLRUPolicy": "kvmm.policies.eviction.slru",
+    "WTinyLFUPolicy": "kvmm.policies.eviction.wtinylfu",
+    "EVICTION_POLICIES": "kvmm.policies.eviction.orders",
+    "make_eviction_policy": "kvmm.policies.eviction.orders",
+    "replay": "kvmm.policies.eviction._replay",
+    "REPLAY_ORDERS": "kvmm.policies.eviction._replay",
     # stack distances, miss-ratio curves, working sets (EfficientAgent)
-    "StackDistanceTracker": "kvmm.policies.stack_distance",
-    "DistanceHistogram": "kvmm.policies.stack_distance",
-    "ShardsTracker": "kvmm.policies.shards",
-    "distributed_mrc": "kvmm.policies.distributed",
+    "StackDistanceTracker": "kvmm.policies.mrc.stack_distance",
+    "DistanceHistogram": "kvmm.policies.mrc.stack_distance",
+    "ShardsTracker": "kvmm.policies.mrc.shards",
+    "distributed_mrc": "kvmm.policies.mrc.distributed",
     # admission (the AdmissionPolicy Protocol)
     "AdmissionRequest": "kvmm.policies.admission",
     "WriteAll": "kvmm.policies.admission",
@@ -42,16 +53,28 @@ _LAZY = {
     "SelectiveWriteThrough": "kvmm.policies.admission",
     "RefillFilter": "kvmm.policies.admission",
     # TempoKV: commitment ledger and staging (the StagingPolicy Protocol)
-    "CommitmentLedger": "kvmm.policies.ledger",
-    "StagingPolicy": "kvmm.policies.staging",
-    "OnDemandStaging": "kvmm.policies.staging",
-    "ImmediateStaging": "kvmm.policies.staging",
-    "ImmediateEDFStaging": "kvmm.policies.staging",
-    "TimelyStaging": "kvmm.policies.staging",
-    "STAGING_POLICIES": "kvmm.policies.staging",
-    "make_staging_policy": "kvmm.policies.staging",
+    "CommitmentLedger": "kvmm.policies.staging.ledger",
+    "StagingPolicy": "kvmm.policies.staging.staging",
+    "OnDemandStaging": "kvmm.policies.staging.staging",
+    "ImmediateStaging": "kvmm.policies.staging.staging",
+    "ImmediateEDFStaging": "kvmm.policies.staging.staging",
+    "TimelyStaging": "kvmm.policies.staging.staging",
+    "STAGING_POLICIES": "kvmm.policies.staging.staging",
+    "make_staging_policy": "kvmm.policies.staging.staging",
 }
 
 __all__ = sorted(_LAZY)
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+_exported, __dir__ = lazy_exports(__name__, _LAZY, globals(), frozenset({"eviction", "staging", "mrc", "admission"}))
+_moved.install()
+
+
+def __getattr__(name: str) -> object:
+    """An exported name (loaded on first use), a subpackage, or an old submodule path (warns)."""
+    try:
+        return _exported(name)
+    except AttributeError:
+        module: ModuleType | None = _moved.old_submodule(name)
+        if module is None:
+            raise
+        return module

@@ -147,7 +147,7 @@ def _dask_histogram(args: argparse.Namespace):
     """Stream the trace in chunks through :func:`kvmm.policies.distributed_mrc`."""
     from kvmm._validate import as_count
     from kvmm.errors import BadInputError
-    from kvmm.policies.distributed import distributed_mrc
+    from kvmm.policies.mrc.distributed import distributed_mrc
     from kvmm.traces import iter_trace_chunks
     from kvmm.traces.mooncake import resolve_trace_path
 

@@ -27,8 +27,8 @@ import numpy as np
 from kvmm._arrays import grown
 from kvmm._validate import as_count, as_fraction
 from kvmm.errors import BadInputError, DTypeError, ShapeError
-from kvmm.policies import _stack_kernels as K
-from kvmm.policies.stack_distance import StackDistanceTracker, _as_key_words, _next_pow2
+from kvmm.policies.mrc import _stack_kernels as K
+from kvmm.policies.mrc.stack_distance import StackDistanceTracker, _as_key_words, _next_pow2
 
 __all__ = ["AdmissionRequest", "WriteAll", "StoreThreshold", "SelectiveWriteThrough", "RefillFilter", "admission_mask"]
 

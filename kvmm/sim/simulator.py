@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kvmm.errors import BadInputError, RunWarning
-from kvmm.policies.ledger import CommitmentLedger
+from kvmm.policies.staging.ledger import CommitmentLedger
 from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel
 from kvmm.sim.engine.instance import Instance, QueueGrowthWarning
 from kvmm.sim.engine.requests import RequestTable

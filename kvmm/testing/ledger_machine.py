@@ -2,7 +2,7 @@
 
 :class:`~kvmm.testing.models.ledger.LedgerModel` is written from docs/tempokv.md ("Semantics")
 alone.  ``CommitmentLedgerMachine`` drives a model and a real
-:class:`~kvmm.policies.ledger.CommitmentLedger` with the same calls (valid ones, and repeated,
+:class:`~kvmm.policies.staging.ledger.CommitmentLedger` with the same calls (valid ones, and repeated,
 released, foreign and wrong-state ids, bad times and values); after a call that raises, the
 ledger must be exactly as before (every attribute compared) and have raised the same error class
 as the model; ``check()`` of the ledger is an invariant after every step.  Use it in a test
@@ -78,7 +78,7 @@ def _spec(name, bandwidth, latency):
 
 
 class CommitmentLedgerMachine(RuleBasedStateMachine):
-    """Drive :class:`~kvmm.policies.ledger.CommitmentLedger` and :class:`LedgerModel` with the same calls.
+    """Drive :class:`~kvmm.policies.staging.ledger.CommitmentLedger` and :class:`LedgerModel` with the same calls.
 
     Ids are drawn from the open claims in the states a call allows, then sometimes spoiled: a
     repeated id, a released id, a foreign id or an id in the wrong state.  Every call goes to
@@ -95,7 +95,7 @@ class CommitmentLedgerMachine(RuleBasedStateMachine):
         self.spoiled: str | None = None  # how the latest draw_ids spoiled its ids, if it did
 
     def make_ledger(self, capacity, sources, **kw):
-        from kvmm.policies.ledger import CommitmentLedger
+        from kvmm.policies.staging.ledger import CommitmentLedger
 
         return CommitmentLedger(capacity, sources, **kw)
 

@@ -1,5 +1,5 @@
 """Plain-Python S3-FIFO replay, written from libCacheSim's documented S3-FIFO (the comment at the
-top of ``S3FIFO.c`` and :mod:`kvmm.policies.s3fifo`'s docstring): one FIFO per queue, oldest
+top of ``S3FIFO.c`` and :mod:`kvmm.policies.eviction.s3fifo`'s docstring): one FIFO per queue, oldest
 first, each with its total size; ``get`` as libCacheSim's ``cache_get_base`` (find, then evict
 until the entry fits, then insert)."""
 

@@ -116,7 +116,7 @@ def shards_fixed_rate(keys, rate: float):
 
 
 def hll_registers(keys, bits: int) -> list[int]:
-    """HyperLogLog registers as documented in ``kvmm.policies._stack_kernels.count_strata``:
+    """HyperLogLog registers as documented in ``kvmm.policies.mrc._stack_kernels.count_strata``:
     register ``h mod 2**bits`` keeps the largest (trailing zeros of ``h >> bits``) + 1."""
     registers = [0] * (1 << bits)
     for k in keys:
@@ -165,7 +165,7 @@ def distinct_estimate(keys, stratify_rate: float, sketch_bits: int = 16) -> floa
 
 
 def shards_stratified(keys, rate: float, stratify_rate: float, min_stratum_keys: int, sketch_bits: int = 16):
-    """The MRC function of stratified fixed-rate SHARDS, from ``kvmm.policies.shards``' docstring.
+    """The MRC function of stratified fixed-rate SHARDS, from ``kvmm.policies.mrc.shards``' docstring.
 
     Keys hashing below ``stratify_rate * 2**64`` are counted; those below ``rate * 2**64`` are
     also sampled (Mattson distances among them).  Frequency band = floor(log2(references));

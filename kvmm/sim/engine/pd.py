@@ -53,7 +53,7 @@ def simulate_pd(cfg, serving, trace, arrival: np.ndarray, progress=None):
     of the fewest queued prompt tokens), seeing each prefill instance's queue, whether it is
     prefilling and its GPU pool use, and a block index of the prefill pools when it reads one.
     """
-    from kvmm.policies.ledger import CommitmentLedger
+    from kvmm.policies.staging.ledger import CommitmentLedger
 
     pd = cfg.pd
     table = RequestTable(trace, arrival)
