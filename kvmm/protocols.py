@@ -10,13 +10,15 @@ array-valued batch methods live on the concrete classes, which stay free to be f
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Hashable, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 __all__ = [
     "TierBackend",
     "EvictionPolicy",
+    "EvictionPolicyBase",
+    "FastHooks",
     "TokenScorer",
     "AdmissionPolicy",
     "StagingPolicy",
@@ -71,23 +73,125 @@ class EvictionPolicy(Protocol):
     (``None``: unchanged).  Both default so that a caller that never passes sizes gets
     entry-count semantics (every size 1).  A policy may ignore sizes in its order (LRU, FIFO,
     LFU: the caller evicts a prefix of ``victims`` until the bytes fit) or account in them (ARC,
-    whose lists and target are sizes, as in libCacheSim).  Optional extensions a caller may
-    detect: ``victims(..., incoming=key, incoming_size=size)`` (the entry that needs the room),
-    ``attach(capacity)`` (the capacity, in the same units, of the tier that adopts it) and
-    ``on_evict(key)`` (the key leaves as a victim the caller chose, not as a delete: 2Q keeps it
-    as a ghost, LIRS as a non-resident entry; a caller that evicts without naming the incoming
-    entry, such as vLLM's batch ``evict(n)``, calls it instead of ``on_remove``).
-    A policy whose hooks take the key only (the protocol before sizes) still works with
-    ManagedTier, which then calls them without sizes.
+    whose lists and target are sizes, as in libCacheSim).
+
+    Self-eviction: ``on_insert`` and ``on_access`` return the keys the policy evicted *on its
+    own* during that event (usually none: an empty tuple), as cachetools' ``expire()`` returns
+    what it expired.  Those keys are no longer tracked: the owner removes them from its storage
+    and does not call ``on_remove`` for them.  2Q's Am keeps a quota of its own, LIRS's demoted
+    LIR key pushes out Q's oldest (a hit too), SLRU's and W-TinyLFU's hits cool segments down
+    into an eviction; the other orders never evict on their own.  A policy that returns ``None``
+    (written before this rule) evicts nothing on its own.
+
+    Optional capabilities (``attach``, ``on_evict``, ``touch``, ``adapt``, ``fast_hooks``,
+    ``keys``, ``check``, ``victims(..., incoming=, incoming_size=)``, ``protected`` on the
+    events, ``offline``, ``self_evicting``) are declared, with their defaults, on
+    :class:`EvictionPolicyBase`; an owner uses them only on a policy derived from it.  Any other
+    object with these four methods works as a policy that has none of them (an owner never
+    probes for them).  A policy whose ``on_insert`` / ``on_access`` take the key only (the
+    protocol before sizes) still works with ManagedTier, which then calls them without sizes.
     """
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None: ...
+    def on_insert(self, key: Hashable, size: int = 1) -> Iterable[Hashable] | None: ...
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None: ...
+    def on_access(self, key: Hashable, size: int | None = None) -> Iterable[Hashable] | None: ...
 
     def on_remove(self, key: Hashable) -> None: ...
 
     def victims(self, n: int, protected: Iterable[Hashable] = ()) -> list[Hashable]: ...
+
+
+class FastHooks(NamedTuple):
+    """A policy's events without the per-event checks (:meth:`EvictionPolicyBase.fast_hooks`),
+    for an owner that guarantees what they check: an accessed key is tracked, an inserted one
+    is not, a size is an integer ``>= 0``.  They make the same state changes as the checked
+    events and return the same (the keys evicted on the policy's own; ``None`` counts as none),
+    protecting only the key of the event.
+
+    * ``access(key)``: ``on_access(key)``;
+    * ``insert(key, size)``: ``on_insert(key, size)``;
+    * ``insert_many(keys)``: ``on_insert`` of each key in order (sizes ignored: an order that
+      does not look at sizes), or None;
+    * ``evict_first()``: removes and returns the first victim, as ``victims(1)`` then
+      ``on_remove`` would (nothing protected), or None.
+
+    Only orders that never evict on their own (LRU, FIFO) have the last two: a batch owner then
+    evicts and inserts a whole request at once.
+    """
+
+    access: Callable[[Hashable], Any]
+    insert: Callable[[Hashable, int], Any]
+    insert_many: Callable[[Iterable[Hashable]], None] | None = None
+    evict_first: Callable[[], Hashable] | None = None
+
+
+class EvictionPolicyBase:
+    """Every optional capability of an :class:`EvictionPolicy`, with its default.  kvmm's orders
+    derive from it; a policy of your own derives from it to get any of these used (an owner
+    treats any other object as the four Protocol methods and nothing more).
+
+    A subclass implements the four Protocol methods with these signatures:
+
+    * ``on_insert(key, size=1, protected=())`` and ``on_access(key, size=None, protected=())``
+      return the keys evicted on the policy's own (an empty tuple when none); ``protected``:
+      keys it must not evict on its own (the owner's pinned entries; 2Q and LIRS also keep the
+      key of the event, while SLRU's cooling, as libCacheSim's, knows no protection and can
+      evict even the key it was hit on);
+    * ``on_remove(key)``;
+    * ``victims(n, protected=(), *, incoming=..., incoming_size=1)``: ``incoming`` the key whose
+      insertion needs the room and ``incoming_size`` its size (ARC adapts to a ghost before it
+      chooses; orders that do not need them accept and ignore them; left out: no key named).
+
+    Documented as absent from the Protocol: an order's own queries (``admits``: whether
+    libCacheSim stores a miss, whose arguments differ by order; ``frequency``, ``lists``, ...),
+    which no owner calls.
+    """
+
+    #: The policy needs its future references (Belady): no online owner (the simulator's tiers,
+    #: an engine's cache) can drive it, and they refuse it.
+    offline: ClassVar[bool] = False
+    #: ``on_insert`` / ``on_access`` may return keys (2Q, LIRS, SLRU, W-TinyLFU).  False promises
+    #: they never do, so an owner may ignore what they return (and a recency ranking over the
+    #: policy, vLLM's ``lru``, may use it).
+    self_evicting: ClassVar[bool] = False
+
+    def attach(self, capacity: int) -> None:
+        """Told the capacity (the owner's units) of the tier that adopts it, before any event
+        (ManagedTier, vLLM).  Default: ignored."""
+
+    def on_evict(self, key: Hashable) -> None:
+        """``key`` leaves as a victim the owner chose from :meth:`victims` without naming the
+        incoming entry (vLLM's batch ``evict(n)``, LMCache's candidates), not as a delete: 2Q
+        keeps it as a ghost, LIRS as a non-resident entry.  Default: ``on_remove``."""
+        self.on_remove(key)  # type: ignore[attr-defined]
+
+    def touch(self, key: Hashable) -> None:
+        """A reference the owner does not count as a use (vLLM re-ranks the chunks a request only
+        stored): ARC keeps the key in its list, LFU its count.  Default: nothing changes."""
+
+    def adapt(self, key: Hashable) -> bool:
+        """A miss on ``key`` reported before the owner makes room for it (vLLM's
+        ``on_store_miss``): ARC adapts its target on a ghost now.  Returns whether ``key`` was a
+        ghost.  Default: nothing changes, False."""
+        return False
+
+    def fast_hooks(self) -> FastHooks | None:
+        """The events without per-event checks (:class:`FastHooks`), or None (the default, and
+        for a subclass of a built-in order, whose own events must run)."""
+        return None
+
+    def resident_size(self) -> int | None:
+        """The total size the policy accounts to its residents, in the owner's units, or None
+        (the default) for an order that does not account sizes.  ManagedTier's ``check`` holds
+        it to the bytes it manages."""
+        return None
+
+    def keys(self) -> list[Hashable]:
+        """The tracked keys in eviction order (next victim first).  An owner's ``check`` reads it."""
+        raise NotImplementedError(f"{type(self).__name__} lists no keys; expected keys() for an EvictionPolicyBase")
+
+    def check(self) -> None:
+        """Assert every invariant (used by tests).  Default: none."""
 
 
 @runtime_checkable

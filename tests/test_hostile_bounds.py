@@ -14,12 +14,12 @@ from kvmm.cluster.routers import ROUTERS
 from kvmm.errors import BadInputError, KvmmError
 from kvmm.plan import SLO, TierCandidate, plan
 from kvmm.policies import replay
-from kvmm.policies.eviction._replay import _KERNELS
+from kvmm.policies.eviction.orders import ORDERS as _ORDER_TABLE
 
 MAX_UNITS = 2**60  # kvmm._validate.MAX_UNITS, the documented bound
 MAX_INSTANCES = 2**20  # kvmm._validate.MAX_INSTANCES
 KEYS = np.array([1, 2, 1, 2, 3, 1], dtype=np.int64)
-ORDERS = sorted(_KERNELS)
+ORDERS = sorted(_ORDER_TABLE)
 
 
 @pytest.mark.parametrize("order", ORDERS)

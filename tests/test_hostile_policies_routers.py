@@ -52,10 +52,11 @@ def test_policy_calls_check_their_size_whatever_the_key():
     assert lirs.admits(2, 1) is True and lirs.admits(2, 5) is False
     twoq = TwoQPolicy(capacity=4)
     twoq.on_insert(1)
-    for key in (1, 2):  # a resident key returned [] before looking at the size
-        raises_unchanged(twoq, BadInputError, "incoming_size must be >= 0, got -1", lambda: twoq.extra_victims(key, -1))
-    raises_unchanged(twoq, DTypeError, "protected", lambda: twoq.extra_victims(1, 1, protected=5))
-    assert twoq.extra_victims(1, 1) == [] and twoq.extra_victims(1, None) == []
+    for key in (1, 2):  # the size is checked before the key is looked at, resident or not
+        raises_unchanged(twoq, BadInputError, "size must be >= 0, got -1", lambda: twoq.on_insert(key, -1))
+        raises_unchanged(twoq, BadInputError, "size must be >= 0, got -1", lambda: twoq.on_access(key, -1))
+    raises_unchanged(twoq, DTypeError, "protected", lambda: twoq.on_insert(2, 1, protected=5))
+    assert twoq.on_insert(2, 1) == [] and twoq.on_access(1) == ()  # nothing evicted on its own
 
 
 @pytest.mark.parametrize("trace", [
@@ -106,9 +107,7 @@ def test_every_order_accepts_overfill_and_its_victims_empty_it(name, how):
     evicted = 0
     while len(policy) and evicted < 20:
         victim = policy.victims(1)[0]
-        (policy.on_evict if hasattr(policy, "on_evict") else policy.on_remove)(victim)
-        for dropped in getattr(policy, "take_dropped", list)():
-            policy.on_remove(dropped)
+        policy.on_evict(victim)  # EvictionPolicyBase's default: on_remove
         policy.check()
         evicted += 1
     assert len(policy) == 0  # the victims reach every key: nothing overfilled is stuck

@@ -1,10 +1,12 @@
-"""kvmm.integrations._policy_factory: the adapters' shared rules for what counts as a policy, and
-for the orders that evict other than on request."""
+"""kvmm.integrations._policy_factory: the adapters' shared rules for what counts as a policy; and
+the hooks an engine adapter calls on one (kvmm._policy_hooks.PolicyHooks), for the orders that
+evict other than on request."""
 
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.integrations._policy_factory import drop_extra_victims, eviction_hook, policy_factory
+from kvmm._policy_hooks import PolicyHooks
+from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies import ARCPolicy, LRUPolicy, TwoQPolicy
 
 
@@ -41,18 +43,19 @@ def test_need_contains_refuses_a_policy_without_membership():
 
 def test_an_eviction_hook_and_the_self_evictions_an_engine_adapter_applies():
     twoq, lru = TwoQPolicy(capacity=100), LRUPolicy()  # 2Q: Kin 25, Kout 50, Am 75
-    assert eviction_hook(twoq) == twoq.on_evict and eviction_hook(lru) == lru.on_remove
+    hooks = PolicyHooks(twoq)
+    assert hooks.evict == twoq.on_evict and PolicyHooks(lru).evict == lru.on_evict  # LRU's: on_remove
     for key in "abcd":
-        twoq.on_insert(key, 25)
+        assert hooks.insert(key, 25) == []
     for key in "abc":  # each leaves A1in as an eviction (a ghost; Kout holds two) and comes back into Am
-        eviction_hook(twoq)(key)
-        twoq.on_insert(key, 25)
-    eviction_hook(twoq)("d")
+        hooks.evict(key)
+        hooks.insert(key, 25)
+    hooks.evict("d")
     assert twoq.queues() == {"A1in": [], "A1out": ["d"], "Am": ["a", "b", "c"]}  # Am at its quota, 75
-    dropped = {}
-    drop_extra_victims(twoq, "d", 25, {"d", "a"}, dropped)  # d's ghost enters the full Am; a protected
-    assert list(dropped) == ["b"] and "b" not in twoq
-    twoq.on_insert("d", 25)
-    drop_extra_victims(twoq, "e", 25, {"e"}, dropped)  # a new key goes to A1in: nothing more
-    assert list(dropped) == ["b"] and twoq.queues()["Am"] == ["a", "c", "d"]
+    assert hooks.insert("d", 25, {"a"}) == ["b"] and "b" not in twoq  # d's ghost enters the full Am; a protected
+    assert hooks.insert("e", 25) == []  # a new key goes to A1in: nothing more
+    assert twoq.queues()["Am"] == ["a", "c", "d"]
     twoq.check()
+    lru.on_insert("x")
+    PolicyHooks(lru).evict("x")  # EvictionPolicyBase's on_evict: on_remove
+    assert "x" not in lru

@@ -58,7 +58,7 @@ def test_byte_sized_hits_evict_through_cooling():
             dropped_on_hit += before - len(tier)
         elif policy.admits(size):
             tier.put_size(key, size)
-    assert dropped_on_hit > 0 and policy.take_dropped() == []
+    assert dropped_on_hit > 0 and len(policy) == len(tier)  # the evicted keys are no longer tracked
     tier.check()
 
 
@@ -126,18 +126,19 @@ def test_bad_calls_change_nothing():
     policy.check()
 
 
-def test_dropped_key_stays_tracked_until_removed_and_an_access_reinserts_it():
+def test_a_hit_returns_the_keys_its_cooling_evicted_and_forgets_them():
     policy = SLRUPolicy(capacity=10)  # 4 x 2; the cache holds up to 10, segment 0 overfills
     for k in range(10):
-        policy.on_insert(k)
+        assert policy.on_insert(k) == ()  # an insert never cools
     assert policy.segments() == [[0, 1, 8, 9], [2, 3], [4, 5], [6, 7]]  # 8, 9: no segment had room
-    policy.on_access(0)  # to segment 1; its tail 2 cools into segment 0 (over: 1 8 9 2), which evicts 1, 8
-    assert policy.take_dropped() == [1, 8] and 1 in policy and len(policy) == 10
-    assert policy.victims(3) == [1, 8, 9]
-    policy.on_access(1)  # a dropped key accessed again: inserted afresh
-    assert 1 not in policy.take_dropped() and 1 in policy.segments()[0]
-    policy.on_remove(8)
-    assert policy.take_dropped() == [] and 8 not in policy
+    # to segment 1; its tail 2 cools into segment 0 (over: 1 8 9 2), which evicts 1, 8
+    assert policy.on_access(0) == [1, 8]
+    assert 1 not in policy and 8 not in policy and len(policy) == 8 and policy.victims(1) == [9]
+    with pytest.raises(UnknownKeyError):  # evicted: no longer tracked (the owner inserts it afresh)
+        policy.on_access(1)
+    assert policy.on_insert(1) == () and 1 in policy.segments()[0]
+    with pytest.raises(UnknownKeyError):
+        policy.on_remove(8)
     policy.check()
 
 
@@ -150,12 +151,6 @@ class SLRUMachine(RuleBasedStateMachine):
         self.policy = SLRUPolicy(capacity=9)
         self.model = NaiveSLRU(9, segment_maxima(9))
 
-    def _sync_drops(self):
-        dropped = self.policy.take_dropped()
-        assert dropped == self.model.evicted
-        for k in dropped:
-            self.policy.on_remove(k)
-        self.model.evicted = []
 
     @rule(key=st.integers(0, 14))
     def insert(self, key):
@@ -173,9 +168,10 @@ class SLRUMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def access(self, data):
         key = data.draw(st.sampled_from(sorted(self.model.where)))
-        self.policy.on_access(key)
+        evicted = self.policy.on_access(key)
         self.model.hit(key)
-        self._sync_drops()
+        assert list(evicted) == self.model.evicted and not any(k in self.policy for k in evicted)
+        self.model.evicted = []
 
     @precondition(lambda self: len(self.policy) > 0)
     @rule(data=st.data())
@@ -207,7 +203,7 @@ def test_managed_tier_batch_offers_equal_the_replay(block_streams, order, capaci
     for start in range(0, trace.size, 7):  # requests of 7 blocks
         blocks = trace[start:start + 7]
         got += tier.access_or_put_size_many(blocks, 100, np.ones(blocks.size, bool)).tolist()
-        assert tier.used_bytes <= capacity and tier.policy.take_dropped() == []
+        assert tier.used_bytes <= capacity and len(tier.policy) == len(tier)  # every evicted key deleted
     tier.check()
     expected = replay(order, trace, capacity, np.full(trace.size, 100)).tolist()
     assert got == expected and 0 < sum(got)

@@ -4,6 +4,8 @@ a Hypothesis state machine of ManagedTier(TwoQPolicy) against the reference."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -63,8 +65,8 @@ def test_byte_sized_replay_equals_libcachesim_managed_tier_and_reference(capacit
 
 def test_a_ghost_entering_a_full_am_evicts_from_am_although_the_tier_has_room():
     """libCacheSim's Am is a cache of its own (quota c - Kin): a ghost entering a full Am pushes
-    out Am's least recent key even when the whole cache has room; ManagedTier evicts it too
-    (extra_victims) and put returns it."""
+    out Am's least recent key even when the whole cache has room (on_insert returns it);
+    ManagedTier evicts it too and put returns it."""
     policy = TwoQPolicy()
     tier = ManagedTier(SimulatedTier(100), policy)  # Kin 25, Kout 50, Am 75
     assert [tier.put_size(k, 25) for k in "abcd"] == [[], [], [], []]
@@ -74,7 +76,7 @@ def test_a_ghost_entering_a_full_am_evicts_from_am_although_the_tier_has_room():
     assert tier.put_size("c", 25) == ["d"]
     assert policy.queues() == {"A1in": ["e"], "A1out": ["d"], "Am": ["a", "b", "c"]}
     tier.delete("e")  # an explicit delete: no ghost; A1in is now empty, Am full (75)
-    assert policy.extra_victims("d", 25) == ["a"]
+    assert copy.deepcopy(policy).on_insert("d", 25) == ["a"]
     assert tier.put_size("d", 25) == ["a"]  # 75 + 25 <= 100, but Am's quota is 75
     assert policy.queues() == {"A1in": [], "A1out": [], "Am": ["b", "c", "d"]}
     assert tier.used_bytes == 75
@@ -157,7 +159,7 @@ def test_bad_calls_change_nothing():
     for call, error in [(lambda: policy.on_insert(1), BadInputError), (lambda: policy.on_access(9), UnknownKeyError),
                         (lambda: policy.on_remove(9), UnknownKeyError), (lambda: policy.on_insert(7, -1), BadInputError),
                         (lambda: policy.victims(1, incoming=5, incoming_size=-2), BadInputError),
-                        (lambda: policy.extra_victims(5, -1), BadInputError)]:
+                        (lambda: policy.on_insert(5, 1, protected=5), DTypeError)]:
         with pytest.raises(error):
             call()
         assert (policy.queues(), policy.queue_sizes()) == before

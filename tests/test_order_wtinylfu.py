@@ -151,33 +151,29 @@ class WTinyLFUMachine(RuleBasedStateMachine):
         self.policy = WTinyLFUPolicy(capacity=120, window_size=0.05)
         self.model = NaiveWTinyLFU(120, 0.05)
 
-    def _take_drops(self):
-        dropped = self.policy.take_dropped()
-        assert dropped == self.model.main.evicted
-        for k in dropped:
-            self.policy.on_remove(k)
-        self.model.main.evicted = []
-
     @rule(key=st.integers(0, 200))
     def insert(self, key):
         if key in self.policy:
             return
+        extra = []  # what the planned steps evicted besides their victims: the insert hands it over
         while self.model.used() + 1 > 120:
-            victim = self.policy.victims(1, incoming=key)[0]
+            victim = self.policy.victims(1, protected=extra, incoming=key)[0]
             self.model.evict()
             assert victim == self.model.main.evicted.pop(0)
             self.policy.on_remove(victim)
-            self._take_drops()
-        self.policy.on_insert(key)
+            extra += self.model.main.evicted
+            self.model.main.evicted = []
+        assert list(self.policy.on_insert(key)) == extra and not any(k in self.policy for k in extra)
         self.model.get(key, 1)
 
     @precondition(lambda self: len(self.policy) > 0)
     @rule(data=st.data())
     def access(self, data):
         key = data.draw(st.sampled_from(sorted(self.policy.keys())))
-        self.policy.on_access(key)
+        evicted = self.policy.on_access(key)
         assert self.model.get(key, 1)
-        self._take_drops()
+        assert list(evicted) == self.model.main.evicted and not any(k in self.policy for k in evicted)
+        self.model.main.evicted = []
 
     @precondition(lambda self: len(self.policy) > 0)
     @rule(data=st.data())
@@ -188,7 +184,9 @@ class WTinyLFUMachine(RuleBasedStateMachine):
             self.model.evict()
             assert key == self.model.main.evicted.pop(0)
             self.policy.on_remove(key)
-            self._take_drops()
+            for other in self.model.main.evicted:  # the step's other victims, which victims() lists next
+                self.policy.on_remove(other)
+            self.model.main.evicted = []
             return
         self.policy.on_remove(key)
         if key in self.model.window:

@@ -1,7 +1,7 @@
 """The rules by which every engine adapter (vLLM, LMCache, SGLang) turns what a user passes as a
 policy into kvmm policies: a factory of fresh eviction policies, and an admission policy from its
-configured name and arguments; and the two rules the cache-policy adapters share for orders that
-evict other than on request (:func:`eviction_hook`, :func:`drop_extra_victims`).
+configured name and arguments.  (How an adapter then calls the policy, and reads the keys it
+evicts on its own, is :class:`kvmm._policy_hooks.PolicyHooks`, which ManagedTier uses too.)
 Engine-independent: imports no engine."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 from typing import Any, Callable
 
 from kvmm.errors import BadInputError
-from kvmm.protocols import AdmissionPolicy, EvictionPolicy
+from kvmm.protocols import AdmissionPolicy, EvictionPolicy, EvictionPolicyBase
 
 
 def policy_factory(policy: Any, *, need_contains: bool = False) -> tuple[Callable[[], Any], Any]:
@@ -29,7 +29,7 @@ def policy_factory(policy: Any, *, need_contains: bool = False) -> tuple[Callabl
         raise BadInputError(f"make_cache_policy needs an EvictionPolicy (on_insert, on_access, on_remove, victims), "
                             f"its class or a factory; got {type(policy).__name__}")
     probe = factory()
-    if getattr(probe, "offline", False) is True:
+    if isinstance(probe, EvictionPolicyBase) and probe.offline:
         raise BadInputError(f"make_cache_policy: {type(probe).__name__} needs its future reference stream, which an "
                             f"engine's cache cannot know; use it offline (kvmm.policies.replay('belady', ...))")
     if not isinstance(probe, EvictionPolicy) or (need_contains and not hasattr(probe, "__contains__")):
@@ -61,20 +61,3 @@ def load_admission(spec: Any, kwargs: Any, *, setting: str = "kvmm_admission",
     if not isinstance(policy, AdmissionPolicy):
         raise BadInputError(f"{setting} {spec!r} built a {type(policy).__name__}, which has no admit(request)")
     return policy
-
-
-def eviction_hook(policy: Any) -> Callable[[Any], None]:
-    """What an adapter calls for a victim the engine frees: ``on_evict`` where the policy tells an
-    eviction from a delete (2Q keeps a ghost, LIRS a non-resident entry), else ``on_remove``."""
-    return getattr(policy, "on_evict", policy.on_remove)
-
-
-def drop_extra_victims(policy: Any, key: Any, size: int | None, protected: set, dropped: dict) -> None:
-    """Before a reference to ``key`` (an insert of ``size``, or an access: None), remove from
-    ``policy`` the keys its ``extra_victims`` names (2Q's Am quota, LIRS's demotions), as
-    :class:`~kvmm.tiers.ManagedTier` evicts them, and record them in ``dropped`` (oldest first):
-    the engine still holds them and frees them at its next eviction.  Call only for a policy
-    with ``extra_victims``."""
-    for victim in policy.extra_victims(key, size, protected):
-        policy.on_remove(victim)
-        dropped[victim] = None

@@ -53,7 +53,7 @@ def online_orders() -> tuple[str, ...]:
     """The registered eviction orders a tier can run (Belady, which needs the future, is not one)."""
     from kvmm.policies.eviction import EVICTION_POLICIES
 
-    return tuple(name for name, cls in EVICTION_POLICIES.items() if not getattr(cls, "offline", False))
+    return tuple(name for name, cls in EVICTION_POLICIES.items() if not cls.offline)  # every order declares it
 
 
 def choice(value: Any, allowed: Iterable[str], what: str) -> str:

@@ -26,17 +26,19 @@ from typing import Any, Callable, Hashable, Iterable
 class LruRanks:
     """The ranks of the resident chunks (see the module docstring).
 
-    ``access(key)`` / ``insert(key, size)`` are the policy's hooks (a refresh, a new key) and
-    ``evicted(key)`` what a victim gets (``on_evict`` or ``on_remove``).
+    ``access(key)`` / ``insert(key, size)`` are the policy's hooks (a refresh, a new key; the
+    policy evicts nothing on its own), ``evicted(key)`` what a victim gets (``on_evict``) and
+    ``keys`` the policy's ``keys`` (None when it has none: :meth:`check` then skips its order).
 
     Runtime complexity: a fresh rank O(1) plus the policy's event; a request rank O(log p) for
     p provisional chunks; ``victims(n)`` O((n + blocked provisional chunks) log p) plus the
     policy's ``victims``.
     """
 
-    def __init__(self, policy: Any, access: Callable, insert: Callable, evicted: Callable) -> None:
+    def __init__(self, policy: Any, access: Callable, insert: Callable, evicted: Callable,
+                 keys: Callable[[], list] | None) -> None:
         self.policy = policy
-        self._access, self._insert, self._evicted = access, insert, evicted
+        self._access, self._insert, self._evicted, self._keys = access, insert, evicted, keys
         self._counter = 0
         # committed key -> r (the policy tracks it); provisional key -> (R, -position)
         self.committed: dict[Hashable, int] = {}
@@ -115,8 +117,8 @@ class LruRanks:
         assert self.committed.keys().isdisjoint(self.provisional)
         assert set(self.committed) | set(self.provisional) == resident
         # The policy tracks exactly the committed chunks, in rank order.
-        if hasattr(self.policy, "keys"):
-            assert self.policy.keys() == sorted(self.committed, key=self.committed.__getitem__)
+        if self._keys is not None:
+            assert self._keys() == sorted(self.committed, key=self.committed.__getitem__)
         # Every rank came from the counter.
         assert all(0 < r <= self._counter for r in self.committed.values())
         assert all(0 < r <= self._counter for r, _ in self.provisional.values())

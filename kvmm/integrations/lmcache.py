@@ -75,9 +75,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without LMCache
         "pip install -r .ci/requirements-lmcache.txt (see README, 'Use inside LMCache'); "
         f"import failed with: {exc}") from exc
 
+from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, CapacityExceededError, CorruptEntryError, DTypeError, ShapeError
 from kvmm.integrations import _framed_value as framed_value
-from kvmm.integrations._policy_factory import drop_extra_victims, eviction_hook, policy_factory
+from kvmm.integrations._policy_factory import policy_factory
 from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.policies.eviction import FIFOPolicy, LFUPolicy, LRUPolicy
 from kvmm.tiers import ManagedTier
@@ -171,10 +172,9 @@ class KvmmStoragePlugin(StoragePluginInterface):
         """The chunks pinned by the last lookup count as hits for the tier's eviction policy,
         suffix first (LocalCPUBackend's order), so a request's head ends most recent."""
         with self._lock:
-            policy = getattr(self.tier, "policy", None)
-            for k in reversed(self.keys_in_request):
-                if policy is not None and k in policy:
-                    policy.on_access(k)
+            if isinstance(self.tier, ManagedTier):  # a tier without a policy has nothing to tell
+                for k in reversed(self.keys_in_request):
+                    self.tier.access(k)  # deletes what the policy evicts on its own (an SLRU hit's cooling)
             self.keys_in_request = []
 
     # -- puts ---------------------------------------------------------------------------------
@@ -305,11 +305,11 @@ class KvmmCachePolicy(BaseCachePolicy):
     ``get_evict_candidates`` -> the policy's order, skipping chunks that are not resident yet
     (a disk write in flight) or cannot be evicted (pinned, or referenced), best effort like
     LMCache's policies: fewer than asked when fewer can go.  A candidate LMCache then pops is an
-    eviction (``on_evict`` where the policy has it: 2Q keeps a ghost, LIRS a non-resident
-    entry); any other removal is ``on_remove``.  Keys a policy evicts on its own
-    (``extra_victims``: 2Q's Am quota, LIRS's demotions) are removed from it before the event,
-    as ManagedTier does, and stay in LMCache as *dropped* chunks, the first candidates; a hit on
-    one is a new insert for the policy.
+    eviction (``on_evict``: 2Q keeps a ghost, LIRS a non-resident entry); any other removal is
+    ``on_remove``.  The keys an ``on_insert`` / ``on_access`` returns, evicted on the policy's
+    own (2Q's Am quota, LIRS's demotions, SLRU's and W-TinyLFU's cooling), are no longer the
+    policy's, as under ManagedTier, and stay in LMCache as *dropped* chunks, the first
+    candidates; a hit on one is a new insert for the policy.
 
     Runtime complexity: O(1) per event for LRU/FIFO (LFU: O(log n)); candidates
     O(skipped + returned) amortised.
@@ -319,8 +319,7 @@ class KvmmCachePolicy(BaseCachePolicy):
 
     def __init__(self) -> None:
         self.policy = type(self).new_policy()
-        self._evict_hook = eviction_hook(self.policy)
-        self._drops_extra = hasattr(self.policy, "extra_victims")
+        self._hooks = PolicyHooks(self.policy)
         # Resident keys the policy evicted on its own, oldest first: the first candidates.
         self.dropped: dict[Any, None] = {}
         # The policy's candidates of the last get_evict_candidates: popping one is an eviction.
@@ -334,8 +333,7 @@ class KvmmCachePolicy(BaseCachePolicy):
             del self.dropped[key]
             self._insert(key)
         elif key in self.policy:
-            self._drop_extra(key, None)
-            self.policy.on_access(key)
+            self._hand_over(self._hooks.access(key))
 
     def update_on_put(self, key: Any) -> None:
         self.dropped.pop(key, None)
@@ -372,19 +370,19 @@ class KvmmCachePolicy(BaseCachePolicy):
         assert all(key not in self.policy for key in self.dropped)
 
     def _insert(self, key: Any) -> None:
-        self._drop_extra(key, 1)
-        self.policy.on_insert(key, 1)
+        self._hand_over(self._hooks.insert(key, 1))
 
-    def _drop_extra(self, key: Any, size: int | None) -> None:
-        if self._drops_extra:
-            drop_extra_victims(self.policy, key, size, {key}, self.dropped)
+    def _hand_over(self, evicted: Any) -> None:
+        """The keys the policy evicted on its own during an event: dropped, oldest first."""
+        if evicted:
+            self.dropped.update(dict.fromkeys(evicted))
 
     def _forget(self, key: Any) -> None:
         """``key`` left LMCache: an eviction if it was the policy's candidate, else a delete."""
         if key in self.dropped:
             del self.dropped[key]
         elif key in self.policy:
-            (self._evict_hook if key in self._candidates else self.policy.on_remove)(key)
+            (self._hooks.evict if key in self._candidates else self._hooks.remove)(key)
         self._candidates.discard(key)
 
 

@@ -88,6 +88,7 @@ from kvmm.integrations._tier_settings import build_tier, choice
 from kvmm.integrations.sglang_eviction import STRATEGY_NAMES, make_eviction_strategy, register_eviction_strategies
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.protocols import AdmissionPolicy
+from kvmm.tiers import ManagedTier
 
 __all__ = ["KvmmHiCacheStorage", "make_eviction_strategy", "register_eviction_strategies", "STRATEGY_NAMES",
            "MODULE_PATH", "CLASS_NAME"]
@@ -268,10 +269,10 @@ class KvmmHiCacheStorage(HiCacheStorage):
         return True
 
     def _touch(self, k: str) -> None:
-        """A re-set of a stored page counts as a use for the tier's eviction policy."""
-        policy = getattr(self.tier, "policy", None)
-        if policy is not None and k in policy:
-            policy.on_access(k)
+        """A re-set of a stored page counts as a use for the tier's eviction policy (which may
+        evict on its own: the tier deletes those pages)."""
+        if isinstance(self.tier, ManagedTier):
+            self.tier.access(k)
 
     # -- a hybrid model's sidecar pools (Mamba/SWA states, DSA indexer): SGLang's v2 calls ------
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:

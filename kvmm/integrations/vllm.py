@@ -38,18 +38,18 @@ class follows one of vLLM's two built-in policies, chosen by ``refresh_stores``:
   ``touch`` of an evicted key adapt ARC on a ghost (``ARCPolicy.adapt``), and ``touch`` of a
   ready chunk is a use, of one still being written an uncounted reference.
 * ``evict(n, protected)`` asks ``victims(n, protected | chunks in use)``; fewer than ``n``
-  returns ``None`` and changes nothing, else each victim gets ``on_evict`` where the policy has
-  it (2Q: the A1in victim becomes a ghost; LIRS: a resident HIR victim stays in S as
-  non-resident; with ``on_remove`` both would forget it, as for a delete, and 2Q would be FIFO),
-  else ``on_remove``.  ``remove`` (a failed store) is always ``on_remove``.
-* Self-evictions (keys a policy evicts although vLLM asked for no room): vLLM frees chunks
-  only through ``evict``, so such a chunk is *dropped*, not freed: the policy no longer has it
-  (exactly as under :class:`~kvmm.tiers.ManagedTier`), vLLM still does, and the next ``evict``
-  hands the dropped idle chunks over first, oldest first.  A dropped chunk vLLM reads again is
-  a new insert for the policy (it had evicted it).  SLRU's and W-TinyLFU's cooling keep such
-  keys themselves (tracked, first in ``victims``); for 2Q's Am quota and LIRS's demotions
-  (``extra_victims``) this object asks the policy before each insert and access, removes the
-  keys it names, as ManagedTier does, and keeps them as dropped.
+  returns ``None`` and changes nothing, else each victim gets ``on_evict`` (2Q: the A1in victim
+  becomes a ghost; LIRS: a resident HIR victim stays in S as non-resident; with ``on_remove``
+  both would forget it, as for a delete, and 2Q would be FIFO; ``on_remove`` for a policy that
+  is not an :class:`~kvmm.protocols.EvictionPolicyBase`).  ``remove`` (a failed store) is
+  always ``on_remove``.
+* Self-evictions (the keys ``on_insert`` / ``on_access`` return: 2Q's Am quota, LIRS's
+  demotions, SLRU's and W-TinyLFU's cooling, evicted although vLLM asked for no room): vLLM
+  frees chunks only through ``evict``, so such a chunk is *dropped*, not freed: the policy no
+  longer has it (exactly as under :class:`~kvmm.tiers.ManagedTier`), vLLM still does, and the
+  next ``evict`` hands the dropped idle chunks over first, oldest first.  The chunks in use are
+  the events' ``protected`` keys.  A dropped chunk vLLM reads again is a new insert for the
+  policy (it had evicted it).
 * Pinning (``mark_evictable`` / ``mark_non_evictable``) never reorders: a chunk being read or
   written is only skipped, as in vLLM.
 
@@ -86,13 +86,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
         "pip install -r .ci/requirements-vllm.txt (see README, 'Use inside vLLM'); "
         f"import failed with: {exc}") from exc
 
+from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.integrations._policy_factory import (drop_extra_victims, eviction_hook, load_admission as _load_admission,
-                                               policy_factory)
+from kvmm.integrations._policy_factory import load_admission as _load_admission, policy_factory
 from kvmm.integrations._vllm_ranks import LruRanks
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
-from kvmm.protocols import AdmissionPolicy
+from kvmm.protocols import AdmissionPolicy, EvictionPolicyBase
 
 __all__ = [
     "KvmmCachePolicy",
@@ -126,8 +126,8 @@ class KvmmCachePolicy(CachePolicy):
     Subclasses set ``new_policy`` (a zero-argument callable returning a fresh
     :class:`~kvmm.protocols.EvictionPolicy`) and ``refresh_stores`` (``True``: the chunks are
     ranked as vLLM's ``lru`` ranks them, over a recency order; ``False``: told to the policy in
-    the order vLLM's ``arc`` sees them; see the module docstring).  A policy with
-    ``attach(capacity)`` is told ``cache_capacity`` (in chunks).
+    the order vLLM's ``arc`` sees them; see the module docstring).  The policy is told
+    ``cache_capacity`` (in chunks) by ``attach``.
 
     Runtime complexity: ``get`` O(1); ``insert``/``touch``/``remove`` O(1) (a positioned chunk
     of a running request, with ``refresh_stores``: O(log p) for p such chunks) plus the
@@ -183,8 +183,7 @@ class KvmmCachePolicy(CachePolicy):
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """vLLM's ``touch``, tail (last key) first: with ``refresh_stores`` a fresh rank for each
         resident chunk; else a ready chunk is a use (``on_access``), one still being written an
-        uncounted reference (the policy's ``touch``, where it has one), a ghost a miss
-        (``adapt``, ARC)."""
+        uncounted reference (the policy's ``touch``), a ghost a miss (``adapt``, ARC)."""
         chunks = self.chunks
         if self._ranks is not None:
             commit = self._ranks.commit
@@ -196,11 +195,10 @@ class KvmmCachePolicy(CachePolicy):
         for key in reversed(list(keys)):
             chunk = chunks.get(key)
             if chunk is None:
-                if self._adapt is not None:
-                    self._adapt(key)
+                self._adapt(key)
             elif chunk.ref_cnt >= 0 or key in self._dropped:  # ref_cnt >= 0: is_ready
                 self._access(key)
-            elif self._touch is not None:
+            else:
                 self._touch(key)
 
     def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
@@ -208,7 +206,7 @@ class KvmmCachePolicy(CachePolicy):
         request): a ghost among them adapts ARC now (``adapt``), as vLLM's ``arc`` does."""
         if self._ranks is not None:
             self.touch(keys, req_context)  # vLLM's default, which its lru keeps
-        elif self._adapt is not None:
+        elif self._adapts:
             self._register_pending()
             for key in reversed(list(keys)):
                 if key not in self.chunks:
@@ -246,7 +244,7 @@ class KvmmCachePolicy(CachePolicy):
             if key not in chunks:
                 continue
             if key in insertion_only_keys:
-                if touch is not None and key not in dropped:
+                if key not in dropped:
                     touch(key)
             elif key in reused_keys:
                 access(key)
@@ -306,9 +304,9 @@ class KvmmCachePolicy(CachePolicy):
             # Every resident chunk is dropped or ranked (committed: tracked by the policy), once.
             self._ranks.check(resident - set(self._dropped))
             assert not self._pending
-        elif hasattr(self.policy, "keys"):
+        elif self._hooks.keys is not None:
             # Every resident chunk is pending, dropped or tracked by the policy, exactly once.
-            tracked = set(self.policy.keys())
+            tracked = set(self._hooks.keys())
             assert tracked.isdisjoint(self._pending) and tracked.isdisjoint(self._dropped)
             assert tracked | set(self._pending) | set(self._dropped) == resident
         # In-use chunks are resident and have a non-zero ref_cnt.
@@ -319,34 +317,40 @@ class KvmmCachePolicy(CachePolicy):
         assert len(self.chunks) <= self.cache_capacity
 
     def _bind(self, policy: Any) -> None:
-        """Adopt ``policy``; a built-in one's ``fast_hooks`` (LRU, FIFO, ARC) replace its checked
-        ``on_access`` / ``on_insert``: this object guarantees what they check (an accessed key is
-        registered, an inserted one is not, sizes are 1), and they make the same changes.  Only
-        another policy's ``victims`` are checked (distinct, resident, not protected)."""
-        if self.refresh_stores and hasattr(policy, "extra_victims"):
+        """Adopt ``policy``.  A built-in one's ``fast_hooks`` replace its checked ``on_access`` /
+        ``on_insert`` (this object guarantees what they check: an accessed key is registered, an
+        inserted one is not, sizes are 1; they make the same changes), and its ``victims`` are
+        trusted; another policy's ``victims`` are checked (distinct, resident, not protected).
+        A policy that may evict on its own (:attr:`~kvmm.protocols.EvictionPolicyBase.self_evicting`,
+        or any that does not say) is called through :meth:`_access_dropping` /
+        :meth:`_insert_dropping`, its checked events with the chunks in use protected."""
+        hooks = PolicyHooks(policy)
+        if self.refresh_stores and isinstance(policy, EvictionPolicyBase) and policy.self_evicting:
             raise BadInputError(f"{type(self).__name__}: refresh_stores ranks chunks as vLLM's lru does, over a "
-                                f"recency order; {type(policy).__name__} evicts on its own (extra_victims): "
+                                f"recency order; {type(policy).__name__} evicts on its own (self_evicting): "
                                 "expected refresh_stores=False for it")
-        self.policy = policy
-        self._evict_hook = eviction_hook(policy)
-        hooks = policy.fast_hooks() if hasattr(policy, "fast_hooks") else None
+        self.policy, self._hooks = policy, hooks
+        self._evict_hook = hooks.evict
+        fast = hooks.fast_hooks()
         # A built-in policy's victims are distinct resident unprotected keys (tested): not re-checked.
-        self._trusted = hooks is not None
-        if hooks is None:
-            self._access, self._insert = policy.on_access, policy.on_insert
-        else:
-            self._access, self._insert = hooks[0], hooks[1]
-        # Uncounted references (ARC, LFU) and ghost misses (ARC), where the policy has them.
-        self._touch = getattr(policy, "touch", None)
-        self._adapt = getattr(policy, "adapt", None)
-        # Resident keys the policy evicted on its own (extra_victims), oldest first: evicted first.
-        self._dropped: dict[OffloadKey, None] = {}
-        if hasattr(policy, "extra_victims"):
-            self._policy_access, self._policy_insert = self._access, self._insert
+        self._trusted = fast is not None
+        if self.refresh_stores and hooks.self_evicting:  # a policy that does not say: held to it
+            self._access, self._insert = _evicting_nothing(hooks.access), _evicting_nothing(hooks.insert)
+        elif hooks.self_evicting:
             self._access, self._insert = self._access_dropping, self._insert_dropping
+        elif fast is None:
+            self._access, self._insert = hooks.access, hooks.insert
+        else:  # what they return is always empty (self_evicting False): not read
+            self._access, self._insert = fast.access, fast.insert
+        # Resident keys the policy evicted on its own, oldest first: evicted first.
+        self._dropped: dict[OffloadKey, None] = {}
+        # Uncounted references (ARC, LFU: the policy's touch; a no-op for the others) and ghost
+        # misses (ARC's adapt; on_store_miss prepares for them only where adapt does something)
+        self._touch, self._adapt, self._adapts = hooks.touch, hooks.adapt, hooks.adapts
         # Without refresh_stores: inserted keys not yet told to the policy, in store order.
         self._pending: dict[OffloadKey, None] = {}
-        self._ranks = LruRanks(policy, self._access, self._insert, self._evict_hook) if self.refresh_stores else None
+        self._ranks = (LruRanks(policy, self._access, self._insert, self._evict_hook, hooks.keys)
+                       if self.refresh_stores else None)
 
     def _request_rank(self, req_context: ReqContext) -> int:
         """The request's rank ``R``: taken from the counter the first time this object sees it."""
@@ -357,20 +361,20 @@ class KvmmCachePolicy(CachePolicy):
         return state.rank
 
     def _access_dropping(self, key: OffloadKey) -> None:
-        """An access for a policy with ``extra_victims``: those keys first; a dropped key is new."""
+        """An access for a policy that may evict on its own: a dropped key is new again; the keys
+        the access evicts are dropped (the chunks in use protected)."""
         if key in self._dropped:
             del self._dropped[key]
             self._insert_dropping(key, 1)
             return
-        self._drop_extra(key, None)
-        self._policy_access(key)
+        evicted = self._hooks.access(key, None, self._in_use)
+        if evicted:
+            self._dropped.update(dict.fromkeys(evicted))
 
     def _insert_dropping(self, key: OffloadKey, size: int) -> None:
-        self._drop_extra(key, size)
-        self._policy_insert(key, size)
-
-    def _drop_extra(self, key: OffloadKey, size: int | None) -> None:
-        drop_extra_victims(self.policy, key, size, self._in_use | {key}, self._dropped)  # chunks in use protected
+        evicted = self._hooks.insert(key, size, self._in_use)
+        if evicted:
+            self._dropped.update(dict.fromkeys(evicted))
 
     def _register_pending(self) -> None:
         """Tell the policy about the chunks inserted since the last call, in store order (vLLM's
@@ -392,14 +396,14 @@ def make_cache_policy(policy: Any, *, name: str | None = None, refresh_stores: b
     copy of it).  ``refresh_stores``: ``True`` when the policy's order is recency only
     (LRU-like: ``on_access`` a refresh, ``on_remove`` then ``on_insert`` the same): chunks are
     then ranked as vLLM's ``lru`` ranks them (see the module docstring); a policy that evicts
-    on its own (``extra_victims``) is refused.  ``False``: vLLM's ``arc`` sequence of events.
+    on its own (``self_evicting``) is refused.  ``False``: vLLM's ``arc`` sequence of events.
     To load it from vLLM, bind the class to a module-level name of an importable module and
     give that module as ``cache_policy_module_path``.
     """
     factory, probe = policy_factory(policy)
-    if refresh_stores and hasattr(probe, "extra_victims"):
+    if refresh_stores and isinstance(probe, EvictionPolicyBase) and probe.self_evicting:
         raise BadInputError(f"make_cache_policy: refresh_stores ranks chunks as vLLM's lru does, over a recency "
-                            f"order; {type(probe).__name__} evicts on its own (extra_victims): expected "
+                            f"order; {type(probe).__name__} evicts on its own (self_evicting): expected "
                             "refresh_stores=False for it")
     cls_name = name or f"Kvmm{type(probe).__name__}"
     return type(cls_name, (KvmmCachePolicy,), {
@@ -490,8 +494,19 @@ def offload_key_words(keys: Sequence[bytes]) -> np.ndarray:
     return out
 
 
+def _evicting_nothing(event: Callable) -> Callable:
+    """``event`` for the recency ranking (``refresh_stores``), which needs a policy that evicts
+    nothing on its own: keys coming back (from a policy that did not declare ``self_evicting``)
+    are a :class:`KvmmError`."""
+    def checked(key: OffloadKey, *size: int) -> None:
+        evicted = event(key, *size)
+        if evicted:
+            raise KvmmError(f"refresh_stores ranks chunks over a recency order, but the policy evicted {list(evicted)!r} "
+                            f"on its own; expected refresh_stores=False for a policy that evicts on its own")
+    return checked
+
+
 def _fresh_policy(factory: Callable[[], Any], capacity: int) -> Any:
     policy = factory()
-    if hasattr(policy, "attach"):
-        policy.attach(capacity)
+    PolicyHooks(policy).attach(capacity)  # a policy that is not an EvictionPolicyBase is told nothing
     return policy

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvmm._validate import MAX_INSTANCES, MAX_INT64, MAX_UNITS, as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.protocols import EvictionPolicyBase
 from kvmm.sim.workload import Workload
 from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
@@ -278,7 +279,7 @@ def check_eviction(policy: Any) -> None:
     """A registered eviction name (any case) or an object with the EvictionPolicy methods."""
     from kvmm.policies.eviction import EVICTION_POLICIES
 
-    if (isinstance(policy, str) and policy.lower() == "belady") or getattr(policy, "offline", False) is True:
+    if (isinstance(policy, str) and policy.lower() == "belady") or (isinstance(policy, EvictionPolicyBase) and policy.offline):
         raise BadInputError("eviction policy 'belady' needs the tier's own future reference stream, which a tier "
                             "inside the simulator cannot know (it depends on the tiers above it and on admission); "
                             "replay a trace with kvmm.policies.replay('belady', keys, capacity) or "

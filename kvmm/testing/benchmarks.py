@@ -9,12 +9,12 @@ under pytest-benchmark; these functions work without pytest too::
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+from kvmm._policy_hooks import PolicyHooks
 from kvmm._validate import as_count
 
 __all__ = ["BENCH_SCALES", "SMOKE_REQUESTS", "PolicyBenchmarkResult", "replay_policy", "trace_keys", "same_run_table"]
@@ -27,29 +27,35 @@ SMOKE_REQUESTS = 200
 def replay_policy(policy: Any, keys: Sequence[Any], capacity: int) -> int:
     """Replay ``keys`` through ``policy`` as a cache of ``capacity`` entries; return the hits.
 
-    ManagedTier's calling convention with every entry of size 1: a hit is ``on_access(key)``;
-    a miss on a full cache asks ``victims(1)`` (with ``incoming=key`` when the policy accepts
-    it), removes that victim (``on_remove``) and then inserts (``on_insert(key)``).  Nothing is
-    protected.  Runtime complexity: O(len(keys)) policy calls.
+    ManagedTier's calling convention with every entry of size 1
+    (:class:`~kvmm._policy_hooks.PolicyHooks`): a hit is ``on_access(key)``; a miss on a full
+    cache asks ``victims(1)`` (with ``incoming=key`` for an EvictionPolicyBase), removes that
+    victim (``on_remove``) and then inserts (``on_insert(key)``); the keys an event returns,
+    evicted on the policy's own, leave the cache.  Nothing is protected.
+    Runtime complexity: O(len(keys)) policy calls.
     """
     capacity = as_count(capacity, "capacity", minimum=1)
-    takes_incoming = "incoming" in inspect.signature(policy.victims).parameters
-    on_access, on_insert, on_remove, victims = policy.on_access, policy.on_insert, policy.on_remove, policy.victims
+    hooks = PolicyHooks(policy)
+    on_access, on_insert, on_remove, victims = hooks.access, hooks.insert, hooks.remove, hooks.victims
     resident: set = set()
     hits = 0
     for key in keys:
         if key in resident:
-            on_access(key)
+            evicted = on_access(key)
+            if evicted:
+                resident.difference_update(evicted)
             hits += 1
             continue
         if len(resident) >= capacity:
-            chosen = victims(1, (), incoming=key) if takes_incoming else victims(1, ())
+            chosen = victims(1, (), incoming=key)
             if len(chosen) != 1 or chosen[0] not in resident:
                 raise AssertionError(f"victims(1) on a full cache returned {chosen!r}; expected one resident key")
             on_remove(chosen[0])
             resident.remove(chosen[0])
-        on_insert(key)
+        evicted = on_insert(key)
         resident.add(key)
+        if evicted:
+            resident.difference_update(evicted)
     return hits
 
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -18,8 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
+from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, KvmmError, UnknownKeyError
-from kvmm.protocols import EvictionPolicy
+from kvmm.protocols import EvictionPolicy, EvictionPolicyBase
 from kvmm.testing.strategies import tier_values
 from kvmm.testing.tiers import sample_values, LOCAL_TIER_KINDS, TierContext, check_managed, snapshot, value, victim_order
 
@@ -46,7 +46,9 @@ class EvictionPolicyContract:
       fractional, boolean, a string) in ``on_insert``/``on_access``/``victims(incoming_size=)``;
     * a Hypothesis state machine (:class:`EvictionPolicyMachine`) of inserts, accesses, removes
       and evictions of the first victim: the victim order always lists exactly the tracked
-      keys, and the policy's ``check()`` (if any) passes after every step.
+      keys (less those an insert or access returned, evicted on the policy's own), and the
+      policy's ``check()`` passes after every step (for an
+      :class:`~kvmm.protocols.EvictionPolicyBase`, which declares it).
 
     Paired with each tier in ``tier_kinds`` (default: every local kvmm tier, see
     :data:`kvmm.testing.tiers.TIER_KINDS`) through :class:`~kvmm.tiers.ManagedTier` of 1000
@@ -140,15 +142,14 @@ class EvictionPolicyContract:
                 assert victim_order(policy, 3) == before
             else:  # ignored (a second insert may count as an access): the same keys are ordered
                 assert sorted(victim_order(policy, 3)) == sorted(keys)
-        if hasattr(policy, "check"):
-            policy.check()
+        PolicyHooks(policy).check()
 
     def test_bad_sizes_raise_and_change_nothing(self) -> None:
         policy = self.make_policy()
         policy.on_insert("a", 5)
         policy.on_insert("b")
         before = victim_order(policy, 2)
-        sized_victims = "incoming_size" in inspect.signature(policy.victims).parameters
+        sized_victims = isinstance(policy, EvictionPolicyBase)  # its victims take incoming_size
         for bad, error in ((-1, BadInputError), (2.5, DTypeError), (True, DTypeError), ("3", DTypeError)):
             calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]
             if sized_victims:
@@ -305,8 +306,11 @@ class EvictionPolicyMachine(RuleBasedStateMachine):
     """A policy (``contract.make_policy()``) against the set of keys it tracks.
 
     After every step: the victim order is exactly the tracked keys, each once, and the
-    policy's ``check()`` (if any) passes.  Subclass to add rules; ``self.policy`` and
-    ``self.tracked`` are the real policy and the model.
+    policy's ``check()`` passes.  The keys an insert or access returns (evicted on the policy's
+    own: tracked keys, the event's own key included for SLRU) are no longer tracked.  Subclass
+    to add rules;
+    ``self.policy`` and ``self.tracked`` are the real policy and the model, ``self.hooks`` how
+    an owner calls the policy (:class:`~kvmm._policy_hooks.PolicyHooks`).
     """
 
     contract: Any = None
@@ -314,7 +318,13 @@ class EvictionPolicyMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.policy = self.contract.make_policy()
+        self.hooks = PolicyHooks(self.policy)
         self.tracked: set = set()
+
+    def _forget(self, evicted: Any, key: int) -> None:
+        evicted = set(evicted)
+        assert evicted <= self.tracked, f"{key}'s event evicted {evicted}, which it did not track"
+        self.tracked -= evicted
 
     @rule(key=st.integers(0, 12))
     def insert(self, key: int) -> None:
@@ -322,13 +332,15 @@ class EvictionPolicyMachine(RuleBasedStateMachine):
             with pytest.raises(BadInputError):
                 self.policy.on_insert(key)
         elif key not in self.tracked:
-            self.policy.on_insert(key)
+            evicted = self.hooks.insert(key)
             self.tracked.add(key)
+            self._forget(evicted, key)
 
     @precondition(lambda self: self.tracked)
     @rule(data=st.data())
     def access(self, data: Any) -> None:
-        self.policy.on_access(data.draw(st.sampled_from(sorted(self.tracked))))
+        key = data.draw(st.sampled_from(sorted(self.tracked)))
+        self._forget(self.hooks.access(key), key)
 
     @precondition(lambda self: self.tracked)
     @rule(data=st.data())
@@ -350,8 +362,7 @@ class EvictionPolicyMachine(RuleBasedStateMachine):
 
     @invariant()
     def orders_exactly_the_tracked_keys(self) -> None:
-        if hasattr(self.policy, "check"):
-            self.policy.check()
+        self.hooks.check()
         order = victim_order(self.policy, len(self.tracked))
         assert len(order) == len(set(order)) and set(order) == self.tracked, (order, self.tracked)
         if hasattr(self.policy, "__len__"):
@@ -418,10 +429,6 @@ def _fill(tier: Any, n: int, nbytes: int = 100) -> None:
 
 
 def _victims(policy: Any, n: int, protected: set, incoming: Any, nbytes: int) -> list:
-    """``policy.victims`` called the way ManagedTier calls it (with the incoming entry when accepted)."""
-    parameters = inspect.signature(policy.victims).parameters
-    if "incoming_size" in parameters:
-        return list(policy.victims(n, protected, incoming=incoming, incoming_size=nbytes))
-    if "incoming" in parameters:
-        return list(policy.victims(n, protected, incoming=incoming))
-    return list(policy.victims(n, protected))
+    """``policy.victims`` called the way ManagedTier calls it (with the incoming entry for an
+    EvictionPolicyBase)."""
+    return list(PolicyHooks(policy).victims(n, protected, incoming=incoming, incoming_size=nbytes))

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kvmm._policy_hooks import PolicyHooks
+
 __all__ = ["TierKind", "TIER_KINDS", "LOCAL_TIER_KINDS", "TierContext", "snapshot", "value", "sample_values", "victim_order",
            "check_managed", "run_forked"]
 
@@ -176,15 +178,15 @@ def victim_order(policy: Any, tracked: int | None = None) -> list:
 def check_managed(tier: Any) -> None:
     """Assert the invariants of a ``ManagedTier`` that hold for any policy speaking the Protocol.
 
-    The backend's and policy's own ``check()`` (when they have one); capacity respected; the
+    The backend's own ``check()`` (when it has one) and the policy's (an
+    :class:`~kvmm.protocols.EvictionPolicyBase` declares one); capacity respected; the
     policy's victim order lists exactly the stored keys, each once; and, when the policy has
     ``__len__`` and ``__contains__``, the ManagedTier's full ``check()``.
     """
     policy, backend = tier.policy, tier.backend
     if hasattr(backend, "check"):
         backend.check()
-    if hasattr(policy, "check"):
-        policy.check()
+    PolicyHooks(policy).check()
     # capacity is never exceeded
     assert 0 <= backend.used_bytes <= backend.capacity_bytes
     # the policy orders exactly the stored keys, each once

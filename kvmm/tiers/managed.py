@@ -18,15 +18,15 @@ Semantics:
   evictions are ``on_remove``.  Sizes are the entries' bytes, so a size-aware policy (ARC)
   works in the tier's units; a policy whose ``on_insert``/``on_access`` take only the key
   (the older protocol) is called without sizes.
-* A policy with ``extra_victims(key, nbytes, protected)`` (2Q: its Am queue keeps a quota of its
-  own; LIRS: a demoted LIR key pushes out Q's oldest, even on a hit) also has the keys it names
-  evicted: on ``put`` after the victims that make room and before the write (``put`` returns
-  them too), on a read (``nbytes`` None) before the access.
-* The policy is told the incoming entry (``victims(..., incoming=key, incoming_size=nbytes)``)
-  when its ``victims`` accepts those keywords (ARC uses them to adapt before choosing), and
-  the tier's capacity (``attach(capacity_bytes)``) when it has that method.
-* A policy that evicts on an access (SLRU's and W-TinyLFU's cooling, as libCacheSim's do) lists
-  those keys in ``take_dropped()``; this object deletes them right after the access.
+* The keys an ``on_insert`` / ``on_access`` returns, evicted on the policy's own (2Q's Am quota,
+  LIRS's demotions, even on a hit; SLRU's and W-TinyLFU's cooling, as libCacheSim's do), are
+  deleted right after that event: on ``put`` after the write (``put`` returns them too, after
+  the victims that made room; ``put``'s ``protected`` keys reach the policy, which keeps them),
+  on a read after the access.
+* A policy derived from :class:`~kvmm.protocols.EvictionPolicyBase` is told the incoming entry
+  (``victims(..., incoming=key, incoming_size=nbytes)``: ARC adapts before choosing) and the
+  tier's capacity (``attach(capacity_bytes)``); any other policy is called with the four
+  Protocol methods only (:class:`~kvmm._policy_hooks.PolicyHooks`).
 * Entries already in the backend when the ManagedTier is built (a reopened ``MmapTier``, ...)
   are registered with the policy in the backend's key order.
 * With a shared backend (``RedisTier`` used by several processes) this object only evicts the
@@ -36,14 +36,15 @@ Semantics:
 
 from __future__ import annotations
 
-import inspect
 from collections import deque
 from typing import Any, Hashable, Iterable
 
 import numpy as np
 
+from kvmm._policy_hooks import PolicyHooks
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError
+from kvmm.protocols import FastHooks
 from kvmm.tiers._base import as_value_array, normalize_key, normalize_keys
 
 __all__ = ["ManagedTier"]
@@ -65,25 +66,14 @@ class ManagedTier:
         self.policy = policy
         self.name = backend.name
         self.evictions = 0
-        victims_parameters = inspect.signature(policy.victims).parameters
-        self._victims_takes_incoming = "incoming" in victims_parameters
-        self._victims_takes_size = "incoming_size" in victims_parameters
-        self._insert_takes_size = _takes_second_argument(policy.on_insert)
-        self._access_takes_size = _takes_second_argument(policy.on_access)
-        self._take_dropped = getattr(policy, "take_dropped", None)
-        if hasattr(policy, "attach"):
-            policy.attach(backend.capacity_bytes)
-        # An order that evicts even when the tier has room (2Q's Am keeps its own quota) names
-        # those keys with extra_victims(incoming, nbytes, protected); None for the others.
-        self._extra_victims = getattr(policy, "extra_victims", None)
+        self._hooks = hooks = PolicyHooks(policy)
+        hooks.attach(backend.capacity_bytes)
         # key -> nbytes of the entries this object manages (saves a backend round trip per victim).
         self._sizes: dict[Hashable, int] = {}
         for key in backend.keys():
             nbytes = backend.nbytes_of(key)
-            if self._extra_victims is not None:  # LIRS may push out an adopted entry to take the next
-                self._evict_extra(key, nbytes)
             self._sizes[key] = nbytes
-            self._policy_insert(key, nbytes)
+            self._drop(hooks.insert(key, nbytes))  # LIRS may push out an adopted entry to take the next
 
     @property
     def capacity_bytes(self) -> int:
@@ -120,30 +110,11 @@ class ManagedTier:
         plan = self._plan_victims(need, protected | {k}, k, nbytes) if need > 0 else []
         for victim in plan:
             self._evict(victim)
-        if self._take_dropped is not None:  # a planned step may evict more than the plan's prefix
-            self._delete_dropped()
-        if self._extra_victims is not None:
-            plan = plan + self._evict_extra(k, nbytes, protected)
-        write(k)
+        write(k)  # the victims freed the room: what the policy evicts on its own below frees more
         self._sizes[k] = nbytes
-        if existed:
-            if self._access_takes_size:
-                self.policy.on_access(k, nbytes)
-            else:
-                self.policy.on_access(k)
-            if self._take_dropped is not None:
-                self._delete_dropped()
-        else:
-            self._policy_insert(k, nbytes)
-        return plan
-
-    def _evict_extra(self, k: Hashable, nbytes: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
-        """Evict the keys the policy's ``extra_victims`` names for a reference to ``k`` (an insert
-        or overwrite of ``nbytes``, or a read: ``nbytes`` None); returns them."""
-        extra = list(self._extra_victims(k, nbytes, set(protected) | {k}))
-        for victim in extra:
-            self._evict(victim)
-        return extra
+        event = self._hooks.access if existed else self._hooks.insert
+        evicted = event(k, nbytes, protected) if protected else event(k, nbytes)
+        return plan + self._drop(evicted) if evicted else plan
 
     def _evict(self, victim: Hashable) -> None:
         self.backend.delete(victim)
@@ -151,34 +122,47 @@ class ManagedTier:
         del self._sizes[victim]
         self.evictions += 1
 
-    def _policy_insert(self, key: Hashable, nbytes: int) -> None:
-        if self._insert_takes_size:
-            self.policy.on_insert(key, nbytes)
-        else:
-            self.policy.on_insert(key)
+    def _drop(self, evicted: Iterable[Hashable] | None) -> list[Hashable]:
+        """Delete the keys an event returned, evicted on the policy's own (no ``on_remove``: the
+        policy no longer tracks them); returns them."""
+        if not evicted:
+            return []
+        evicted = list(evicted)
+        backend, sizes = self.backend, self._sizes
+        for victim in evicted:
+            backend.delete(victim)
+            del sizes[victim]
+        self.evictions += len(evicted)
+        return evicted
 
     def get(self, key: Hashable) -> np.ndarray:
         k = normalize_key(key)
         data = self.backend.get(k)
         if k in self._sizes:
-            if self._extra_victims is not None:
-                self._evict_extra(k, None)
-            self.policy.on_access(k)
-            if self._take_dropped is not None:
-                self._delete_dropped()
+            evicted = self._hooks.access(k)
+            if evicted:
+                self._drop(evicted)
         return data
+
+    def access(self, key: Hashable) -> list[Hashable]:
+        """An access that reads no value (an engine's hit on a chunk it holds already, a re-set of
+        a stored page), as :meth:`get` counts one: for a key this object manages, the policy's
+        ``on_access``, then the keys it evicted on its own are deleted and returned; any other key
+        (not stored, or stored by another process in a shared backend) is no event.
+        Runtime complexity: O(1) plus the policy's event."""
+        k = normalize_key(key)
+        return self._drop(self._hooks.access(k)) if k in self._sizes else []
 
     def get_many(self, keys: Iterable[Hashable]) -> list[np.ndarray]:
         """Several values in order (one round trip on remote tiers); each counts as an access."""
         ks = normalize_keys(keys)
         out = self.backend.get_many(ks)
+        access, sizes = self._hooks.access, self._sizes
         for k in ks:
-            if k in self._sizes:  # again per key: an earlier read of this call may have evicted it (LIRS)
-                if self._extra_victims is not None:
-                    self._evict_extra(k, None)
-                self.policy.on_access(k)
-                if self._take_dropped is not None:
-                    self._delete_dropped()
+            if k in sizes:  # again per key: an earlier read of this call may have evicted it (LIRS)
+                evicted = access(k)
+                if evicted:
+                    self._drop(evicted)
         return out
 
     def contains_many(self, keys: Iterable[Hashable]) -> np.ndarray:
@@ -214,12 +198,13 @@ class ManagedTier:
         what the tier holds, without a second pass over the keys.
 
         Keys, size and flags are validated once for the batch; then a backend that offers a
-        trusted size writer (:class:`~kvmm.tiers.SimulatedTier`) and a built-in policy that
-        offers ``fast_hooks`` (LRU, FIFO) are driven without re-checking each key (this object
-        guarantees what they would check: a managed key is tracked, a new one is not); ARC's
-        hooks (no ``evict_first``: its victims depend on the incoming key) skip the checks of
-        each access and insert while its evictions are still planned with ``victims``.  Any
-        other policy gets its ``on_access`` / ``on_insert`` per key, as with separate calls.
+        trusted size writer (:class:`~kvmm.tiers.SimulatedTier`) and a built-in policy whose
+        ``fast_hooks`` evict in bulk (LRU, FIFO: ``evict_first``) are driven without re-checking
+        each key (this object guarantees what they would check: a managed key is tracked, a new
+        one is not); the other built-in orders' fast hooks skip the checks of each access and
+        insert while their evictions are still planned with ``victims``.  Any other policy gets
+        its ``on_access`` / ``on_insert`` per key, as with separate calls.  Either way the keys
+        an event returns (evicted on the policy's own) are deleted right after it.
 
         Runtime complexity: O(len(keys)) policy events plus the victims examined.
         """
@@ -242,36 +227,38 @@ class ManagedTier:
         if nbytes > capacity and flags.any():
             raise CapacityExceededError(
                 f"tier {self.name!r}: an entry of {nbytes} bytes can never fit in a capacity of {capacity} bytes")
-        hooks = self.policy.fast_hooks() if hasattr(self.policy, "fast_hooks") else None
-        if hooks is not None and hooks[3] is not None and hasattr(backend, "size_writer_many"):
-            return self._offer_batched(ks, flags.tolist(), nbytes, hooks, found)
-        on_access, on_insert = hooks[:2] if hooks is not None else (self.policy.on_access, self._policy_insert)
-        if self._take_dropped is not None:
-            on_access = self._access_then_delete_dropped(on_access)
+        fast = self._hooks.fast_hooks()
+        if fast is not None and fast.evict_first is not None and hasattr(backend, "size_writer_many"):
+            return self._offer_batched(ks, flags.tolist(), nbytes, fast, found)
+        on_access, on_insert = (fast.access, fast.insert) if fast is not None else (self._hooks.access, self._hooks.insert)
         store = backend.size_writer(nbytes) if hasattr(backend, "size_writer") else (lambda k: backend.put_size(k, nbytes))
         hit: list[bool] = []
         for k, w in zip(ks, flags.tolist()):
             managed = k in sizes  # again per key: an earlier write of this call may have evicted it
             hit.append(managed)
             if managed:
-                if self._extra_victims is not None:
-                    self._evict_extra(k, None)
-                on_access(k)
+                evicted = on_access(k)
+                if evicted:
+                    self._drop(evicted)
             elif w:
-                if backend.used_bytes + nbytes <= capacity and self._extra_victims is None:  # fits: no victim
+                if backend.used_bytes + nbytes <= capacity:  # fits: no victim
                     store(k)
                     sizes[k] = nbytes
-                    on_insert(k, nbytes)
+                    evicted = on_insert(k, nbytes)
+                    if evicted:
+                        self._drop(evicted)
                 else:
                     self._put(k, nbytes, store, ())
         return np.array(hit, dtype=bool)
 
-    def _offer_batched(self, ks: list, flags: list, nbytes: int, hooks: tuple, found: list) -> np.ndarray:
-        """:meth:`access_or_put_size_many` for a built-in policy's fast hooks and a backend with
-        ``size_writer_many`` (``found``: the keys managed at the start of the call).  A request
-        shaped as usual (its hits first, then new keys, none twice) is one run of accesses, the
-        victims its new keys need, and one write of the new keys.  Any other request (or one whose
-        new keys could evict each other) takes one key at a time, exactly as separate calls."""
+    def _offer_batched(self, ks: list, flags: list, nbytes: int, hooks: FastHooks, found: list) -> np.ndarray:
+        """:meth:`access_or_put_size_many` for a built-in policy's fast hooks with ``evict_first``
+        and a backend with ``size_writer_many`` (``found``: the keys managed at the start of the
+        call).  A request shaped as usual (its hits first, then new keys, none twice) is one run of
+        accesses, the victims its new keys need, and one write of the new keys.  Any other request
+        (or one whose new keys could evict each other) takes one key at a time, exactly as
+        separate calls.  What the events return is not read: only an order that never evicts on
+        its own has ``evict_first`` (:class:`~kvmm.protocols.FastHooks`)."""
         backend, sizes = self.backend, self._sizes
         on_access, insert, insert_many, evict_first = hooks
         store_many = backend.size_writer_many(nbytes)
@@ -310,17 +297,6 @@ class ManagedTier:
                 sizes[k] = nbytes
                 insert(k, nbytes)
         return np.array(hit, dtype=bool)
-
-    def _delete_dropped(self) -> None:
-        """Delete the keys the policy evicted on its own during an access (``take_dropped``)."""
-        for victim in self._take_dropped():
-            self._evict(victim)
-
-    def _access_then_delete_dropped(self, on_access: Any) -> Any:
-        def access(key: Hashable) -> None:
-            on_access(key)
-            self._delete_dropped()
-        return access
 
     def _evict_first(self, need: int, evict_first: Any) -> None:
         """Evict the policy's first victims until ``need`` bytes are freed (none if ``need <= 0``)."""
@@ -369,18 +345,16 @@ class ManagedTier:
         """Assert every invariant, including the backend's and the policy's own (used by tests)."""
         if hasattr(self.backend, "check"):
             self.backend.check()
-        if hasattr(self.policy, "check"):
-            self.policy.check()
+        self._hooks.check()
         # The policy tracks exactly the managed keys ...
         assert len(self.policy) == len(self._sizes)
         assert all(key in self.policy for key in self._sizes)
         # ... which are all in the backend, with the recorded sizes.
         for key, nbytes in self._sizes.items():
             assert self.backend.nbytes_of(key) == nbytes
-        # A size-aware ARC accounts exactly the bytes of the managed entries as residents.
-        if self._insert_takes_size and hasattr(self.policy, "list_sizes"):
-            sizes = self.policy.list_sizes()
-            assert sizes["T1"] + sizes["T2"] == sum(self._sizes.values())
+        # A size-aware policy (ARC) accounts exactly the bytes of the managed entries to its residents.
+        accounted = self._hooks.resident_size()
+        assert accounted is None or accounted == sum(self._sizes.values())
         # Capacity is never exceeded.
         assert 0 <= self.backend.used_bytes <= self.backend.capacity_bytes
 
@@ -388,12 +362,7 @@ class ManagedTier:
         """The shortest prefix of the policy's victim order that frees ``need`` bytes."""
         n = 1
         while True:
-            if self._victims_takes_size:
-                order = self.policy.victims(n, protected, incoming=incoming, incoming_size=nbytes)
-            elif self._victims_takes_incoming:
-                order = self.policy.victims(n, protected, incoming=incoming)
-            else:
-                order = self.policy.victims(n, protected)
+            order = self._hooks.victims(n, protected, incoming=incoming, incoming_size=nbytes)
             freed = 0
             for i, victim in enumerate(order):
                 freed += self._sizes[victim]
@@ -417,13 +386,3 @@ def _require_methods(obj: Any, name: str, attrs: tuple[str, ...], what: str) -> 
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
         raise DTypeError(f"{name} must be {what}; {type(obj).__name__} lacks {missing}")
-
-
-def _takes_second_argument(method: Any) -> bool:
-    """Whether a policy hook accepts a size after the key (the size-aware protocol)."""
-    try:
-        parameters = list(inspect.signature(method).parameters.values())
-    except (TypeError, ValueError):
-        return True
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)

@@ -152,12 +152,17 @@ def test_2q_in_lmcache_keeps_ghosts_and_promotes_them_unlike_fifo(trace):
 
 class EvictsOnThirdInsert(LRUPolicy):
     """LRU that, like 2Q's Am quota or LIRS's demotions, evicts a key on its own: inserting the
-    third distinct key names the least recent one (a test double of a self-evicting policy)."""
+    third distinct key evicts the least recent one and returns it (a test double of a
+    self-evicting policy)."""
 
-    def extra_victims(self, key, size, protected=()):
-        if size is None or len(self) != 2:
-            return []
-        return [k for k in self.victims(1, protected)]
+    self_evicting = True
+
+    def on_insert(self, key, size=1, protected=()):
+        evicted = self.victims(1, protected) if len(self) == 2 else []
+        for k in evicted:
+            self.on_remove(k)
+        super().on_insert(key, size)
+        return evicted
 
 
 def test_self_evicted_chunks_are_dropped_then_offered_first_and_a_hit_reinserts_them():

@@ -67,14 +67,20 @@ def test_2q_inside_vllm_keeps_ghosts_and_promotes_them_unlike_fifo(trace):
 
 
 class RecordingLIRS(LIRSPolicy):
-    """LIRS that records the keys its extra_victims names (a subclass: the checked hooks)."""
+    """LIRS that records the keys its inserts and accesses evict on its own (a subclass: the
+    checked hooks)."""
 
     def __post_init__(self):
         super().__post_init__()
         self.named = set()
 
-    def extra_victims(self, key, size, protected=()):
-        out = super().extra_victims(key, size, protected)
+    def on_insert(self, key, size=1, protected=()):
+        out = super().on_insert(key, size, protected)
+        self.named.update(out)
+        return out
+
+    def on_access(self, key, size=None, protected=()):
+        out = super().on_access(key, size, protected)
         self.named.update(out)
         return out
 

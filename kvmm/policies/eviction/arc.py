@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies.eviction._checks import NO_KEY
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["ARCPolicy"]
 
 
 @dataclass
-class ARCPolicy:
+class ARCPolicy(EvictionPolicyBase):
     """Adaptive Replacement Cache (Megiddo & Modha, FAST 2003), accounted in size units.
 
     Residents are split into T1 (seen once recently) and T2 (seen at least twice); ghost lists
@@ -92,11 +93,12 @@ class ARCPolicy:
         if self.capacity is None:
             self._c = max(self._c, capacity)
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         size = as_count(size, "size")
         if as_hashable(key) in self._t1 or key in self._t2:
             raise BadInputError(f"ARCPolicy already tracks {key!r}; call on_access for a resident key")
         self._insert_unchecked(key, size)
+        return ()
 
     def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:
         """``on_insert`` of an untracked key and a valid size (the fast hook)."""
@@ -116,7 +118,7 @@ class ARCPolicy:
         if self.ghost_limit is not None:
             self._limit_ghosts(self.ghost_limit)
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         if size is not None:
             size = as_count(size, "size")
         if as_hashable(key) in self._t1:
@@ -127,6 +129,7 @@ class ARCPolicy:
             raise UnknownKeyError(f"ARCPolicy does not track {key!r} as resident; expected a key passed to on_insert")
         self._push(key, old if size is None else size, "T2")
         self._after_access()
+        return ()
 
     def _access_unchecked(self, key: Hashable) -> None:
         """``on_access(key)`` of a resident key, same size (the fast hook): to T2's recent end."""
@@ -181,8 +184,8 @@ class ARCPolicy:
         self._adapted.add(key)
         return True
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access(key)`` and
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access(key)`` and
         ``on_insert(key, size)`` without the per-event checks, for a caller that guarantees them
         (an accessed key is resident, an inserted one is not, the size is an integer >= 0); the
         same state changes.  No ``insert_many`` / ``evict_first`` (see :meth:`LRUPolicy.fast_hooks`):
@@ -191,7 +194,7 @@ class ARCPolicy:
         (plus the ghosts forgotten).
         """
         if type(self) is ARCPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     def on_remove(self, key: Hashable) -> None:
@@ -338,6 +341,10 @@ class ARCPolicy:
     def lists(self) -> dict[str, list[Hashable]]:
         """All four lists, least recent first (for inspection and tests)."""
         return {"T1": list(self._t1), "T2": list(self._t2), "B1": list(self._b1), "B2": list(self._b2)}
+
+    def resident_size(self) -> int:
+        """``|T1| + |T2|``: the residents' total size (ManagedTier's ``check`` holds it to its bytes)."""
+        return self._sizes["T1"] + self._sizes["T2"]
 
     def list_sizes(self) -> dict[str, int]:
         """The total size of each list (``|T1|``, ``|T2|``, ``|B1|``, ``|B2|`` in size units)."""

@@ -41,12 +41,13 @@ Runtime complexity: O(n) for ``from_trace``; O(log r) per insert, access and rem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar, Hashable, Iterable
 
 import numpy as np
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, ShapeError
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, require_absent, require_present
 
 __all__ = ["BeladyPolicy", "NEVER"]
@@ -56,7 +57,7 @@ NEVER = 2**63 - 1
 
 
 @dataclass
-class BeladyPolicy:
+class BeladyPolicy(EvictionPolicyBase):
     """Farthest next use first, ties as libCacheSim's heap (see the module docstring).
 
     ``trace``: the future reference stream, a 1-D integer array (int64 / uint64) or any sequence
@@ -100,15 +101,17 @@ class BeladyPolicy:
         require_present(self._pos, key, self)
         return self._pri[self._pos[key]]
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         as_count(size, "size")
         require_absent(self._pos, key, self)
         self._insert_unchecked(key, size)
+        return ()
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._pos, key, self)
         self._access_unchecked(key)
+        return ()
 
     def on_remove(self, key: Hashable) -> None:
         require_present(self._pos, key, self)
@@ -161,15 +164,15 @@ class BeladyPolicy:
                 out.append(top)
         return out
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access`` / ``on_insert`` without
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access`` / ``on_insert`` without
         the tracked / untracked checks (the caller guarantees them; the trace is still checked).
         No ``insert_many`` / ``evict_first``: a request's new keys can be each other's victims (a
         key never used again is evicted first), so evicting before inserting them all is not the
         same as one key at a time.  None for a subclass.  Runtime complexity: O(log r) per event.
         """
         if type(self) is BeladyPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:

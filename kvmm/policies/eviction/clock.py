@@ -42,9 +42,10 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, require_absent, require_present
 
 __all__ = ["ClockPolicy", "clock_max_freq"]
@@ -55,7 +56,7 @@ MAX_INIT_FREQ = 2**31 - 1
 
 
 @dataclass
-class ClockPolicy:
+class ClockPolicy(EvictionPolicyBase):
     """CLOCK with an ``n_bit_counter``-bit counter per key (see the module docstring).
 
     ``init_freq``: the counter of a newly inserted key (libCacheSim's default 0);
@@ -81,15 +82,17 @@ class ClockPolicy:
         """The counter's saturation value, ``2**n_bit_counter - 1``."""
         return self._max_freq
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         as_count(size, "size")
         require_absent(self._queue, key, self)
         self._insert_unchecked(key, size)
+        return ()
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._queue, key, self)
         self._access_unchecked(key)
+        return ()
 
     def on_remove(self, key: Hashable) -> None:
         require_present(self._queue, key, self)
@@ -131,8 +134,8 @@ class ClockPolicy:
         self._plan = (frozenset(protected), out, 0)  # frozen: the caller may change its set later
         return out
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access`` / ``on_insert``
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access`` / ``on_insert``
         without the per-event checks, for a caller that guarantees them (an accessed key is
         tracked, an inserted one is not, the size is valid).  No ``insert_many`` /
         ``evict_first``: evicting a request's victims before inserting its new keys is not the
@@ -142,7 +145,7 @@ class ClockPolicy:
         Runtime complexity: O(1) per event.
         """
         if type(self) is ClockPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:

@@ -10,13 +10,14 @@ from typing import Hashable, Iterable, Iterator
 from sortedcontainers import SortedDict
 
 from kvmm._validate import as_count, as_hashable
+from kvmm.protocols import EvictionPolicyBase
 from kvmm.policies.eviction._checks import check_size, first_unprotected, require_absent, require_present
 
 __all__ = ["LFUPolicy"]
 
 
 @dataclass
-class LFUPolicy:
+class LFUPolicy(EvictionPolicyBase):
     """Least frequently used first; ties go to the least recently used.
 
     A key's count starts at 1 on insert and grows by 1 per access; a removed key forgets its
@@ -28,14 +29,15 @@ class LFUPolicy:
     _rank: dict = field(default_factory=dict, init=False, repr=False)
     _order: SortedDict = field(default_factory=SortedDict, init=False, repr=False)
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         as_count(size, "size")
         require_absent(self._rank, key, self)
         rank = (1, next(self._tick))
         self._rank[key] = rank
         self._order[rank] = key
+        return ()
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._rank, key, self)
         hits, _ = self._rank[key]
@@ -43,6 +45,7 @@ class LFUPolicy:
         rank = (hits + 1, next(self._tick))
         self._rank[key] = rank
         self._order[rank] = key
+        return ()
 
     def on_remove(self, key: Hashable) -> None:
         require_present(self._rank, key, self)

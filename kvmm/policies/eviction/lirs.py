@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import ClassVar, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies.eviction._checks import NO_KEY, check_size
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["LIRSPolicy", "check_hirs_ratio"]
 
@@ -25,15 +26,15 @@ _UNBOUNDED = 1 << 62  # c of a policy that was given no capacity: every key is L
 
 
 @dataclass
-class LIRSPolicy:
+class LIRSPolicy(EvictionPolicyBase):
     """LIRS with libCacheSim's HIR share ``hirs_ratio`` (default 0.01) and its rules.
 
     libCacheSim's rules where they differ from the paper: a hit on a resident HIR key that is
     not in S demotes LIR keys until its size would fit the LIR set; every eviction step is in
     bytes; S is bounded at ``2 * c`` bytes (oldest non-resident keys forgotten first).  A
     reference can evict keys even when the cache has room, a hit included (a demoted LIR key
-    pushes out Q's oldest): :meth:`extra_victims` names them before the event and
-    :class:`~kvmm.tiers.ManagedTier` evicts them (``get`` too).
+    pushes out Q's oldest): ``on_insert`` / ``on_access`` evict them on their own and return them
+    (:class:`~kvmm.tiers.ManagedTier` deletes them, on ``get`` too).
 
     Where this policy is not libCacheSim (only outside libCacheSim's own domain, or where its C
     code reads freed memory): the key being referenced is never pushed out by its own reference
@@ -51,9 +52,12 @@ class LIRSPolicy:
     the order they would be demoted (S's bottom first).
 
     Runtime complexity: O(1) amortised per event (each demotion, eviction and pruning step is
-    O(1)); ``victims(..., incoming=)`` and :meth:`extra_victims` run the event and undo it
-    (O(its steps)); ``len()`` O(|S| + |Q|).
+    O(1)); ``victims(..., incoming=)`` runs the event and undoes it (O(its steps)); ``len()``
+    O(|S| + |Q|).
     """
+
+    #: a reference can push keys out on its own (returned by ``on_insert`` / ``on_access``)
+    self_evicting: ClassVar[bool] = True
 
     hirs_ratio: float = 0.01
     capacity: int | None = None
@@ -91,23 +95,36 @@ class LIRSPolicy:
         return hirs, self._c - hirs
 
     # -- the protocol ------------------------------------------------------------------------
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """The reference to a new ``key``; returns the keys it pushed out on its own (none in
+        ``protected``), less those the owner already removed as the first victims of this
+        reference's plan (``victims(..., incoming=key)``)."""
         size = as_count(size, "size")
+        protected = as_key_set(protected, "protected")
         if as_hashable(key) in self:
             raise BadInputError(f"LIRSPolicy already tracks {key!r}; call on_access for a present key")
-        self._commit(key, size)
+        return self._commit(key, size, protected)
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """A reference to a resident ``key``; returns the keys it pushed out, as ``on_insert``."""
         check_size(size)
+        protected = as_key_set(protected, "protected")
         self._require_resident(key)
-        self._commit(key, size)
+        return self._commit(key, size, protected)
 
-    def _commit(self, key: Hashable, size: int | None) -> None:
-        """Run the reference to ``key`` for real (with the protection of its plan, if planned)."""
+    def _commit(self, key: Hashable, size: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Run the reference to ``key`` for real; returns the keys it dropped that the owner has
+        not removed yet.  A planned reference keeps its plan's protection, and the first keys of
+        its plan the owner removed (``on_remove`` only counted them) are not returned again."""
         size = self._event_size(key, size)
         plan, self._pending = self._pending, None
-        protected = plan[4] if plan is not None and plan[0] == key and plan[1] == size else frozenset((key,))
-        self._event(key, size, protected)
+        if plan is not None and plan[0] == key and plan[1] == size:
+            return self._event(key, size, plan[4])[plan[3]:]
+        return self._event(key, size, frozenset(protected) | {key})
+
+    def _access_fast(self, key: Hashable) -> list[Hashable]:
+        """``on_access(key)`` of a resident key without the checks (the fast hook)."""
+        return self._commit(key, None)
 
     def _event_size(self, key: Hashable, size: int | None) -> int | None:
         """The size an event takes: None for a resident keeping its size."""
@@ -159,25 +176,12 @@ class LIRSPolicy:
                     out.append(key)
         return out[:n]
 
-    def extra_victims(self, key: Hashable, size: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
-        """The keys the reference to ``key`` (an insert of ``size``, or an access; ``size`` None
-        keeps a resident's size) evicts besides those of the plan already removed, although the
-        tier may have room.  No change of state.  Runtime complexity: O(the event's steps)."""
-        if size is not None:
-            size = as_count(size, "size")
-        protected = frozenset(as_key_set(protected, "protected")) | {as_hashable(key)}
-        size = self._event_size(key, size)
-        plan = self._pending
-        if plan is not None and plan[0] == key and plan[1] == size:
-            return plan[2][plan[3]:]
-        return self._plan(key, size, protected)
-
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)`` (the checked ``on_access`` /
-        ``on_insert``: LIRS's evictions need :meth:`extra_victims` before each event anyway).
-        None for a subclass.  Runtime complexity: O(1) amortised per event."""
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): the reference without
+        the tracked / untracked checks; each returns the keys it pushed out, as the checked events
+        do.  None for a subclass.  Runtime complexity: O(1) amortised per event."""
         if type(self) is LIRSPolicy:
-            return (lambda key: self._commit(key, None)), self._commit, None, None
+            return FastHooks(self._access_fast, self._commit)
         return None
 
     def admits(self, key: Hashable, size: int) -> bool:

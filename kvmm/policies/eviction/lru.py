@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, first_unprotected, require_absent, require_present
 
 __all__ = ["LRUPolicy"]
 
 
 @dataclass
-class LRUPolicy:
+class LRUPolicy(EvictionPolicyBase):
     """Least recently used first.  Insert and access move a key to the most-recent end.
 
     Runtime complexity: O(1) per event.
@@ -25,15 +26,17 @@ class LRUPolicy:
     # key -> None, least recently used first
     _order: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         as_count(size, "size")
         require_absent(self._order, key, self)
         self._order[key] = None
+        return ()
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._order, key, self)
         self._order.move_to_end(key)
+        return ()
 
     def on_remove(self, key: Hashable) -> None:
         require_present(self._order, key, self)
@@ -45,17 +48,14 @@ class LRUPolicy:
         as_hashable(incoming, "incoming")
         return first_unprotected(iter(self._order), n, protected)
 
-    def fast_hooks(self) -> tuple[Callable, Callable, Callable, Callable] | None:
-        """``(access(key), insert(key, size), insert_many(keys), evict_first())`` without the
-        per-event checks, for a batch caller that guarantees them (``ManagedTier``: an accessed
-        key is tracked, an inserted one is not, sizes validated once per batch).  Same order
-        changes as ``on_access`` / ``on_insert`` (``insert_many``: ``on_insert`` of each key in
-        order); ``evict_first()`` removes and returns the first victim, as ``victims(1)`` then
-        ``on_remove`` would (nothing protected).  None for a subclass, whose own hooks must run.
-        Runtime complexity: O(1) per event.
+    def fast_hooks(self) -> FastHooks | None:
+        """All four :class:`~kvmm.protocols.FastHooks`, ``insert_many`` and ``evict_first``
+        included: a batch owner (``ManagedTier``) evicts and inserts a request's new keys at once.
+        None for a subclass, whose own hooks must run.  Runtime complexity: O(1) per event.
         """
         if type(self) is LRUPolicy:
-            return self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked, self._evict_first
+            return FastHooks(self._order.move_to_end, self._insert_unchecked, self._insert_many_unchecked,
+                             self._evict_first)
         return None
 
     def _evict_first(self) -> Hashable:

@@ -53,10 +53,11 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import NO_KEY, check_size, require_absent, require_present
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
@@ -68,7 +69,7 @@ _REINSERT = 1  # a plan's move: main's oldest -> main's new end with min(f, 3) -
 
 
 @dataclass
-class S3FIFOPolicy:
+class S3FIFOPolicy(EvictionPolicyBase):
     """S3-FIFO with libCacheSim's rules and defaults (see the module docstring).
 
     ``capacity`` (size units; None: the tier's, see module docstring), ``small_size_ratio``
@@ -112,10 +113,11 @@ class S3FIFOPolicy:
         if self.capacity is None:
             self._set_c(max(self._c, capacity))
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         size = as_count(size, "size")
         require_absent(self._freq, key, self)
         self._insert_unchecked(key, size)
+        return ()
 
     def _insert_unchecked(self, key: Hashable, size: int) -> None:
         """``on_insert`` of an untracked key and a valid size (the fast hook)."""
@@ -134,7 +136,7 @@ class S3FIFOPolicy:
         self._freq[key] = 0
         self._grow_c()
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._freq, key, self)
         self._access_unchecked(key)
@@ -147,6 +149,7 @@ class S3FIFOPolicy:
             else:
                 self._main_used += delta
             self._grow_c()
+        return ()
 
     def _access_unchecked(self, key: Hashable) -> None:
         """``on_access(key)`` of a resident key (the fast hook): one more access."""
@@ -178,8 +181,8 @@ class S3FIFOPolicy:
         self._pending = _S3FIFOPlan(incoming, steps)
         return [step[0] for step in steps]
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access(key)`` and
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access(key)`` and
         ``on_insert(key, size)`` without the per-event checks, for a caller that guarantees them
         (an accessed key is resident, an inserted one is not, the size an integer >= 0).  No
         ``insert_many`` / ``evict_first``: an eviction moves entries between queues and depends
@@ -187,7 +190,7 @@ class S3FIFOPolicy:
         subclass, whose own hooks must run.  Runtime complexity: O(1) per event.
         """
         if type(self) is S3FIFOPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     # -- inspection -------------------------------------------------------------------------

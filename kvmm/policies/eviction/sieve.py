@@ -25,9 +25,10 @@ protected), amortised O(1) per eviction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import Sentinel, check_size, require_absent, require_present
 
 __all__ = ["SIEVEPolicy"]
@@ -38,7 +39,7 @@ _END = Sentinel(__name__, "_END")  # no neighbour / hand unset (None is a valid 
 
 
 @dataclass
-class SIEVEPolicy:
+class SIEVEPolicy(EvictionPolicyBase):
     """SIEVE with libCacheSim's rules (see the module docstring); no options.
 
     Runtime complexity: O(1) per event; ``victims`` amortised O(1) per victim.
@@ -52,10 +53,11 @@ class SIEVEPolicy:
     # the last victims() plan (None once anything else happened)
     _pending: _SievePlan | None = field(default=None, init=False, repr=False)
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         as_count(size, "size")
         require_absent(self._nodes, key, self)
         self._insert_unchecked(key, size)
+        return ()
 
     def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:
         """``on_insert`` of an untracked key (the fast hook): at the head, not visited."""
@@ -68,10 +70,11 @@ class SIEVEPolicy:
             self._nodes[head][_NEWER] = key
         self._head = key
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         require_present(self._nodes, key, self)
         self._access_unchecked(key)
+        return ()
 
     def _access_unchecked(self, key: Hashable) -> None:
         """``on_access(key)`` of a tracked key (the fast hook): set its visited bit."""
@@ -105,8 +108,8 @@ class SIEVEPolicy:
         self._pending = _SievePlan(steps)
         return [step[0] for step in steps]
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access(key)`` and
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access(key)`` and
         ``on_insert(key, size)`` without the per-event checks, for a caller that guarantees them
         (an accessed key is tracked, an inserted one is not).  No ``insert_many`` /
         ``evict_first``: with every older entry visited, the hand can reach an entry inserted
@@ -115,7 +118,7 @@ class SIEVEPolicy:
         Runtime complexity: O(1) per event.
         """
         if type(self) is SIEVEPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     # -- inspection -------------------------------------------------------------------------

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, ClassVar, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
+from kvmm.protocols import EvictionPolicyBase, FastHooks
+
 __all__ = ["SLRUPolicy", "Segments", "segment_maxima"]
 
 @dataclass
-class SLRUPolicy:
+class SLRUPolicy(EvictionPolicyBase):
     """Segmented LRU, exactly libCacheSim's ``SLRU`` (``SLRU.c``).
 
     ``n_seg`` LRU segments (libCacheSim's ``n-seg``, default 4), segment 0 the lowest; segment
@@ -36,10 +38,9 @@ class SLRUPolicy:
     (``SLRU_can_insert``): :meth:`admits` says whether libCacheSim would; an owner that stores
     it anyway (ManagedTier does) gets it placed in segment 0.
 
-    A key the hit-cooling evicts stays tracked as *dropped* (first in :meth:`victims`, not in
-    any segment) until its owner removes it: :meth:`take_dropped` hands those keys over
-    (ManagedTier deletes them right after the access, as libCacheSim evicts them).  An access to
-    a dropped key brings it back as a new insert (libCacheSim would miss and insert it).
+    The keys a hit's cooling evicts are evicted on the policy's own: ``on_access`` returns them
+    (ManagedTier deletes them right after the access, as libCacheSim evicts them), and the
+    policy no longer tracks them.  The cooling knows no protected keys (libCacheSim's has none).
 
     ``capacity=None``: the tier's capacity when a ManagedTier adopts the policy (:meth:`attach`);
     standalone, the largest resident total seen.  The segment maxima follow it.
@@ -52,6 +53,9 @@ class SLRUPolicy:
     Runtime complexity: O(1) per insert and remove; an access O(keys moved down), amortised
     O(n_seg); ``victims`` O(n + protected).
     """
+
+    #: a hit's cooling evicts on its own (returned by ``on_access``)
+    self_evicting: ClassVar[bool] = True
 
     capacity: int | None = None
     n_seg: int = 4
@@ -81,70 +85,55 @@ class SLRUPolicy:
         """Whether libCacheSim's SLRU would cache an entry of ``size`` (``<= max[0]``)."""
         return as_count(size, "size") <= self._seg.maxima[0]
 
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> tuple:
         size = as_count(size, "size")
-        if as_hashable(key) in self._seg.where or key in self._seg.dropped:
+        if as_hashable(key) in self._seg.where:
             raise BadInputError(f"SLRUPolicy already tracks {key!r}; call on_access for a present key")
         self._seg.insert(key, size)
+        return ()  # an insert never cools: only a hit does
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """A hit; returns the keys its cooling evicted (segment 0's overflow), oldest first."""
         if size is not None:
             size = as_count(size, "size")
-        seg = self._seg
-        if as_hashable(key) in seg.dropped:
-            old = seg.dropped.pop(key)
-            seg.insert(key, old if size is None else size)
-            return
-        if key not in seg.where:
+        if as_hashable(key) not in self._seg.where:
             raise UnknownKeyError(f"SLRUPolicy does not track {key!r}; expected a key passed to on_insert")
-        seg.hit(key, size)
+        self._seg.hit(key, size)
+        return self._seg.hand_over()
 
     def on_remove(self, key: Hashable) -> None:
-        seg = self._seg
-        if as_hashable(key) in seg.dropped:
-            del seg.dropped[key]
-        elif key in seg.where:
-            seg.remove(key)
-        else:
+        if as_hashable(key) not in self._seg.where:
             raise UnknownKeyError(f"SLRUPolicy does not track {key!r}; expected a key passed to on_insert")
-
-    def take_dropped(self) -> list[Hashable]:
-        """The keys a hit's cooling evicted and their owner has not removed yet (oldest first);
-        they stay tracked until ``on_remove``."""
-        return list(self._seg.dropped)
+        self._seg.remove(key)
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
-        """The next ``n`` victims (without changing state), skipping protected keys: the dropped
-        keys, then each segment from the lowest, tail first, while its byte count (less the
-        victims already listed) is > 0; last the zero-size keys that rule skips.  ``incoming``
-        does not change SLRU's choice."""
+        """The next ``n`` victims (without changing state), skipping protected keys: each segment
+        from the lowest, tail first, while its byte count (less the victims already listed) is
+        > 0; last the zero-size keys that rule skips.  ``incoming`` does not change SLRU's choice."""
         n = as_count(n, "n")
         as_count(incoming_size, "incoming_size")
         protected = as_key_set(protected, "protected")
         as_hashable(incoming, "incoming")
         return self._seg.victims(n, protected)
 
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)`` without the per-event checks, for a
-        caller that guarantees them (an accessed key is tracked, an inserted one is not, the size
-        is an integer >= 0); the same state changes.  No ``insert_many`` / ``evict_first``: where
-        a new key lands depends on the segments' bytes at that moment, so evicting for a batch
-        before inserting it is not the same as one key at a time.  A caller must still hand the
-        :meth:`take_dropped` keys over after accesses.  None for a subclass.
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`) without the per-event
+        checks, for a caller that guarantees them (an accessed key is tracked, an inserted one is
+        not, the size is an integer >= 0); the same state changes, and ``access`` returns the
+        keys the cooling evicted, as ``on_access`` does.  No ``insert_many`` / ``evict_first``:
+        where a new key lands depends on the segments' bytes at that moment, so evicting for a
+        batch before inserting it is not the same as one key at a time.  None for a subclass.
         Runtime complexity: O(1) amortised per event.
         """
         if type(self) is SLRUPolicy:
-            seg = self._seg
-            return self._access_unchecked, seg.insert, None, None
+            return FastHooks(self._access_unchecked, self._seg.insert)
         return None
 
-    def _access_unchecked(self, key: Hashable) -> None:
+    def _access_unchecked(self, key: Hashable) -> list[Hashable]:
         seg = self._seg
-        if key in seg.where:
-            seg.hit(key, None)
-        else:
-            seg.insert(key, seg.dropped.pop(key))
+        seg.hit(key, None)
+        return seg.hand_over()
 
     def keys(self) -> list[Hashable]:
         """Tracked keys: the dropped ones, then each segment from the lowest, tail first."""
@@ -168,7 +157,8 @@ class SLRUPolicy:
 class Segments:
     """The segmented LRU lists (SLRU, and W-TinyLFU's main cache): ``segs[i]`` an OrderedDict
     key -> size, tail (oldest) first; ``bytes[i]`` its total; ``where`` key -> segment;
-    ``dropped`` the keys a hit's cooling evicted, not yet removed by their owner."""
+    ``dropped`` the keys evicted on the policy's own (a hit's cooling; W-TinyLFU's eviction step
+    that moves a larger window key into main), still tracked until :meth:`hand_over` returns them."""
 
     def __init__(self, n_seg: int, seg_size: Any, capacity: int | None) -> None:
         self.n_seg, self.seg_size = n_seg, seg_size
@@ -200,6 +190,15 @@ class Segments:
         self.segs[i][key] = size
         self.bytes[i] += size
         self.where[key] = i
+
+    def hand_over(self) -> list[Hashable] | tuple:
+        """The dropped keys, oldest first, no longer tracked: the event that returns them hands
+        them to the owner (an empty tuple when there are none)."""
+        if not self.dropped:
+            return ()
+        out = list(self.dropped)
+        self.dropped.clear()
+        return out
 
     def remove(self, key: Hashable) -> int:
         i = self.where.pop(key)

@@ -15,17 +15,18 @@ from __future__ import annotations
 import numbers
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import ClassVar, Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies.eviction._checks import NO_KEY, check_size, require_absent
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["TwoQPolicy", "check_twoq_ratios"]
 
 
 @dataclass
-class TwoQPolicy:
+class TwoQPolicy(EvictionPolicyBase):
     """2Q with libCacheSim's parameters: ``a_in_size_ratio`` (Kin, A1in's share of the capacity)
     and ``a_out_size_ratio`` (Kout, A1out's ghosts' share).
 
@@ -35,7 +36,8 @@ class TwoQPolicy:
     remembered); otherwise Am's least recent leaves.  A ghost that is referenced again is
     forgotten at once (before the evictions) and enters Am, which then makes room within its own
     quota ``c - Kin`` by dropping its least recent keys, even when the whole cache has room:
-    :meth:`extra_victims` names those keys, and ManagedTier evicts them.
+    ``on_insert`` evicts those keys on its own and returns them (the owner removes them; keys in
+    its ``protected`` stay), as libCacheSim's Am is a cache of its own.
 
     Where libCacheSim differs from the paper: the paper's A1in/A1out/Am are counted in pages and
     Am takes every other page; here (libCacheSim) they are byte quotas, A1in is allowed above
@@ -54,6 +56,9 @@ class TwoQPolicy:
 
     Runtime complexity: O(1) per event (plus the ghosts forgotten); ``victims`` O(n + protected).
     """
+
+    #: a ghost entering a full Am evicts from Am on its own (returned by ``on_insert``)
+    self_evicting: ClassVar[bool] = True
 
     a_in_size_ratio: float = 0.25
     a_out_size_ratio: float = 0.5
@@ -94,25 +99,41 @@ class TwoQPolicy:
             self._c = max(self._c, capacity)
 
     # -- the protocol ------------------------------------------------------------------------
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> list[Hashable]:
+        """Insert ``key``; returns the Am keys it evicted on its own (a returning ghost entering a
+        full Am), least recent first, none of them in ``protected``."""
         size = as_count(size, "size")
+        protected = as_key_set(protected, "protected")
         require_absent(self._residents_view(), key, self)
-        self._insert_unchecked(key, size)
+        return self._insert_unchecked(key, size, protected)
 
-    def _insert_unchecked(self, key: Hashable, size: int) -> None:
+    def _insert_unchecked(self, key: Hashable, size: int, protected: Iterable[Hashable] = ()) -> list[Hashable]:
         """``on_insert`` of an untracked key and a valid size (the fast hook)."""
         self._pending = None
         ghost_hit, self._ghost_hit = self._ghost_hit == key, NO_KEY
         if key in self._a_out:
             self._pop(key, self._a_out, "A1out")
             ghost_hit = True
+        evicted: list[Hashable] = []
         if ghost_hit:
+            # Am is a cache of its own (libCacheSim's): it drops its least recent unprotected keys
+            # until the returning key fits its quota c - Kin, even when the whole cache has room
+            room, used = self.quotas()["Am"] - size, self._used["Am"]
+            for resident, resident_size in self._am.items():
+                if used <= room:
+                    break
+                if resident not in protected:
+                    evicted.append(resident)
+                    used -= resident_size
+            for resident in evicted:
+                self._pop(resident, self._am, "Am")
             self._push(key, size, self._am, "Am")
         else:
             self._push(key, size, self._a_in, "A1in")
         self._c = max(self._c, self._used["A1in"] + self._used["Am"])
+        return evicted
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None, protected: Iterable[Hashable] = ()) -> tuple:
         check_size(size)
         if as_hashable(key) in self._a_in:
             queue, name = self._a_in, "A1in"
@@ -127,6 +148,7 @@ class TwoQPolicy:
             self._c = max(self._c, self._used["A1in"] + self._used["Am"])
         if queue is self._am:
             queue.move_to_end(key)
+        return ()  # an access never evicts: only a returning ghost does
 
     def _access_unchecked(self, key: Hashable) -> None:
         """``on_access(key)`` of a resident key, same size (the fast hook)."""
@@ -199,37 +221,15 @@ class TwoQPolicy:
             self._pending = [incoming, out, 0]
         return out
 
-    def extra_victims(self, incoming: Hashable, incoming_size: int | None, protected: Iterable[Hashable] = ()) -> list[Hashable]:
-        """The residents that inserting ``incoming`` (after the victims already removed) evicts
-        although the tier has room: when it is an A1out ghost it enters Am, and Am drops its least
-        recent keys until ``|Am| + incoming_size <= c - Kin`` (libCacheSim's Am is a cache of its
-        own).  Unprotected keys only; no change of state.  Runtime complexity: O(result + protected)."""
-        if incoming_size is not None:  # checked first: a bad size is refused whatever the key is
-            incoming_size = as_count(incoming_size, "incoming_size")
-        protected = as_key_set(protected, "protected")
-        if as_hashable(incoming) in self._a_in or incoming in self._am or incoming_size is None:
-            return []  # a hit or an overwrite evicts nothing beyond the room it needs
-        if incoming != self._ghost_hit and incoming not in self._a_out:
-            return []
-        room = self.quotas()["Am"] - incoming_size
-        used = self._used["Am"]
-        out: list[Hashable] = []
-        for key, size in self._am.items():
-            if used <= room:
-                break
-            if key not in protected:
-                out.append(key)
-                used -= size
-        return out
-
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)``: ``on_access`` / ``on_insert`` without
-        the per-event checks, for a caller that guarantees them (ManagedTier).  No
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`): ``on_access`` /
+        ``on_insert`` without the per-event checks, for a caller that guarantees them
+        (ManagedTier); ``insert`` returns the Am keys it evicted, as ``on_insert`` does.  No
         ``insert_many`` / ``evict_first``: a batch evicted before its inserts would see A1in's
         occupancy of before the batch, not of each insert.  None for a subclass.
         Runtime complexity: O(1) per event."""
         if type(self) is TwoQPolicy:
-            return self._access_unchecked, self._insert_unchecked, None, None
+            return FastHooks(self._access_unchecked, self._insert_unchecked)
         return None
 
     # -- inspection --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, ClassVar, Hashable, Iterable
 
 import numpy as np
 
@@ -13,12 +13,13 @@ from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies.eviction.slru import Segments, segment_maxima
 from kvmm.policies.eviction._checks import require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["WTinyLFUPolicy", "split_capacity", "sketch_shape", "validate_options"]
 
 
 @dataclass
-class WTinyLFUPolicy:
+class WTinyLFUPolicy(EvictionPolicyBase):
     """Window TinyLFU, exactly libCacheSim's ``WTinyLFU(main_cache='SLRU', window_size=0.01)``.
 
     A window LRU of ``int(capacity * window_size)`` size units in front of a main SLRU of the
@@ -48,10 +49,11 @@ class WTinyLFUPolicy:
     is 0 and libCacheSim caches nothing.
 
     Evictions planned by :meth:`victims` (the ``incoming`` key does not change them) run step by
-    step in ``on_remove``; keys evicted without being asked for (main's cooling on a hit, the
-    extra keys main evicts for a larger window key) stay tracked as *dropped*, first in
-    :meth:`victims`, until their owner removes them (:meth:`take_dropped`; ManagedTier does it).
-    An access to a dropped key inserts it afresh.  ``on_remove`` of any other key (an explicit
+    step in ``on_remove``; keys evicted without being asked for are evicted on the policy's own:
+    main's cooling on a hit (``on_access`` returns them), and the extra keys main evicts for a
+    larger window key during a planned step, which stay tracked as *dropped* (first in
+    :meth:`victims`) until the next ``on_insert`` or ``on_access`` returns them (ManagedTier
+    deletes them then).  An access to a dropped key inserts it afresh.  ``on_remove`` of any other key (an explicit
     delete) forgets it from its list; the sketch keeps its counts.  Protected keys (libCacheSim
     has none) still move from the window to main, but are skipped when picking the contest's
     ``w`` and ``m``.
@@ -63,6 +65,10 @@ class WTinyLFUPolicy:
     Runtime complexity: O(hashes) per insert and access (plus SLRU's cooling); ``victims`` O(n)
     steps, each O(hashes + window keys handed to main); O(width) per halving.
     """
+
+    #: main's cooling and a planned step's extra evictions are evictions on its own (returned
+    #: by ``on_insert`` / ``on_access``)
+    self_evicting: ClassVar[bool] = True
 
     capacity: int | None = None
     main_cache: str = "SLRU"
@@ -115,12 +121,19 @@ class WTinyLFUPolicy:
         return self._main_cap
 
     # -- events -------------------------------------------------------------------------------
-    def on_insert(self, key: Hashable, size: int = 1) -> None:
+    def on_insert(self, key: Hashable, size: int = 1, protected: Iterable[Hashable] = ()) -> list[Hashable] | tuple:
+        """Insert ``key`` at the window's head; returns the keys still dropped by the planned
+        steps before it (handed over first, as an owner removes a step's victims before it writes)."""
         size = as_count(size, "size")
         require_absent(self, key, self)
-        self._insert_unchecked(key, size)
+        return self._insert_unchecked(key, size)
 
-    def _insert_unchecked(self, key: Hashable, size: int = 1) -> None:
+    def _insert_unchecked(self, key: Hashable, size: int = 1) -> list[Hashable] | tuple:
+        evicted = self._main.hand_over()
+        self._insert_new(key, size)
+        return evicted
+
+    def _insert_new(self, key: Hashable, size: int) -> None:
         self._pending = None
         self._events += 1
         if self.capacity is None:
@@ -131,13 +144,16 @@ class WTinyLFUPolicy:
         self._window_bytes += size
         self._sketch.add(key)
 
-    def on_access(self, key: Hashable, size: int | None = None) -> None:
+    def on_access(self, key: Hashable, size: int | None = None,
+                  protected: Iterable[Hashable] = ()) -> list[Hashable] | tuple:
+        """A hit (an access to a dropped key inserts it afresh); returns the keys main's cooling
+        evicted and any still dropped by the planned steps, oldest first."""
         if size is not None:
             size = as_count(size, "size")
         require_present(self, key, self)
-        self._access(key, size)
+        return self._access(key, size)
 
-    def _access(self, key: Hashable, size: int | None = None) -> None:
+    def _access(self, key: Hashable, size: int | None = None) -> list[Hashable] | tuple:
         self._pending = None
         self._events += 1
         window, main = self._window, self._main
@@ -146,17 +162,18 @@ class WTinyLFUPolicy:
                 self._window_bytes += size - window[key]
                 window[key] = size
             window.move_to_end(key)
-            return
+            return main.hand_over()
         if key in main.dropped:
             old = main.dropped.pop(key)
-            self._insert_unchecked(key, old if size is None else size)
-            return
+            self._insert_new(key, old if size is None else size)  # the others still count as residents here
+            return main.hand_over()
         main.hit(key, size)
         self._sketch.add(key)
         self._main_hits += 1
         if self._main_hits >= 32 * self._main_cap:
             self._main_hits = 0
             self._sketch.halve()
+        return main.hand_over()
 
     def on_remove(self, key: Hashable) -> None:
         main = self._main
@@ -179,11 +196,6 @@ class WTinyLFUPolicy:
             self._window_bytes -= self._window.pop(key)
         else:
             main.remove(key)
-
-    def take_dropped(self) -> list[Hashable]:
-        """Keys evicted without being asked for (see class docstring), oldest first; they stay
-        tracked until ``on_remove``."""
-        return list(self._main.dropped)
 
     def victims(self, n: int, protected: Iterable[Hashable] = (), *, incoming: Hashable = None,
                 incoming_size: int = 1) -> list[Hashable]:
@@ -318,15 +330,16 @@ class WTinyLFUPolicy:
                 main.where[key] = i
 
     # -- fast hooks, inspection, invariants ---------------------------------------------------
-    def fast_hooks(self) -> tuple[Callable, Callable, None, None] | None:
-        """``(access(key), insert(key, size), None, None)`` without the per-event checks, for a
-        caller that guarantees them (an accessed key is tracked, an inserted one is not, the size
-        is an integer >= 0); the same state changes.  No ``insert_many`` / ``evict_first``: an
-        eviction step depends on the sketch and the window, so a caller asks :meth:`victims`.
-        None for a subclass.  Runtime complexity: O(hashes) per event.
+    def fast_hooks(self) -> FastHooks | None:
+        """``access`` and ``insert`` (:class:`~kvmm.protocols.FastHooks`) without the per-event
+        checks, for a caller that guarantees them (an accessed key is tracked, an inserted one is
+        not, the size is an integer >= 0); the same state changes and the same keys returned.  No
+        ``insert_many`` / ``evict_first``: an eviction step depends on the sketch and the window,
+        so a caller asks :meth:`victims`.  None for a subclass.  Runtime complexity: O(hashes) per
+        event.
         """
         if type(self) is WTinyLFUPolicy:
-            return self._access, self._insert_unchecked, None, None
+            return FastHooks(self._access, self._insert_unchecked)
         return None
 
     def keys(self) -> list[Hashable]:
