@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvmm._kernels import list_link_after, list_unlink, mix128, moves_into_hole
+
 # Rows of block_fields.
 REF, FREE_PREV, FREE_NEXT, KEY_PREV, KEY_NEXT, CACHED = range(6)
 NUM_FIELDS = 6
@@ -40,45 +42,10 @@ STATUS_MASK = (1 << STATUS_BITS) - 1
 # misses most of them here); those cost ~100 ns per _prefix_hits call, more than the lookup.
 # Outputs and scratch buffers come from the caller.
 #
-# Free queue: doubly linked list through FREE_PREV / FREE_NEXT; head/tail in meta.  Kernels
-# keep head, tail and the free count in local variables and store them once at the end: stores
-# into meta inside the loop would alias the row views and cost about 20 ns per block.
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _unlink(prev, nxt, head, tail, b):
-    """Remove ``b`` from the list; returns the new (head, tail)."""
-    p = prev[b]
-    n = nxt[b]
-    if p == -1:
-        head = n
-    else:
-        nxt[p] = n
-    if n == -1:
-        tail = p
-    else:
-        prev[n] = p
-    prev[b] = -1
-    nxt[b] = -1
-    return head, tail
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _link_after(prev, nxt, head, tail, after, b):
-    """Link ``b`` after block ``after`` (``after == -1``: at the head); returns (head, tail)."""
-    if after == -1:
-        n = head
-        head = b
-    else:
-        n = nxt[after]
-        nxt[after] = b
-    prev[b] = after
-    nxt[b] = n
-    if n == -1:
-        tail = b
-    else:
-        prev[n] = b
-    return head, tail
+# Free queue: doubly linked list through FREE_PREV / FREE_NEXT (the shared list primitives of
+# kvmm._kernels, inlined); head/tail in meta.  Kernels keep head, tail and the free count in local
+# variables and store them once at the end: stores into meta inside the loop would alias the row
+# views and cost about 20 ns per block.
 
 
 @njit(cache=True, nogil=True)
@@ -96,17 +63,9 @@ def walk_free_queue(fields, meta):
 # Prefix-cache hash table: linear probing over slots; the slot's key is block_keys[first block].
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def slot_hash(k0, k1, seed):
-    # splitmix64 finaliser over both words and the seed: keys from outside (trace ids 0, 1, 2, ...)
-    # are far from uniform, SipHash keys already are.
-    h = np.uint64(k0) ^ (np.uint64(k1) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(seed)
-    h ^= h >> np.uint64(30)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(27)
-    h *= np.uint64(0x94D049BB133111EB)
-    h ^= h >> np.uint64(31)
-    return h
+#: The slot hash of a key (k0, k1) under the pool's seed: the shared two-word hash of
+#: kvmm._kernels (inlined into the kernels; the allocator's ``check`` calls it from Python).
+slot_hash = mix128
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -183,8 +142,7 @@ def _delete_slot(block_keys, table, meta, s):
         if b == -1:
             break
         ideal = np.int64(slot_hash(block_keys[b, 0], block_keys[b, 1], seed) & np.uint64(mask))
-        # Move j into the hole unless its ideal slot lies cyclically in (hole, j].
-        if (j > hole and (ideal <= hole or ideal > j)) or (j < hole and (ideal <= hole and ideal > j)):
+        if moves_into_hole(ideal, hole, j):
             table[0, hole] = table[0, j]
             table[1, hole] = table[1, j]
             hole = j
@@ -281,9 +239,9 @@ def free(fields, meta, ids, mode, offsets, buffer):
         if ref[b] == 0:
             freed += 1
             if cached[b] == 1:
-                head, tail = _link_after(prev, nxt, head, tail, tail, b)
+                head, tail = list_link_after(prev, nxt, head, tail, tail, b)
             else:
-                head, tail = _link_after(prev, nxt, head, tail, last_uncached, b)
+                head, tail = list_link_after(prev, nxt, head, tail, last_uncached, b)
                 last_uncached = b
     meta[META_FREE_HEAD] = head
     meta[META_FREE_TAIL] = tail
@@ -320,7 +278,7 @@ def _touch_valid(fields, meta, ids, start, stop):
     for k in range(start, stop):
         b = ids[k]
         if ref[b] == 0:
-            head, tail = _unlink(prev, nxt, head, tail, b)
+            head, tail = list_unlink(prev, nxt, head, tail, b)
             taken += 1
         ref[b] += 1
     meta[META_FREE_HEAD] = head

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvmm.allocators._block_kernels import slot_hash
+from kvmm._kernels import mix128 as slot_hash  # the index's key hash (its kernels' mix128)
 from kvmm.cluster import _index_kernels as K
 
 

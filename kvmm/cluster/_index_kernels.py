@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
 
-from kvmm.allocators._block_kernels import slot_hash
+from kvmm._kernels import list_push_tail, list_unlink, mix128, moves_into_hole, trailing_zeros
 
 # Slots of meta.
 M_ENTRIES, M_HEAD, M_TAIL, M_FREE, M_MASK, M_MAX, M_SEED = range(7)
@@ -40,7 +39,7 @@ def _find(keys, table, meta, k0, k1):
     """Slot holding key (k0, k1), or ``-(empty slot) - 1`` where it would be inserted (its hash
     is then in ``table[1]``'s future slot: the caller writes it, see :func:`_insert`)."""
     mask = meta[M_MASK]
-    h = np.int64(slot_hash(k0, k1, meta[M_SEED]))
+    h = np.int64(mix128(k0, k1, meta[M_SEED]))
     s = h & mask
     while True:
         r = table[0, s]
@@ -55,7 +54,7 @@ def _find(keys, table, meta, k0, k1):
 def _insert(keys, table, meta, s, r):
     """Put row ``r`` (its key already in ``keys``) into the empty slot ``s``."""
     table[0, s] = r
-    table[1, s] = np.int64(slot_hash(keys[r, 0], keys[r, 1], meta[M_SEED]))
+    table[1, s] = np.int64(mix128(keys[r, 0], keys[r, 1], meta[M_SEED]))
 
 
 @njit(cache=True, nogil=True)
@@ -69,8 +68,7 @@ def _delete_slot(keys, table, meta, s):
         j = (j + 1) & mask
         if table[0, j] == -1:
             break
-        ideal = table[1, j] & mask
-        if (j > hole and (ideal <= hole or ideal > j)) or (j < hole and (ideal <= hole and ideal > j)):
+        if moves_into_hole(table[1, j] & mask, hole, j):
             table[0, hole] = table[0, j]
             table[1, hole] = table[1, j]
             hole = j
@@ -80,30 +78,12 @@ def _delete_slot(keys, table, meta, s):
 
 @njit(cache=True, nogil=True)
 def _unlink(links, meta, r):
-    p = links[PREV, r]
-    n = links[NEXT, r]
-    if p == -1:
-        meta[M_HEAD] = n
-    else:
-        links[NEXT, p] = n
-    if n == -1:
-        meta[M_TAIL] = p
-    else:
-        links[PREV, n] = p
-    links[PREV, r] = -1
-    links[NEXT, r] = -1
+    meta[M_HEAD], meta[M_TAIL] = list_unlink(links[PREV], links[NEXT], meta[M_HEAD], meta[M_TAIL], r)
 
 
 @njit(cache=True, nogil=True)
 def _push_tail(links, meta, r):
-    t = meta[M_TAIL]
-    links[PREV, r] = t
-    links[NEXT, r] = -1
-    if t == -1:
-        meta[M_HEAD] = r
-    else:
-        links[NEXT, t] = r
-    meta[M_TAIL] = r
+    meta[M_HEAD], meta[M_TAIL] = list_push_tail(links[PREV], links[NEXT], meta[M_HEAD], meta[M_TAIL], r)
 
 
 @njit(cache=True, nogil=True)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from kvmm.allocators._block_kernels import slot_hash
+from kvmm._kernels import mix128 as slot_hash  # the index's key hash (its kernels' mix128)
 from kvmm.cluster import _index_kernels as K
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 

@@ -79,8 +79,8 @@ def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
     Compact non-negative keys (block ids, object numbers: ``0 <= key < 4 * len(keys) + 65536``)
     go through a direct-address table, one array lookup per reference; any other keys through the
-    stack-distance tracker's hash renumbering (``get_or_insert_ids``), run over chunks so the
-    table grows with the distinct keys, not with the references.
+    shared open-addressing table (:func:`kvmm._kernels.get_or_insert_ids`, the stack-distance
+    tracker's), run over chunks so the table grows with the distinct keys, not with the references.
     Runtime complexity: O(n) (expected, for the hash path).
     """
     if keys.size and 0 <= int(keys.min()) and int(keys.max()) < _DIRECT_LIMIT + 4 * keys.size:
@@ -89,6 +89,7 @@ def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _dense_ids_direct(keys: np.ndarray, max_key: int) -> tuple[np.ndarray, int]:
+    # imported here on purpose: importing this module compiles and loads no kernel
     from kvmm.policies.eviction._kernels.classic import renumber_direct
 
     out = np.empty(keys.size, np.int64)
@@ -97,7 +98,8 @@ def _dense_ids_direct(keys: np.ndarray, max_key: int) -> tuple[np.ndarray, int]:
 
 
 def _dense_ids_hashed(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    from kvmm.policies.mrc import _stack_kernels as K
+    # imported here on purpose: importing this module compiles and loads no kernel
+    from kvmm import _kernels as K
 
     words = keys.view(np.uint64)
     out = np.empty(keys.size, np.int64)

@@ -80,6 +80,7 @@ class BeladyPolicy(EvictionPolicyBase):
         keys, dense, n_unique, int_trace = _trace_arrays(self.trace)
         self._keys, self._int_trace = keys, int_trace
         if len(dense):
+            # imported here on purpose: importing a policy module loads no numba kernel
             from kvmm.policies.eviction._kernels.belady import next_uses
 
             self._next = next_uses(dense, n_unique)
@@ -275,6 +276,7 @@ def _trace_arrays(trace: Any) -> tuple[Any, np.ndarray, int, bool]:
         if trace.ndim != 1:
             raise ShapeError(f"trace must be 1-D, got shape {trace.shape}")
         if trace.dtype.kind in "iu":
+            # imported here on purpose: _replay reads ORDERS, whose module imports this one
             from kvmm.policies.eviction._replay import dense_ids
 
             # any 64-bit unsigned array (big-endian '>u8' too) stays unsigned: as int64 its keys

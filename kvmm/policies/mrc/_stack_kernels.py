@@ -46,10 +46,11 @@ amortised per reference.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+# the shared primitives (one open-addressing table, hash mixing, bit counts, prefetch), imported
+# under the names this module's users (shards, admission, replay's renumbering) read them by
+from kvmm._kernels import find_slot, get_or_insert_ids, lookup_ids, mix64, popcount, prefetch, rehash, trailing_zeros
 
 # state vector indices
 ST_IDS = 0  # dense ids handed out (distinct keys ever tracked)
@@ -82,9 +83,6 @@ PREFETCH_SLOTS = 32  # pass 1 prefetches the hash slot of the key this many refe
 PREFETCH_AHEAD = 16  # pass 2 prefetches id_last this many references ahead
 PREFETCH_NEAR = 6  # ... and the mark word of the previous access this many ahead
 
-HASH_MULT1 = np.uint64(0xBF58476D1CE4E5B9)
-HASH_MULT2 = np.uint64(0x94D049BB133111EB)
-HASH_ADD = np.uint64(0x9E3779B97F4A7C15)
 TWO_POW_64 = 18446744073709551616.0
 
 
@@ -322,52 +320,6 @@ def fill_marks(time_bits, block_tree, count):
 
 
 @njit(cache=True, nogil=True)
-def rehash(old_slots, new_slots):
-    """Move every entry of ``old_slots`` into the (larger, empty) ``new_slots``."""
-    mask = np.uint64(new_slots.shape[0] // 2 - 1)
-    for s in range(old_slots.shape[0] // 2):
-        tag = old_slots[2 * s + 1]
-        if tag != 0:
-            key = old_slots[2 * s]
-            t = find_slot(new_slots, mask, key, mix64(key))
-            new_slots[2 * t] = key
-            new_slots[2 * t + 1] = tag
-
-
-@njit(cache=True, nogil=True)
-def lookup_ids(keys, slots, out):
-    """Dense id of every key (-1 when unknown).  Read-only."""
-    mask = np.uint64(slots.shape[0] // 2 - 1)
-    for i in range(keys.shape[0]):
-        key = keys[i]
-        s = find_slot(slots, mask, key, mix64(key))
-        out[i] = np.int64(slots[2 * s + 1]) - 1
-
-
-@njit(cache=True, nogil=True)
-def get_or_insert_ids(keys, slots, id_keys, state, out):
-    """Dense id of every key, inserting unknown keys (ids ``state[0]``, ``state[0]+1``, ...).
-
-    The caller guarantees room: ``2 * (state[0] + len(keys)) <= table size`` and
-    ``state[0] + len(keys) <= len(id_keys)``.  Used by the admission policies' per-key counters.
-    """
-    mask = np.uint64(slots.shape[0] // 2 - 1)
-    n_ids = state[0]
-    for i in range(keys.shape[0]):
-        key = keys[i]
-        s = find_slot(slots, mask, key, mix64(key))
-        tag = slots[2 * s + 1]
-        if tag == 0:
-            tag = np.uint64(n_ids + 1)
-            slots[2 * s] = key
-            slots[2 * s + 1] = tag
-            id_keys[n_ids] = key
-            n_ids += 1
-        out[i] = np.int64(tag) - 1
-    state[0] = n_ids
-
-
-@njit(cache=True, nogil=True)
 def add_counts(ids, increments, counts, out):
     """``counts[ids[i]] += increments[i]`` in order; ``out[i]`` = the count just after."""
     for i in range(ids.shape[0]):
@@ -383,75 +335,6 @@ def hash_keys(keys, out):
 
 
 # --------------------------------------------------------------------------- helpers
-@intrinsic
-def prefetch(typingctx, arr, index):
-    """Hint the CPU to load ``arr[index]`` into cache (``llvm.prefetch``: read, high locality).
-
-    Only a hint: it never faults, so a stale or out-of-range index is harmless.
-    """
-    sig = types.void(arr, index)
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False,
-                                       boundscheck=False)
-        byte_ptr = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn_type = ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fn_type, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, byte_ptr), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def popcount(typingctx, word):
-    """Number of set bits of a uint64 (``llvm.ctpop.i64``, one instruction on x86-64/arm64)."""
-    sig = types.int64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
-        return builder.call(fn, [args[0]])
-
-    return sig, codegen
-
-
-@intrinsic
-def trailing_zeros(typingctx, word):
-    """Index of the lowest set bit of a non-zero uint64 (``llvm.cttz.i64``, one instruction)."""
-    sig = types.int64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
-                                            "llvm.cttz.i64")
-        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])  # 1: zero input never happens
-
-    return sig, codegen
-
-
-@njit(cache=True, nogil=True, inline="always")
-def mix64(key):
-    """splitmix64 finaliser: a bijective, well-mixed 64-bit hash (for slots and for sampling)."""
-    z = key + HASH_ADD
-    z = (z ^ (z >> np.uint64(30))) * HASH_MULT1
-    z = (z ^ (z >> np.uint64(27))) * HASH_MULT2
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def find_slot(slots, mask, key, h):
-    """Slot holding ``key``, or the empty slot where it would go (linear probing)."""
-    s = np.int64(h & mask)
-    while True:
-        if slots[2 * s + 1] == 0 or slots[2 * s] == key:
-            return s
-        s = (s + 1) & np.int64(mask)
-
-
 @njit(cache=True, nogil=True, inline="always")
 def marks_through(time_bits, block_tree, pos):
     """Marks at positions ``0 .. pos`` inclusive: earlier blocks from the tree, the rest by

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies.mrc._stack_kernels import prefetch
+from kvmm._kernels import prefetch
 
 PARAMS_LRU: tuple = ()
 PARAMS_FIFO: tuple = ()
@@ -50,7 +50,8 @@ def _replay_list(dense, n_unique, sizes, capacity, move_on_hit):
         if resident[d]:
             hits[i] = True
             if move_on_hit and head != d:
-                # unlink d (it has a prev, since it is not the head), then push it at the head
+                # unlink d (it has a prev, since it is not the head), then push it at the head;
+                # written out, not kvmm._kernels' list primitives: 1.2-3x slower here (_kernels/__init__.py)
                 p = prev[d]
                 n = next_[d]
                 next_[p] = n

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvmm.policies.eviction.s3fifo import check_replay_options
+
 PARAMS_S3FIFO: tuple = (("small_size_ratio", 0.1), ("ghost_size_ratio", 0.9), ("move_to_main_threshold", 2))
 
 NONE = -1
@@ -27,8 +29,6 @@ def replay_s3fifo(keys, dense, n_unique, sizes, capacity, small_size_ratio, ghos
     """Hits of libCacheSim's S3-FIFO over ``dense`` (see :mod:`kvmm.policies.eviction._replay`).  Bad
     options, or a capacity whose small or main queue is empty (libCacheSim aborts on it), are a
     :class:`~kvmm.errors.BadInputError`."""
-    from kvmm.policies.eviction.s3fifo import check_replay_options
-
     small_cap, main_cap, ghost_cap, threshold = check_replay_options(
         int(capacity), small_size_ratio, ghost_size_ratio, move_to_main_threshold)
     # one row per key (queue, frequency, size), int32 where the stored sizes (<= capacity) and the

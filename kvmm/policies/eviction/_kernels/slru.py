@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies.mrc._stack_kernels import prefetch
+from kvmm._kernels import prefetch
 from kvmm.policies.eviction.slru import segment_maxima
 
 #: libCacheSim's SLRU options: ``n-seg`` (segments, default 4) and ``seg-size`` (the segments'

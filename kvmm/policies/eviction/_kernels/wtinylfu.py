@@ -36,10 +36,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvmm._kernels import prefetch
 from kvmm.policies.eviction._kernels.slru import (_BYTES, _EXTRA, _HEAD, _MAX, _NEXT, _PREV, _SEG, _SIZE, _TAIL, NONE, link,
                                                   new_tables, slru_evict, slru_hit, slru_insert, slru_victim, unlink)
-from kvmm.policies.mrc._stack_kernels import prefetch
-from kvmm.policies.eviction.wtinylfu import sketch_shape, split_capacity
+from kvmm.policies.eviction.wtinylfu import sketch_shape, split_capacity, validate_options
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).
 PARAMS_WTINYLFU: tuple = (("main_cache", "SLRU"), ("window_size", 0.01))
@@ -65,8 +65,6 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 def replay_wtinylfu(keys, dense, n_unique, sizes, capacity, main_cache="SLRU", window_size=0.01):
     """Hits of W-TinyLFU over ``keys`` / ``dense`` (see :mod:`kvmm.policies.eviction._replay`)."""
-    from kvmm.policies.eviction.wtinylfu import validate_options
-
     validate_options(main_cache, window_size)
     window_cap, main_cap, maxima = split_capacity(int(capacity), window_size)
     width, hashes = sketch_shape(main_cap)
