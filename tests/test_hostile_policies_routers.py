@@ -11,8 +11,8 @@ from kvmm.cluster import BlockIndex, ClusterView, make_router
 from kvmm.cluster.routers import ROUTERS, checked_route
 from kvmm.cluster.view import RouteRequest
 from kvmm.errors import BadInputError, DTypeError, KvmmError
-from kvmm.policies.eviction.belady import BeladyPolicy
 from kvmm.policies.eviction import make_eviction_policy
+from kvmm.policies.eviction.belady import BeladyPolicy
 from kvmm.policies.eviction.lirs import LIRSPolicy
 from kvmm.policies.eviction.twoq import TwoQPolicy
 from tests.state_snapshot import state_of

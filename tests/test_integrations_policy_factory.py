@@ -4,8 +4,8 @@ evict other than on request."""
 
 import pytest
 
-from kvmm.errors import BadInputError
 from kvmm._policy_hooks import PolicyHooks
+from kvmm.errors import BadInputError
 from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies import ARCPolicy, LRUPolicy, TwoQPolicy
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kvmm.policies
-from kvmm.policies import (  # every name of kvmm.policies.__all__ before the split, literally
+from kvmm.policies import (  # noqa: F401 - every name of kvmm.policies.__all__ before the split, literally
     ARCPolicy, AdmissionRequest, BeladyPolicy, ClockPolicy, CommitmentLedger, DistanceHistogram, EVICTION_POLICIES,
     FIFOPolicy, ImmediateEDFStaging, ImmediateStaging, LFUPolicy, LIRSPolicy, LRUPolicy, OnDemandStaging, REPLAY_ORDERS,
     RefillFilter, S3FIFOPolicy, SIEVEPolicy, SLRUPolicy, STAGING_POLICIES, SelectiveWriteThrough, ShardsTracker,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.policies.staging.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.policies.staging import (
     STAGING_POLICIES,
     ImmediateEDFStaging,
@@ -15,6 +14,7 @@ from kvmm.policies.staging import (
     TimelyStaging,
     make_staging_policy,
 )
+from kvmm.policies.staging.ledger import CLAIMED, PENDING, STAGING, CommitmentLedger
 from kvmm.testing import StagingPolicyContract
 from tests.ledger_helpers import SLOW
 

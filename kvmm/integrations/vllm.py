@@ -88,7 +88,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without vLLM
 
 from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.integrations._policy_factory import load_admission as _load_admission, policy_factory
+from kvmm.integrations._policy_factory import load_admission as _load_admission
+from kvmm.integrations._policy_factory import policy_factory
 from kvmm.integrations._vllm_ranks import LruRanks
 from kvmm.policies.admission import AdmissionRequest, admission_mask
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy

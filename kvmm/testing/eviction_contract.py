@@ -21,7 +21,7 @@ from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.protocols import EvictionPolicy, EvictionPolicyBase
 from kvmm.testing.strategies import tier_values
-from kvmm.testing.tiers import sample_values, LOCAL_TIER_KINDS, TierContext, check_managed, snapshot, value, victim_order
+from kvmm.testing.tiers import LOCAL_TIER_KINDS, TierContext, check_managed, sample_values, snapshot, value, victim_order
 
 __all__ = ["EvictionPolicyContract", "EvictionPolicyMachine", "ManagedTierMachine"]
 

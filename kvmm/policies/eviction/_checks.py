@@ -9,6 +9,7 @@ from typing import Any, Hashable, Iterable, Iterator
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
 
+
 def first_unprotected(keys: Iterator[Hashable], n: int, protected: Iterable[Hashable]) -> list[Hashable]:
     n = as_count(n, "n")
     protected = as_key_set(protected, "protected")

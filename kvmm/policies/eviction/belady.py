@@ -47,8 +47,8 @@ import numpy as np
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, ShapeError
-from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["BeladyPolicy", "NEVER"]
 

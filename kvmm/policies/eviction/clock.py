@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
-from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["ClockPolicy", "clock_max_freq"]
 

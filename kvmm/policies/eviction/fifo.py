@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-from kvmm.protocols import FastHooks
 from kvmm.policies.eviction._checks import check_size, ignore_access, require_present
 from kvmm.policies.eviction.lru import LRUPolicy
+from kvmm.protocols import FastHooks
 
 __all__ = ["FIFOPolicy"]
 

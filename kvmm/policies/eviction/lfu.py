@@ -10,8 +10,8 @@ from typing import Hashable, Iterable, Iterator
 from sortedcontainers import SortedDict
 
 from kvmm._validate import as_count, as_hashable
-from kvmm.protocols import EvictionPolicyBase
 from kvmm.policies.eviction._checks import check_size, first_unprotected, require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase
 
 __all__ = ["LFUPolicy"]
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable
-from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import check_size, first_unprotected, require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["LRUPolicy"]
 

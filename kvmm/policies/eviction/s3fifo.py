@@ -57,8 +57,8 @@ from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.policies.eviction._checks import NO_KEY, check_size, require_absent, require_present
+from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["S3FIFOPolicy", "queue_sizes"]
 

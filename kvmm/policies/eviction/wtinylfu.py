@@ -11,8 +11,8 @@ import numpy as np
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
-from kvmm.policies.eviction.slru import Segments, segment_maxima
 from kvmm.policies.eviction._checks import require_absent, require_present
+from kvmm.policies.eviction.slru import Segments, segment_maxima
 from kvmm.protocols import EvictionPolicyBase, FastHooks
 
 __all__ = ["WTinyLFUPolicy", "split_capacity", "sketch_shape", "validate_options"]

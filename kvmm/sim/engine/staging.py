@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from kvmm.policies.staging.ledger import CONSUMED, READY, STAGING
 from kvmm.policies.staging import make_staging_policy
+from kvmm.policies.staging.ledger import CONSUMED, READY, STAGING
 from kvmm.sim.engine._kernels import _claims_work_ahead, _first_tick_not_before
 from kvmm.sim.engine.requests import RequestTable
 from kvmm.sim.write_through import WriteThroughLRU
