@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_count
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_count, as_positive_float
 from kvmm.errors import BadInputError, DTypeError
 
 __all__ = ["ClusterConfig"]
@@ -42,6 +42,9 @@ class ClusterConfig:
     the levels private).  ``index``: build the global :class:`~kvmm.cluster.BlockIndex` (fed by
     every instance's GPU pool and private tiers); ``None``: when the router reads it.
     ``index_max_entries``: the index's entry budget (``None``: unbounded).
+    ``metrics_interval_s``: how often the router's view of each instance's load is scraped, in
+    seconds (llm-d's scraper reads every engine's metrics every ~50 ms); ``0`` (the default):
+    exact, as of each arrival (docs/cluster.md, "What a router sees").
     """
 
     instances: int = 2
@@ -51,6 +54,7 @@ class ClusterConfig:
     fabric: Any = "rdma400"
     index: bool | None = None
     index_max_entries: int | None = None
+    metrics_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
         from kvmm.sim.config import as_tier_levels
@@ -82,6 +86,8 @@ class ClusterConfig:
             raise BadInputError(f"index must be a bool or None, got {self.index!r}")
         if self.index_max_entries is not None:
             as_count(self.index_max_entries, "index_max_entries", minimum=1, maximum=MAX_UNITS)
+        object.__setattr__(self, "metrics_interval_s",
+                           as_positive_float(self.metrics_interval_s, "metrics_interval_s", allow_zero=True))
 
     @property
     def uses_index(self) -> bool:

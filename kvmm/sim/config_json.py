@@ -224,7 +224,8 @@ def _cluster(value, what: str) -> Any:
             "router_params": {k: _scalar(v, f"{what}.router_params[{k!r}]") for k, v in value.router_params},
             "shared_tiers": _levels(value.shared_tiers, f"{what}.shared_tiers"),
             "fabric": None if value.fabric is None else _named(value.fabric, FABRIC_PRESETS, f"{what}.fabric"),
-            "index": value.index, "index_max_entries": value.index_max_entries}
+            "index": value.index, "index_max_entries": value.index_max_entries,
+            "metrics_interval_s": value.metrics_interval_s}
 
 
 def _prices(value, what: str) -> Any:

@@ -113,13 +113,16 @@ class Instance:
                                    gpu_holds_hit=self._gpu_holds_hit,
                                    transfers_in_flight=lambda: self.staging.next_transfer_time() != math.inf)
         self.stats = InstanceStats()
-        self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
+        self.held = HeldBlocks()  # request -> its GPU block ids (and their total, which a router's view reads)
         self.releases: list[tuple[float, int, int]] = []  # heap: (time, seq, request) whose held blocks go then
         self.decode_context = 0  # KV tokens the running decodes read in their next step (sum)
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
         self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
         self.batch_in_flight = 0
+        # prompt tokens the whole-prefill scheduler computes in the step in flight (a router's view counts
+        # them as still to do until the step ends; chunked prefills are counted from the scheduler's progress)
+        self.prefill_in_flight = 0
         self.next_arrival = 0
         # advance notice (SimConfig.notice_s): requests are looked up and claimed this long before
         # they arrive; 0: at arrival (the announcement stream below is then not used)
@@ -236,6 +239,7 @@ class Instance:
                 stats.decode_busy_s += decode_s
             self.step_end = now + dt
             self.batch_in_flight = n_batch = len(running) + len(prefilling) + (0 if scheduler.chunked else len(admitted))
+            self.prefill_in_flight = 0 if scheduler.chunked else plan.prefill_tokens
             if waiting and staging.open_claims:
                 staging.update_work_ahead(waiting, scheduler.budget, scheduler.max_seqs - n_batch, scheduler.max_seqs,
                                           now, dt)
@@ -331,6 +335,7 @@ class Instance:
         self.step_end = now + seconds
         self.stats.decode_busy_s += seconds
         self.batch_in_flight = len(running)
+        self.prefill_in_flight = 0
         self._events_until(now + seconds)
         now += seconds
         self.stats.steps += k
@@ -521,6 +526,32 @@ class Instance:
         if n >= 200 and self.stats.max_waiting > max(50, n // 10):
             warnings.warn(f"kvmm.sim: the queue reached {self.stats.max_waiting} waiting requests of {n}: the offered "
                           "load exceeds capacity, TTFT measures the backlog (lower load=)", QueueGrowthWarning, stacklevel=3)
+
+
+class HeldBlocks(dict):
+    """request -> the GPU block ids it holds, keeping ``blocks``, the total of their counts, as
+    entries come and go (every role stores and pops here, PD's included), so a cluster's view reads
+    the blocks its requests hold in O(1).  Runtime complexity: O(1) per store or pop."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = 0
+
+    def __setitem__(self, r: int, ids: np.ndarray) -> None:
+        old = self.get(r)
+        if old is not None:
+            self.blocks -= old.shape[0]
+        self.blocks += ids.shape[0]
+        super().__setitem__(r, ids)
+
+    def pop(self, r: int, *default: Any) -> Any:
+        if r not in self:
+            return super().pop(r, *default)
+        ids = super().pop(r)
+        self.blocks -= ids.shape[0]
+        return ids
 
 
 class Colocated:
