@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from kvmm.cluster import ClusterView
+from kvmm.cluster import ClusterView, make_router
 from kvmm.cluster.view import COUNT_FIELDS, LOAD_FIELDS
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
@@ -119,7 +119,7 @@ class RefreshChecker:
         assert rows.kv_blocks_used[i] == pool.num_blocks - pool.num_free and rows.kv_utilisation[i] == pool.usage
 
 
-@pytest.mark.parametrize("router, tiers", [("precise-prefix", (TierLevel("dram", capacity_bytes=8 * GiB),)),
+@pytest.mark.parametrize("router, tiers", [("kv-cost", (TierLevel("dram", capacity_bytes=8 * GiB),)),
                                            ("least-loaded", ())])
 def test_every_refresh_equals_a_plain_recomputation(monkeypatch, router, tiers):
     checker = RefreshChecker(monkeypatch)
@@ -183,3 +183,11 @@ def test_cluster_view_new_fields_validate():
     ]:
         with pytest.raises(error, match=match):
             ClusterView(2, **kwargs)
+
+
+def test_uses_index_follows_the_routers_options():
+    assert ClusterConfig(router="weighted").uses_index
+    assert not ClusterConfig(router="weighted", router_params={"profile": "approximate"}).uses_index
+    assert ClusterConfig(router="kv-cost").uses_index and ClusterConfig(router="precise-prefix").uses_index
+    assert not ClusterConfig(router="approx-prefix").uses_index
+    assert make_router("weighted", 2, weights={"load": 1.0}).uses_index is False  # no prefix score, no index

@@ -30,6 +30,7 @@ _LAZY = {
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
+    "KvCostRouter": "kvmm.cluster.routers",
     "FabricSpec": "kvmm.cluster.fabric",
     "FABRIC_PRESETS": "kvmm.cluster.fabric",
     "fabric_preset": "kvmm.cluster.fabric",

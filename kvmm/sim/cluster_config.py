@@ -95,9 +95,10 @@ class ClusterConfig:
         if self.index is not None:
             return self.index
         if isinstance(self.router, str):
-            from kvmm.cluster.routers import INDEX_ROUTERS
+            from kvmm.cluster.routers import make_router
 
-            return self.router in INDEX_ROUTERS
+            router = make_router(self.router, self.instances, **dict(self.router_params))
+            return bool(router.uses_index)  # some read it only with some options (weighted's profiles)
         return bool(getattr(self.router, "uses_index", False))
 
 
