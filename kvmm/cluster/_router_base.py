@@ -63,6 +63,8 @@ def lowest_among(values: np.ndarray, candidates: np.ndarray | None = None) -> np
     """The candidates (all instances when None) whose value is the smallest, ascending."""
     if candidates is None:
         return np.flatnonzero(values == values.min())
+    if candidates.shape[0] == 1:  # the common case: nothing to compare
+        return candidates
     sub = values[candidates]
     return candidates[sub == sub.min()]
 

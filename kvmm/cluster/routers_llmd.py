@@ -54,6 +54,10 @@ def prefix_scores(hits: np.ndarray, weights: np.ndarray) -> np.ndarray:
     instance holds on some medium.  With the media in descending weight order (stable) and
     ``R_k`` the longest run on the first ``k`` of them: ``sum_k w_k * (R_k - R_{k-1})``, added
     medium by medium.  Runtime complexity: O(instances x media)."""
+    if weights.shape[0] == 1:  # the same sum, one medium (the simulator's GPU-only index)
+        return weights[0] * hits[:, 0]
+    if (weights == 1.0).all():  # every step weighs 1: the sum is the longest run, exactly
+        return hits.max(axis=1).astype(np.float64)
     order = sorted(range(weights.shape[0]), key=lambda m: -weights[m])
     run = np.zeros(hits.shape[0], dtype=np.int64)
     score = np.zeros(hits.shape[0], dtype=np.float64)
