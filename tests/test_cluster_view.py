@@ -191,3 +191,15 @@ def test_uses_index_follows_the_routers_options():
     assert ClusterConfig(router="kv-cost").uses_index and ClusterConfig(router="precise-prefix").uses_index
     assert not ClusterConfig(router="approx-prefix").uses_index
     assert make_router("weighted", 2, weights={"load": 1.0}).uses_index is False  # no prefix score, no index
+
+
+def test_scrape_pauses_do_not_change_what_the_engines_do():
+    """Running every engine to each scrape time only splits its steps' bookkeeping: a router that
+    ignores the view (round-robin) gives the same replay, scraped or exact, to float rounding."""
+    base = SimConfig(workload="conversation", max_requests=400, load=0.9, tiers=(TierLevel("dram", capacity_bytes=8 * GiB),))
+    exact = simulate(base.with_(cluster=ClusterConfig(instances=3, router="round-robin")))
+    scraped = simulate(base.with_(cluster=ClusterConfig(instances=3, router="round-robin", metrics_interval_s=0.05)))
+    assert scraped.requests_per_instance == exact.requests_per_instance
+    assert scraped.tier_block_hits == exact.tier_block_hits and scraped.steps >= exact.steps
+    for name in ("ttft_p50", "ttft_p95", "tpot_mean", "gpu_hit_token_share"):
+        assert getattr(scraped, name) == pytest.approx(getattr(exact, name), rel=1e-9), name
