@@ -1,7 +1,9 @@
 """BlockIndex microbenchmarks, each against a plain-Python dict-of-sets index
 (kvmm.testing.models.block_index.NaiveBlockIndex, the reference) in the same run.
 
-Groups: ingest of block events (a scheduler step of BlockStored events, 16 blocks each, over 16
+Groups: small mixed batches (one event per call, stored and removed on both media, as a
+KV-event stream arrives: ``stored_many`` / ``removed_many`` of one group against ``stored`` /
+``removed``; issue 31 asks the batch calls' fixed cost be no higher), ingest of block events (a scheduler step of BlockStored events, 16 blocks each, over 16
 instances, then the BlockRemoved events of the same blocks: ``stored_many`` + ``removed_many``),
 and batched ``prefix_hits_many`` of 64-block requests over 16 instances that hold shared prefixes
 of random lengths on two media.  Issue 20 asks >= 5 M block events/s and >= 1 M requests/s,
@@ -99,3 +101,57 @@ def test_prefix_hits_many_64_blocks_16_instances(benchmark, impl):
         info(benchmark, "baseline", "dict-of-sets index (plain Python)", requests, "requests")
         got = benchmark(lambda: [index.prefix_hits(r) for r in reqs])
         assert len(got) == requests
+
+
+def mixed_small_batches(seed: int, calls: int):
+    """``calls`` events of 1-8 keys each, stored then removed later on a random medium and
+    instance: ``(kind, instance, keys, medium)``, keys int64 arrays."""
+    rng = np.random.default_rng(seed)
+    live, out = [], []
+    for _ in range(calls):
+        if live and rng.random() < 0.5:
+            i, keys, m = live.pop(int(rng.integers(len(live))))
+            out.append(("removed", i, keys, m))
+        else:
+            keys = rng.choice(2**40, size=int(rng.integers(1, 9)), replace=False).astype(np.int64)
+            i, m = int(rng.integers(INSTANCES)), MEDIA[int(rng.integers(2))]
+            live.append((i, keys, m))
+            out.append(("stored", i, keys, m))
+    out += [("removed", i, keys, m) for i, keys, m in live]
+    return out
+
+
+@pytest.mark.parametrize("impl", ["many", "single"])
+def test_small_mixed_batches_fixed_cost(benchmark, impl):
+    benchmark.group = "cluster index: one small event per call (stored/removed, mixed media): batch calls vs single calls"
+    events = mixed_small_batches(3, size(20_000, 40))
+    one = [np.zeros(1, dtype=np.int64) + i for i in range(INSTANCES)]
+    offsets = {n: np.array([0, n], dtype=np.int64) for n in range(1, 9)}
+    many_args = [(kind == "stored", one[i], offsets[keys.shape[0]], keys, [m]) for kind, i, keys, m in events]
+
+    def batches():
+        index = BlockIndex(INSTANCES, MEDIA)
+        for store, inst, offs, keys, media in many_args:
+            if store:
+                index.stored_many(inst, offs, keys, media)
+            else:
+                index.removed_many(inst, offs, keys, media)
+        return index
+
+    def singles():
+        index = BlockIndex(INSTANCES, MEDIA)
+        for kind, i, keys, m in events:
+            if kind == "stored":
+                index.stored(i, keys, m)
+            else:
+                index.removed(i, keys, m)
+        return index
+
+    fn = batches if impl == "many" else singles
+    warm(fn)
+    if impl == "many":
+        info(benchmark, "kvmm", "BlockIndex.stored_many / removed_many, one group a call", len(events), "calls")
+    else:
+        info(benchmark, "baseline", "BlockIndex.stored / removed (the single calls)", len(events), "calls")
+    index = benchmark.pedantic(fn, rounds=size(5, 1), iterations=1)
+    assert len(index) == 0 and index.stats["removed"] == index.stats["stored"]

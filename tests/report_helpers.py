@@ -7,13 +7,38 @@ import io
 from kvmm.report import Report, run_sections
 
 
-def run_quick_section(tmp_path_factory, name: str):
-    """Run report section ``name`` alone in quick mode; its Markdown text and the Report."""
+def run_quick_section(tmp_path_factory, name: str, *, capture_figures: bool = False):
+    """Run report section ``name`` alone in quick mode; its Markdown text and the Report.
+
+    ``capture_figures``: keep every matplotlib figure the section draws open (it is saved as
+    usual) in ``report.captured_figures``, ``{png file name: Figure}``, so a test can read the
+    plot back (skipped without matplotlib)."""
+    import pytest
+
     out = tmp_path_factory.mktemp("repro-" + name)
     report = Report(out=out, quick=True, progress_enabled=False, stream=io.StringIO(), only=[name])
-    assert run_sections(report, only=[name]) == [name]
+    if capture_figures:
+        plt = pytest.importorskip("matplotlib.pyplot")
+        figures: list = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(plt, "close", lambda fig=None: figures.append(fig))
+            assert run_sections(report, only=[name]) == [name]
+        report.captured_figures = {p.name: fig for p, fig in zip(report.figures, figures)}
+    else:
+        assert run_sections(report, only=[name]) == [name]
     path = report.write()
     return path.read_text(encoding="utf-8"), report
+
+
+def markdown_cells(md: str) -> list[str]:
+    """Every cell of every Markdown table in ``md`` (header and separator rows left out)."""
+    cells, previous = [], ""
+    for line in md.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            if previous.startswith("|"):  # a body row (the first row of a table is its header)
+                cells += [c.strip() for c in line.strip("|").split("|")]
+        previous = line if line.strip() else ""
+    return cells
 
 
 def markdown_table(md: str, title_start: str) -> tuple[list[str], list[list[str]]]:

@@ -43,7 +43,7 @@ def test_removal_and_clear_drop_holders_and_empty_entries():
     index.cleared(0)
     assert index.as_dict() == {3: [(1, "GPU")]}
     assert index.stats == {"stored": 7, "removed": 1, "lenient_ignored": 0, "budget_evictions": 0, "cleared": 2,
-                           "lookups": 1, "entries": 1}
+                           "lookups": 1, "holder_evictions": 0, "entries": 1}
     index.check()
 
 

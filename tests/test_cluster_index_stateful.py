@@ -1,6 +1,6 @@
 """BlockIndex against its plain-Python model (kvmm.testing.models.block_index) on Hypothesis event
-streams: stored / removed (strict and lenient) / cleared, batch forms, budget evictions and
-prefix_hits, with check() after every step and snapshot() unchanged by every failing call."""
+streams: stored / removed (strict and lenient) / cleared, batch forms, budget evictions, the
+per-key holder cap (max_holders) and prefix_hits, with check() after every step and snapshot() unchanged by every failing call."""
 
 import numpy as np
 import pytest
@@ -20,11 +20,12 @@ groups = st.lists(st.tuples(st.integers(0, 69), key_lists, st.sampled_from(MEDIA
 
 
 class BlockIndexMachine(RuleBasedStateMachine):
-    @initialize(num_instances=st.sampled_from([1, 3, 70]), budget=st.none() | st.integers(1, 6))
-    def setup(self, num_instances, budget):
+    @initialize(num_instances=st.sampled_from([1, 3, 70]), budget=st.none() | st.integers(1, 6),
+                holders=st.none() | st.integers(1, 3))
+    def setup(self, num_instances, budget, holders):
         self.n = num_instances
-        self.real = BlockIndex(num_instances, MEDIA, budget)
-        self.model = NaiveBlockIndex(num_instances, MEDIA, budget)
+        self.real = BlockIndex(num_instances, MEDIA, budget, max_holders=holders)
+        self.model = NaiveBlockIndex(num_instances, MEDIA, budget, max_holders=holders)
 
     def inst(self, i):
         return i % self.n
@@ -111,6 +112,11 @@ class BlockIndexMachine(RuleBasedStateMachine):
         assert self.real.stats == {**self.model.stats, "entries": len(self.model)}
         if self.model.max_entries is not None:  # without a budget the LRU order is not kept
             assert self.real.lru_order() == self.model.lru_order()
+        if self.model.max_holders is not None:  # each key's holders, oldest first
+            for key, held in self.model.holders.items():
+                row = int(self.real._rows(self.real._keys([key], "key"))[0])
+                codes = [int(c) for c in self.real.order[row] if c >= 0]
+                assert [(c // len(MEDIA), MEDIA[c % len(MEDIA)]) for c in codes] == list(held)
 
 
 BlockIndexMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)

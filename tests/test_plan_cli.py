@@ -143,7 +143,7 @@ def test_end_to_end_on_a_slice_of_the_conversation_trace(capsys, tmp_path):
                  "--no-progress", "--json", "--out", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "frontier.png", "plan.md"]
-    assert data["points_evaluated"] == 9 and 1 <= len(data["verified"]) <= len(data["frontier"])
+    assert data["points_evaluated"] == 9 and len(data["verified"]) >= 1
     point = data["chosen"] or data["closest"]
     config = load_config(out / "config.json")
     shared = config.cluster.shared_tiers if config.cluster is not None else ()

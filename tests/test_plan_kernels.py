@@ -11,6 +11,7 @@ from kvmm.plan._kernels import cummax_by_group
 from kvmm.plan._planner import _checked, analytic_grid, pareto
 from kvmm.sim import GiB, SimConfig
 from kvmm.sim.models import model as resolve_model
+from kvmm.sim.serving import resolve_serving
 from kvmm.sim.simulator import resolve_trace
 from tests.naive import plan as naive
 
@@ -32,15 +33,27 @@ def test_pareto(points):
     assert pareto(cost, lat).tolist() == naive.pareto(cost.tolist(), lat.tolist())
 
 
+#: the serving setups stage 1 is checked on: the old clock (a ModelSpec: constant rates, whole
+#: prefills), the default roofline with chunked prefill, with a long-prefill threshold and a
+#: small budget, without chunking, and with tensor parallelism on another GPU
+SERVING = {
+    "constant": dict(model=resolve_model("llama3-8b")),
+    "roofline": dict(),
+    "roofline-threshold": dict(max_num_batched_tokens=2048, max_num_seqs=8, long_prefill_token_threshold=700),
+    "roofline-whole": dict(chunked_prefill=False, max_num_batched_tokens=16384),
+    "roofline-tp2": dict(model="qwen2.5-32b", hardware="H100", tp=2),
+}
+
+
+@pytest.mark.parametrize("serving", sorted(SERVING))
 @pytest.mark.parametrize("instances,gpu_prefix_cache,load", [(1, True, 0.6), (1, False, 0.3), (2, True, 0.5)])
-def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load):
+def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load, serving):
     base = SimConfig(workload="conversation", max_requests=60, load=load, gpu_kv_bytes=4 * GiB,
-                     gpu_prefix_cache=gpu_prefix_cache)
+                     gpu_prefix_cache=gpu_prefix_cache, **SERVING[serving])
     tiers = ["dram:0-12GiB:points=3", "nvme:2GiB-40GiB:points=3", "dfs:0-200GiB:points=2"]
     _, cands, prices, base = _checked("conversation", SLO(1.0), tiers, None, instances, None, 1, 0, base, None)
     grid = analytic_grid(base, cands, prices, instances)
-    ref = naive.stage1(resolve_trace(base.workload, base.max_requests), resolve_model(base.model), base, cands,
-                       instances, prices)
+    ref = naive.stage1(resolve_trace(base.workload, base.max_requests), base, cands, instances, prices)
     assert grid["points"] == len(ref["rows"]) == 18
     assert grid["grid_model"].total_refs == ref["refs"]
     for j, row in enumerate(ref["rows"]):
@@ -96,7 +109,7 @@ def test_private_levels_see_their_instance_and_shared_levels_every_request():
     # level alone #{d_global < C} (requests dealt round-robin, as the simulator deals them)
     base = SimConfig(workload="conversation", max_requests=80, load=0.5, gpu_prefix_cache=False)
     trace = resolve_trace("conversation", 80)
-    block = 512 * resolve_model("llama3-8b").kv_bytes_per_token
+    block = 512 * resolve_serving(base).kv_bytes_per_token
     offsets = trace.block_offsets.tolist()
     req = [r for r in range(80) for _ in range(offsets[r], offsets[r + 1])]
     local, glob = naive.distances(trace.block_ids.tolist(), req, 2)

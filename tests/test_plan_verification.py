@@ -66,16 +66,18 @@ def test_simulated_results_are_reused_across_plans():
     tiers = ["nvme:0-2TiB:points=6"]
     cache: dict = {}
     ticks = []
+    slo = SLO(1e-3)  # nothing meets it: every candidate is simulated
     with ThreadPoolExecutor(max_workers=1) as pool:
-        first = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
+        first = plan("conversation", slo=slo, tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
                      simulated=cache)
-        assert len(cache) == len(first.verified) == len({q.capacities for q in first.verified})
+        assert len(cache) == len(first.verified) == len({q.capacities for q in first.verified}) >= 2
         assert set(cache) == {simulation_key(q.config()) for q in first.verified}
-        again = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
+        again = plan("conversation", slo=slo, tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool,
                      simulated=cache, progress=lambda stage, done, total: ticks.append((stage, done, total)))
-        fresh = plan("conversation", slo=SLO(1000.0), tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool)
+        fresh = plan("conversation", slo=slo, tiers=tiers, base=_base(), verify=2, neighbours=1, executor=pool)
     n = len(first.verified)
-    assert ("verify", n, n) in ticks and ("verify", 0, n) not in ticks  # nothing left to simulate
+    verify_ticks = [t for t in ticks if t[0] == "verify"]
+    assert ("verify", n, n) in verify_ticks and all(done > 0 for _, done, _ in verify_ticks)  # nothing left to simulate
     assert [q.sim for q in again.verified] == [cache[simulation_key(q.config())] for q in again.verified]
     assert all(a.sim is b.sim for a, b in zip(again.verified, first.verified))  # the very objects, not re-run
     assert [q.sim_ttft_p95_s for q in fresh.verified] == [q.sim_ttft_p95_s for q in again.verified]
@@ -97,38 +99,49 @@ def _plan(tiers, slo, verify, neighbours):
                     executor=pool)
 
 
-def test_plan_verifies_frontier_points_either_side_of_the_estimated_boundary():
+def test_plan_simulates_the_candidates_cheapest_first_and_stops_at_the_first_pass():
     tiers = ["nvme:0-2TiB:points=12"]
     probe = _plan(tiers, 1000.0, 1, 0)
     est = [p.est_ttft_p95_s for p in probe.frontier]
-    assert len(est) >= 4, est
-    bound = (est[1] + est[2]) / 2  # frontier points 2.. are estimated to meet it
+    assert len(est) >= 3, est
+    bound = (est[0] + est[1]) / 2  # frontier points 1.. are estimated to meet it
     p = _plan(tiers, bound, 1, 1)
-    assert [q.capacities for q in p.verified] == [q.capacities for q in p.frontier[1:4]]
-    assert [q.meets_slo_est for q in p.verified] == [False, True, True]
-    assert all(q.on_frontier and q.sim is not None for q in p.verified)
+    f = next(i for i, q in enumerate(p.frontier) if q.meets_slo_est)  # the grid was refined: its own frontier
+    candidates = p.frontier[max(f - 1, 0):f + 2]  # one cheaper neighbour, one to verify, one dearer neighbour
+    assert [q.meets_slo_est for q in candidates] == [False, True, True]
+    n = len(p.verified)
+    assert [q.capacities for q in p.verified] == [q.capacities for q in candidates[:n]]  # cheapest first
+    assert all(not q.meets_slo_sim for q in p.verified[:-1])  # it stops at the first that meets the SLO
+    if p.chosen is not None:
+        assert p.chosen is p.verified[-1]
+        assert all(q.sim is None for q in candidates[n:])  # dearer than a passed one: never simulated
+    assert all(q.on_frontier for q in p.verified)
 
 
-def test_plan_fills_a_thin_frontier_to_verify_points():
+def test_a_thin_frontier_is_filled_with_distinct_estimates():
     tiers = ["dram:0-512GiB:points=4", "nvme:0-4TiB:points=4"]
-    p = _plan(tiers, 1000.0, 4, 1)  # every point meets the SLO
-    assert len(p.frontier) < 4
-    assert len(p.verified) == 4 and all(q.meets_slo_est and q.sim is not None for q in p.verified)
     _, cands, prices, base = _checked("conversation", SLO(1000.0), tiers, None, 1, None, 1, 0, _base(), None)
     grid = analytic_grid(base, cands, prices, 1)
-    front = set(pareto(grid["usd_h"], grid["ttft"]).tolist())
-    order = np.lexsort((np.arange(grid["points"]), grid["ttft"], grid["usd_h"]))
+    cost, lat = grid["usd_h"], grid["ttft"]
+    front = pareto(cost, lat)
+    assert len(front) < 4
+    estimates = np.column_stack((lat, grid["tpot"], grid["hit"]))
+    pick = pick_for_verification(cost, lat, lat <= 1000.0, front, 4, 1, estimates)
+    assert len(pick) == 4
+    order = np.lexsort((np.arange(grid["points"]), lat, cost))
     # the cheapest dominated points whose estimate (TTFT, TPOT, hit shares) no frontier point or earlier fill has
-    key = lambda j: (grid["ttft"][j], grid["tpot"][j], *grid["hit"][j])  # noqa: E731
+    key = lambda j: tuple(estimates[j])  # noqa: E731
     seen = {key(j) for j in front}
     expect_off = []
     for j in order.tolist():
-        if j not in front and key(j) not in seen:
+        if j not in set(front.tolist()) and key(j) not in seen:
             seen.add(key(j))
             expect_off.append(j)
-    assert len(expect_off) >= 4 - len(p.frontier)  # distinct ones exist here, so no repeats are taken
-    expect_off = expect_off[: 4 - len(p.frontier)]
-    caps = lambda j: tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))  # noqa: E731
-    assert sorted(q.capacities for q in p.verified if not q.on_frontier) == sorted(caps(j) for j in expect_off)
-    assert sorted(q.capacities for q in p.verified if q.on_frontier) == sorted(q.capacities for q in p.frontier)
-    assert any("off the frontier" in r for r in p.reasons)
+    assert len(expect_off) >= 4 - len(front)  # distinct ones exist here, so no repeats are taken
+    assert sorted(j for j in pick if j not in set(front.tolist())) == sorted(expect_off[: 4 - len(front)])
+    # the plan simulates those candidates cheapest first and stops at the first that meets the SLO
+    p = _plan(tiers, 1000.0, 4, 1)
+    cheapest = min(pick, key=lambda j: (cost[j], lat[j], j))
+    assert len(p.verified) == 1 and p.chosen is p.verified[0]
+    assert p.chosen.capacities == tuple(int(grid["caps"][i][grid["index"][cheapest, i]]) for i in range(len(cands)))
+    assert any("not simulated" in r for r in p.reasons)

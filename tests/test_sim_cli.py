@@ -63,7 +63,8 @@ def test_reproduce_quick(tmp_path):
     assert "Protected byte-time" in text and "immediate-edf" in text and "write-through-lru" in text
     # the staging wait is its own column; the agent part sweeps the slack knob and gives a verdict
     assert "staging wait s" in text and "agent tool calls" in text and "slack knob margin_s" in text
-    assert text.count("| verdict |") == 4  # quick: margins 0, 1 at notice 2 s; notices 0, 2 s at margin 0
+    # a comparison row per cell: quick runs margins 0, 1 at notice 2 s and notices 0, 2 s at margin 0
+    assert text.count("| timely > 5 % worse on |") == 2 and text.count("| timely vs on-demand |") == 4
     # FIFO and EDF grants differ only on the short tier with priority classes
     assert text.count("identical runs") == 4 and text.count("| differ |") == 2
     pytest.importorskip("matplotlib")

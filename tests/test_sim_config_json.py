@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.cli import main
+from kvmm.cluster import EventStream
 from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.sim.cost import Prices
 from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
@@ -19,6 +20,7 @@ from kvmm.errors import BadInputError
 from kvmm.sim.config import ADMISSION_NAMES, GiB, PDConfig, SimConfig, TierLevel
 from kvmm.sim.config_json import config_from_json, config_to_json, load_config, save_config
 from kvmm.sim.models import MODELS
+from kvmm.sim.pooled_store import PooledStore
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import LINK_PRESETS, PRESETS, TierSpec
 
@@ -67,8 +69,16 @@ def configs(draw):
         shared = () if "pd" in kw else tuple(draw(st.lists(levels(), max_size=2)))
         router, params = draw(st.sampled_from([("round-robin", {}), ("precise-prefix", {"load_weight": 4.0}),
                                                 ("least-loaded", {})]))
+        events = st.none() | st.builds(EventStream, delay_s=st.floats(0, 5), batch_interval_s=st.floats(0, 1),
+                                       drop_rate=st.floats(0, 0.9), seed=st.integers(0, 9),
+                                       speculative_ttl_s=st.none() | st.floats(0.1, 5))
+        store = st.none() if not shared else st.none() | st.builds(
+            PooledStore, segments=st.none() | st.integers(1, n), replicas=st.integers(1, 3),
+            watermark=st.floats(0.5, 1.0), evict_fraction=st.floats(0, 0.4))
         kw["cluster"] = ClusterConfig(instances=n, router=router, router_params=params, shared_tiers=shared,
-                                      fabric=draw(fabric), index_max_entries=draw(st.none() | st.integers(1, 1000)))
+                                      fabric=draw(fabric), index_max_entries=draw(st.none() | st.integers(1, 1000)),
+                                      index_max_holders=draw(st.none() | st.integers(1, 16)), events=draw(events),
+                                      store=draw(store))
     elif kind == "single":
         kw["instances"] = draw(st.integers(1, 8))
     return SimConfig(**kw)

@@ -51,6 +51,8 @@ def test_tensor_parallel_instances_bill_every_gpu():
     one = simulate(isolated(1024, model="llama-3.1-70b", hardware="H100", tp=4))
     assert one.serving["tp"] == 4 and one.cost.gpus == 4
     assert one.gpu_hours == pytest.approx(4 * one.duration_s / 3600)
+    # the staging tier is the instance's host memory: one per instance, not per GPU
+    assert one.cost.tier_counts == (1,)
 
 
 @pytest.mark.parametrize("config", [

@@ -31,6 +31,8 @@ _LAZY = {
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
     "KvCostRouter": "kvmm.cluster.routers",
+    "EventStream": "kvmm.cluster.event_stream",
+    "EventFeed": "kvmm.cluster.event_stream",
     "FabricSpec": "kvmm.cluster.fabric",
     "FABRIC_PRESETS": "kvmm.cluster.fabric",
     "fabric_preset": "kvmm.cluster.fabric",

@@ -65,4 +65,17 @@ def check_index(index) -> None:
     assert prev == meta[K.M_TAIL] and sorted(seen) == live_rows_on_list.tolist(), "LRU list is not the live rows"
     assert (links[:, live == 0] == -1).all(), "a free row is linked"
     # counters never go negative
-    assert (meta[[K.M_STORED, K.M_REMOVED, K.M_IGNORED, K.M_EVICTED, K.M_CLEARED, K.M_LOOKUPS]] >= 0).all()
+    assert (meta[[K.M_STORED, K.M_REMOVED, K.M_IGNORED, K.M_EVICTED, K.M_CLEARED, K.M_LOOKUPS, K.M_CAPPED]] >= 0).all()
+    # holder cap: each live row's list names exactly its holders, each once, within the cap,
+    # packed at the front; free rows (and every row without a cap) hold no list
+    order = index.order
+    assert order.shape == (cap, index.max_holders or 0) and meta[K.M_HOLDER_CAP] == (index.max_holders or 0)
+    num_media = len(index.media)
+    for r in range(cap):
+        codes = [int(c) for c in order[r] if c != -1]
+        assert (order[r, :len(codes)] != -1).all(), f"row {r}'s holder list has a gap"
+        held = {i * num_media + m for i, m in ((i, index._medium_ids[name]) for i, name in index._holders_of_row(r))} \
+            if live[r] else set()
+        if index.max_holders is not None:
+            assert len(codes) == len(set(codes)) and set(codes) == held, f"row {r}'s holder list is not its holders"
+            assert len(held) <= index.max_holders

@@ -16,9 +16,12 @@ from kvmm.allocators._block_kernels import slot_hash
 # Slots of meta.
 M_ENTRIES, M_HEAD, M_TAIL, M_FREE, M_MASK, M_MAX, M_SEED = range(7)
 M_STORED, M_REMOVED, M_IGNORED, M_EVICTED, M_CLEARED, M_LOOKUPS = range(7, 13)
-NUM_META = 13
+M_HOLDER_CAP, M_CAPPED = 13, 14  # holders kept per key (0: no cap); holders dropped by that cap
+M_INSTANCES = 15  # the index's instances (the kernels check batch groups against it)
+NUM_META = 16
 STAT_SLOTS = {"stored": M_STORED, "removed": M_REMOVED, "lenient_ignored": M_IGNORED,
-              "budget_evictions": M_EVICTED, "cleared": M_CLEARED, "lookups": M_LOOKUPS}
+              "budget_evictions": M_EVICTED, "cleared": M_CLEARED, "lookups": M_LOOKUPS,
+              "holder_evictions": M_CAPPED}
 # Rows of links (the LRU list, least recently used at the head).
 PREV, NEXT = 0, 1
 
@@ -111,19 +114,84 @@ def _touch(links, meta, r):
 
 
 @njit(cache=True, nogil=True)
-def _drop_row(keys, holders, links, live, free_rows, table, meta, r):
+def _drop_row(keys, holders, links, live, free_rows, table, meta, order, r):
     """Forget entry row ``r`` for every holder; the row goes back to the free stack."""
     s = _find(keys, table, meta, keys[r, 0], keys[r, 1])
     _delete_slot(keys, table, meta, s)
     if meta[M_MAX] >= 0:  # the LRU list is kept only under a budget
         _unlink(links, meta, r)
     holders[r, :, :] = 0
+    order[r, :] = -1
     keys[r, 0] = 0
     keys[r, 1] = 0
     live[r] = 0
     free_rows[meta[M_FREE]] = r
     meta[M_FREE] += 1
     meta[M_ENTRIES] -= 1
+
+
+@njit(cache=True, nogil=True)
+def _order_touch(order, r, code):
+    """Make holder ``code`` (instance x media + medium) the most recent of row ``r``'s holder
+    list (oldest first, -1 padded), as llm-d's per-key pod LRU does on Add; when the list is
+    full, its oldest holder leaves it first.  Returns that holder's code, or -1."""
+    cap = order.shape[1]
+    n = 0
+    pos = -1
+    while n < cap and order[r, n] != -1:
+        if order[r, n] == code:
+            pos = n
+        n += 1
+    victim = -1
+    if pos < 0 and n == cap:
+        victim = order[r, 0]
+        pos = 0
+    if pos >= 0:  # close the gap (the touched or the evicted holder's place)
+        for k in range(pos, n - 1):
+            order[r, k] = order[r, k + 1]
+        n -= 1
+    order[r, n] = code
+    return victim
+
+
+@njit(cache=True, nogil=True)
+def _order_drop(order, r, code):
+    """Take holder ``code`` out of row ``r``'s holder list (a no-op when it is not there)."""
+    cap = order.shape[1]
+    found = False
+    k = 0
+    while k < cap and order[r, k] != -1:
+        if found:
+            order[r, k - 1] = order[r, k]
+        elif order[r, k] == code:
+            found = True
+        k += 1
+    if found:
+        order[r, k - 1] = -1
+
+
+#: What a store or removal kernel returns for groups that do not check out (nothing changed).
+INVALID = -(1 << 62)
+#: What the store kernel returns when the free rows may not suffice (nothing changed: grow, call again).
+GROW = -(1 << 61)
+
+
+@njit(cache=True, nogil=True)
+def _groups_valid(holders, meta, instances, media, offsets, flat):
+    """Every group valid: instance and medium in range, offsets rising from 0 to the number of
+    keys, one more offset than groups.  The batch calls check this inside their one kernel
+    call (the class names the fault afterwards), so a batch of one group pays no more numpy
+    reductions than a single call does."""
+    g = instances.shape[0]
+    num_instances = meta[M_INSTANCES]
+    if media.shape[0] != g or offsets.shape[0] != g + 1 or offsets[0] != 0 or offsets[g] != flat.shape[0]:
+        return False
+    for q in range(g):
+        if instances[q] < 0 or instances[q] >= num_instances or media[q] < 0 or media[q] >= holders.shape[1]:
+            return False
+        if offsets[q + 1] < offsets[q]:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -137,11 +205,22 @@ def _empty(holders, r):
 
 # ------------------------------------------------------------------ operations
 @njit(cache=True, nogil=True)
-def store_many(keys, holders, links, live, free_rows, table, meta, instances, media, offsets, flat):
+def store_many(keys, holders, links, live, free_rows, table, meta, order, instances, media, offsets, flat):
     """Group g: instance ``instances[g]`` holds ``flat[offsets[g]:offsets[g+1]]`` on medium
-    ``media[g]``; keys last-first, each made most recently used (with a budget).  The caller
-    guarantees enough free rows (``min(keys, budget room)``)."""
+    ``media[g]``; keys last-first, each made most recently used (with a budget).  With a holder
+    cap (``order`` has columns), the holder becomes the key's most recent one and the oldest
+    leaves a full list.  Returns 0; :data:`INVALID` (groups that do not check out) or :data:`GROW` (fewer free rows than keys,
+    up to the budget) change nothing."""
+    if not _groups_valid(holders, meta, instances, media, offsets, flat):
+        return INVALID
     bounded = meta[M_MAX] >= 0
+    need = meta[M_ENTRIES] + flat.shape[0]
+    if bounded and need > meta[M_MAX]:
+        need = meta[M_MAX]
+    if need > live.shape[0]:
+        return GROW
+    capped = order.shape[1] > 0
+    num_media = holders.shape[1]
     for g in range(instances.shape[0]):
         inst = instances[g]
         m = media[g]
@@ -156,7 +235,7 @@ def store_many(keys, holders, links, live, free_rows, table, meta, instances, me
                     _touch(links, meta, r)
             else:
                 if bounded and meta[M_ENTRIES] >= meta[M_MAX]:
-                    _drop_row(keys, holders, links, live, free_rows, table, meta, meta[M_HEAD])
+                    _drop_row(keys, holders, links, live, free_rows, table, meta, order, meta[M_HEAD])
                     meta[M_EVICTED] += 1
                     s = _find(keys, table, meta, k0, k1)  # the deletion may have shifted the probe run
                 meta[M_FREE] -= 1
@@ -168,16 +247,26 @@ def store_many(keys, holders, links, live, free_rows, table, meta, instances, me
                 if bounded:
                     _push_tail(links, meta, r)
                 meta[M_ENTRIES] += 1
+            if capped:
+                victim = _order_touch(order, r, inst * num_media + m)
+                if victim >= 0:  # the key's oldest holder is forgotten (it never leaves the row empty)
+                    vi = victim // num_media
+                    holders[r, victim % num_media, vi >> 6] &= ~(np.uint64(1) << np.uint64(vi & 63))
+                    meta[M_CAPPED] += 1
             holders[r, m, w] |= bit
         meta[M_STORED] += offsets[g + 1] - offsets[g]
+    return 0
 
 
 @njit(cache=True, nogil=True)
-def remove_many(keys, holders, links, live, free_rows, table, meta, instances, media, offsets, flat, lenient, log):
+def remove_many(keys, holders, links, live, free_rows, table, meta, order, instances, media, offsets, flat, lenient, log):
     """Group g: instance ``instances[g]`` stops holding its keys on ``media[g]``, first to last.
 
     Returns the number removed, or ``-(j + 1)`` for the first key ``j`` not held in strict mode
-    (every bit cleared before it is set again: nothing changed).  ``log``: (keys, 2) scratch."""
+    (every bit cleared before it is set again: nothing changed), or :data:`INVALID` (groups
+    that do not check out: nothing changed).  ``log``: (keys, 2) scratch."""
+    if not _groups_valid(holders, meta, instances, media, offsets, flat):
+        return INVALID
     n_log = 0
     ignored = 0
     for g in range(instances.shape[0]):
@@ -202,27 +291,37 @@ def remove_many(keys, holders, links, live, free_rows, table, meta, instances, m
                     iq = instances[gq]
                     holders[log[q, 0], media[gq], iq >> 6] |= np.uint64(1) << np.uint64(iq & 63)
                 return -(j + 1)
-    # Entries left without a holder go only now, so the undo above never has to restore the table.
+    # Entries left without a holder go only now, so the undo above never has to restore the table
+    # (nor the holder lists of a cap).
+    if order.shape[1] > 0:
+        num_media = holders.shape[1]
+        for q in range(n_log):
+            gq = log[q, 1]
+            _order_drop(order, log[q, 0], instances[gq] * num_media + media[gq])
     for q in range(n_log):
         r = log[q, 0]
         if live[r] and _empty(holders, r):
-            _drop_row(keys, holders, links, live, free_rows, table, meta, r)
+            _drop_row(keys, holders, links, live, free_rows, table, meta, order, r)
     meta[M_REMOVED] += n_log
     meta[M_IGNORED] += ignored
     return n_log
 
 
 @njit(cache=True, nogil=True)
-def clear_instance(keys, holders, links, live, free_rows, table, meta, inst, media):
+def clear_instance(keys, holders, links, live, free_rows, table, meta, order, inst, media):
     """Instance ``inst`` holds nothing more on each medium of ``media``."""
     w = inst >> 6
-    keep = ~(np.uint64(1) << np.uint64(inst & 63))
+    bit = np.uint64(1) << np.uint64(inst & 63)
+    capped = order.shape[1] > 0
+    num_media = holders.shape[1]
     for r in range(live.shape[0]):
         if live[r]:
             for q in range(media.shape[0]):
-                holders[r, media[q], w] &= keep
+                if capped and holders[r, media[q], w] & bit:
+                    _order_drop(order, r, inst * num_media + media[q])
+                holders[r, media[q], w] &= ~bit
             if _empty(holders, r):
-                _drop_row(keys, holders, links, live, free_rows, table, meta, r)
+                _drop_row(keys, holders, links, live, free_rows, table, meta, order, r)
     meta[M_CLEARED] += 1
 
 

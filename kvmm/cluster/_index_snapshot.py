@@ -19,7 +19,7 @@ from kvmm.errors import BadInputError, DTypeError, ShapeError
 
 #: Name -> dtype of every array a snapshot holds (``BlockIndex.snapshot``'s keys).
 SNAPSHOT_DTYPES = {"keys": np.uint64, "holders": np.uint64, "links": np.int64, "live": np.uint8,
-                   "free_rows": np.int64, "table": np.int64, "meta": np.int64}
+                   "free_rows": np.int64, "table": np.int64, "meta": np.int64, "order": np.int64}
 # numba reads module globals as constants; named copies of the meta slots keep the kernels readable.
 M_MASK_SLOT, M_SEED_SLOT, M_MAX_SLOT = K.M_MASK, K.M_SEED, K.M_MAX
 M_HEAD_SLOT, M_TAIL_SLOT, M_ENTRIES_SLOT = K.M_HEAD, K.M_TAIL, K.M_ENTRIES
@@ -81,7 +81,8 @@ def _check_shapes(index, s: dict) -> None:
         raise ShapeError(f"snapshot has capacity {cap}, more than this index's max_entries={index.max_entries}")
     size = s["table"].shape[1] if s["table"].ndim == 2 else 0
     expected = {"keys": (cap, 2), "holders": (cap, len(index.media), index._words), "links": (2, cap),
-                "free_rows": (cap,), "table": (2, size), "meta": (K.NUM_META,)}
+                "free_rows": (cap,), "table": (2, size), "meta": (K.NUM_META,),
+                "order": (cap, index.max_holders or 0)}
     for name, shape in expected.items():
         if s[name].shape != shape:
             raise ShapeError(f"snapshot[{name!r}] must have shape {shape} for an index of {index.num_instances} "
@@ -101,10 +102,12 @@ def _check_contents(index, s: dict) -> None:
     facts = [
         (meta[K.M_MAX] == budget, f"meta's budget {meta[K.M_MAX]} is not this index's ({budget})"),
         (meta[K.M_SEED] == index.meta[K.M_SEED], "meta's hash seed is not this index's"),
+        (meta[K.M_HOLDER_CAP] == index.meta[K.M_HOLDER_CAP], "meta's holder cap is not this index's"),
+        (meta[K.M_INSTANCES] == index.num_instances, "meta's instance count is not this index's"),
         (meta[K.M_MASK] == s["table"].shape[1] - 1, "meta's table mask does not match the table"),
         (meta[K.M_ENTRIES] == live_rows.shape[0], "meta's entry count is not the number of live rows"),
         (meta[K.M_FREE] == cap - live_rows.shape[0], "meta's free count is not the number of free rows"),
-        ((meta[K.M_STORED:K.NUM_META] >= 0).all(), "a counter in meta is negative"),
+        ((meta[K.M_STORED:K.M_INSTANCES] >= 0).all(), "a counter in meta is negative"),
         (np.array_equal(holders.reshape(cap, -1).any(axis=1), live.astype(bool)),
          "a live row without holders or a free row with some"),
         (not (holders & ~index._full).any(), f"a holder bit for an instance beyond {index.num_instances}"),
@@ -121,8 +124,11 @@ def _check_contents(index, s: dict) -> None:
     code = _table_fault(keys, live, s["table"], meta)
     if code == 0:
         code = 10 * _lru_fault(live, s["links"], meta)
+    if code == 0 and _order_fault(s["order"], holders, live):
+        code = 100
     if code:
-        fault = _TABLE_FAULTS[code] if code < 10 else _LRU_FAULTS[code // 10]
+        fault = _TABLE_FAULTS[code] if code < 10 else _LRU_FAULTS[code // 10] if code < 100 else \
+            "a holder list (max_holders) does not name exactly the row's holders, each once"
         raise BadInputError(f"snapshot is not consistent: {fault}; expected a BlockIndex.snapshot() of this index")
 
 
@@ -157,6 +163,43 @@ def _table_fault(keys, live, table, meta):
     for r in range(cap):
         if live[r] and not seen[r]:
             return 4
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _order_fault(order, holders, live):
+    """1 when a row's holder list (under a holder cap) is not its set holder bits, each once,
+    packed at the front and -1 padded (a free row: all -1); else 0."""
+    cap = order.shape[1]
+    if cap == 0:
+        return 0
+    num_media = holders.shape[1]
+    for r in range(live.shape[0]):
+        n = 0
+        while n < cap and order[r, n] != -1:
+            n += 1
+        for k in range(n, cap):
+            if order[r, k] != -1:
+                return 1
+        count = 0
+        for m in range(num_media):
+            for w in range(holders.shape[2]):
+                x = holders[r, m, w]
+                while x:
+                    count += 1
+                    x &= x - np.uint64(1)
+        if count != n or (n > 0 and not live[r]):
+            return 1
+        for k in range(n):
+            c = order[r, k]
+            if c < 0:
+                return 1
+            i = c // num_media
+            if i >> 6 >= holders.shape[2] or not (holders[r, c % num_media, i >> 6] >> np.uint64(i & 63)) & np.uint64(1):
+                return 1
+            for q in range(k):
+                if order[r, q] == c:
+                    return 1
     return 0
 
 

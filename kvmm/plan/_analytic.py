@@ -19,32 +19,36 @@ union of the grid's capacity points, so every count is a sum over a 1-D or 2-D h
 a run of length ``k`` is held by capacity ``C`` iff ``max(d_0..d_k) < C``; the per-request
 cumulative maximum of ``d`` turns the run into the same histogram question.
 
-**TTFT and TPOT p95 (a step replay of the engine's scheduler).**  Per request, with the run at
-the largest capacities: ``prefill tokens = prompt - run tokens`` and ``staged bytes = (run - GPU
-prefix) x KV bytes per token``.  Each instance (request ``r`` on ``r mod instances``, the trace's
-own arrivals rescaled to ``load`` as the simulator rescales them) replays kvmm.sim.engine's
-continuous batching without its caches: a step admits waiting requests first come first served
-while the batch has room (``max_batch``), the step's prefill budget (``max_prefill_tokens``; the
-first always fits) lasts and the GPU pool holds each one's prompt + output blocks (reserved at
-admission, freed at its last token; shared GPU blocks of concurrent requests are counted twice);
-the step takes ``staged bytes / fast-tier read bandwidth + latency`` + ``prefill tokens /
-prefill_tokens_per_s`` + ``decode_step(running batch)``; every running request gets a token
-per step, so one admitted at step ``s`` finishes at step ``s + out - 1``.  TTFT is the end of its
-admitting step minus its arrival; TPOT ``(last token - first token) / (out - 1)`` over requests
-with two or more output tokens, as the simulator reports it; p95s over the requests.  (Why not a
-single-server queue: the batch packs up to ``max_prefill_tokens`` of prefill into one step, and
-every token a running request decodes in that step waits for it; the TPOT tail is short outputs
-decoded beside long prefills, and the per-step decode cost at the actual batch, not a full one,
-is what loads the instance.)  What it leaves out: staging waits (a claim's copy through its
-tier's channel: below), the ledger's admission of claims, GPU blocks lost or shared between
-running requests, and a cluster's routing other than round-robin.  Staging a hit takes the
-source's latency plus the staged bytes at ``stage_efficiency x`` the served levels' bandwidth
-mix (capped by the fast tier's write bandwidth; shared levels through the fabric link),
-stretched by ``1 / (1 - rho_channel)`` for the channel's own queue; the p95 of that beyond the
-mean wait before the admitting step ``E[W]`` (staging overlaps the wait) is added to TTFT.
-Measured on the bundled conversation trace (whole, load 0.7; nvme or a shared Layer 3.5 pool
-at 1 and 8 instances): TTFT p95 within 3 % and TPOT p95 within 8 % of the simulation.
-Stage 2 checks the estimate in the simulator.
+**TTFT and TPOT p95 (a step replay of the engine's scheduler, on the run's clock).**  Per
+request, with the run at the largest capacities: ``prefill tokens = prompt - run tokens`` (computed
+after the run: its context) and ``staged bytes = (run - GPU prefix) x KV bytes per token``.  Each
+instance (request ``r`` on ``r mod instances``, the trace's own arrivals rescaled to ``load`` as
+the simulator rescales them) replays kvmm.sim.engine's scheduler without its caches
+(:mod:`kvmm.plan._replay`), with the run's :class:`~kvmm.sim.serving.Serving`: its latency
+model's coefficient array timed by the simulator's own kernels (``step_split`` for a step,
+``decode_stretch`` for a decode-only stretch in closed form as the running batch's context sum
+grows: ``+= prompt`` when a request joins the decode batch, ``+= batch`` per step, ``-= prompt +
+output - 1`` when one finishes), and its scheduler: chunked prefill (one budget of
+``max_num_batched_tokens`` per step shared by the decodes, one token each, then the partly
+prefilled requests, then queued ones in arrival order; ``long_prefill_token_threshold`` caps a
+chunk) or whole prefills (``chunked_prefill`` off: admitted while the prompts fit the budget, the
+first always), at most ``max_num_seqs`` sequences, and the GPU pool (``serving.gpu_kv_bytes``)
+holding each admitted request's prompt + output blocks (reserved at admission, freed at its last
+token; shared GPU blocks of concurrent requests are counted twice).  A step takes ``staged bytes /
+fast-tier read bandwidth + latency`` for the requests it admits plus the clock's step time on its
+features.  A request's first token is at the end of the step that computes its last prompt
+token; it then decodes one token per step.  TTFT = first token - arrival; TPOT ``(last token -
+first token) / (out - 1)`` over requests with two or more output tokens, as the simulator
+reports it; p95s over the requests.  A latency model without ``coefficients()`` is replayed with
+a :class:`~kvmm.sim.latency.Fitted` stand-in fitted to it (:mod:`kvmm.plan._clock`).  What it
+leaves out: staging waits (a claim's copy through its tier's channel: below), the ledger's
+admission of claims, GPU blocks lost or shared between running requests, and a cluster's routing
+other than round-robin.  Staging a hit takes the source's latency plus the staged bytes at
+``stage_efficiency x`` the served levels' bandwidth mix (capped by the fast tier's write
+bandwidth; shared levels through the fabric link), stretched by ``1 / (1 - rho_channel)`` for the
+channel's own queue; the p95 of that beyond the mean wait before the admitting step ``E[W]``
+(staging overlaps the wait) is added to TTFT.  Measured errors against the simulation: docs/plan.md
+and tests/test_plan_estimate.py.  Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
 (hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for
@@ -82,9 +86,10 @@ class Stream:
     prompt_blocks: np.ndarray  # int64 blocks of each request's prompt in the trace
 
 
-def block_stream(trace, model, cfg) -> Stream:
+def block_stream(trace, serving, cfg) -> Stream:
     """The references of ``trace`` (a MooncakeTrace) with their token weights, SHARDS-sampled
-    when long.  ``cfg`` scales the arrivals (load / time_scale).  Runtime complexity: O(refs)."""
+    when long.  ``cfg`` scales the arrivals (load / time_scale) with ``serving``'s clock
+    (:func:`kvmm.sim.load.arrival_times`).  Runtime complexity: O(refs)."""
     from kvmm.sim.load import arrival_times
 
     n = trace.num_requests
@@ -105,7 +110,7 @@ def block_stream(trace, model, cfg) -> Stream:
         rate = SHARDS_RATE
         keep = _hash64(ids) < np.uint64(int(rate * 2.0**64))
         ids, req, token_w = ids[keep], req[keep], token_w[keep] / rate
-    arrival = arrival_times(trace, model, cfg)
+    arrival = arrival_times(trace, serving, cfg)
     span = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
     return Stream(ids, req, token_w, inp, np.maximum(np.asarray(trace.output_length, dtype=np.int64), 1),
                   span, np.ascontiguousarray(arrival, dtype=np.float64), rate, total_refs, bt, counts)
@@ -148,13 +153,15 @@ class GridModel:
     lam: float  # arrivals per second per instance
 
 
-def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | None, *, model, fast_read_bw: float,
-                fast_latency: float = 0.0, pool_blocks: int) -> GridModel:
+def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | None, *, clock, kv_bytes_per_token: int,
+                fast_read_bw: float, fast_latency: float = 0.0, pool_blocks: int, distances: tuple | None = None) -> GridModel:
     """Bin the distances on ``grids`` (type 0: the GPU and private levels; type 1: shared levels)
-    and tabulate the per-request run statistics.  Runtime complexity: O(refs log refs + requests
-    x u0 x u1 x log requests) for u0, u1 grid points per type; memory O(requests x (u0 + u1))
-    (the per-request run tokens at every grid point)."""
-    local_d, global_d = stack_distances(stream, instances)
+    and tabulate the per-request run statistics, replayed on ``clock`` (a
+    :class:`kvmm.plan._clock.ReplayClock`) with a GPU pool of ``pool_blocks``.  Runtime
+    complexity: O(refs log refs + u0 x u1 x replay steps) for u0, u1 grid points per type; memory
+    O(requests x (u0 + u1)) (the per-request run tokens at every grid point).  ``distances``:
+    :func:`stack_distances` of ``stream`` when already computed."""
+    local_d, global_d = stack_distances(stream, instances) if distances is None else distances
     per_type = []
     for t, d in enumerate((local_d, global_d)):
         grid = np.asarray(grids[t], dtype=np.int64)
@@ -179,7 +186,7 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
     gpu_bin = -1
     if gpu_blocks is not None:  # the GPU pool is one of type 0's grid points
         gpu_bin = int(np.searchsorted(per_type[0][0], gpu_blocks))
-    from kvmm.plan._kernels import pair_statistics
+    from kvmm.plan._replay import pair_statistics
 
     ht0 = np.minimum(per_type[0][3], (stream.input_len - 1)[:, None].astype(np.float64))
     ht1 = np.minimum(per_type[1][3], (stream.input_len - 1)[:, None].astype(np.float64))
@@ -188,12 +195,10 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
     bt = stream.block_tokens
     held = np.maximum(stream.prompt_blocks, -(-(stream.input_len + stream.output_len - 1) // bt)).astype(np.float64)
     stats = pair_statistics(ht0, ht1, gpu_bin, stream.input_len.astype(np.float64),
-                            stream.output_len.astype(np.float64), held, stream.arrival, int(instances),
-                            float(model.prefill_tokens_per_s), float(fast_read_bw), float(fast_latency),
-                            float(model.kv_bytes_per_token), 1.0 / model.decode_tokens_per_s,
-                            float(model.decode_batch_cost), int(model.max_batch), int(model.max_prefill_tokens),
-                            float(pool_blocks))
-    names = ("ttft95", "mean_w", "staged_mean", "staged95", "rho", "end_s", "tpot")
+                            stream.output_len.astype(np.float64), held, stream.arrival, int(instances), clock.coef,
+                            bool(clock.chunked), int(clock.budget), int(clock.max_seqs), int(clock.threshold),
+                            float(pool_blocks), float(fast_read_bw), float(fast_latency), float(kv_bytes_per_token))
+    names = ("ttft95", "mean_w", "staged_mean", "staged95", "rho", "end_s", "tpot", "max_waiting")
     return GridModel([p[0] for p in per_type], [p[1] for p in per_type], [p[2] for p in per_type],
                      dict(zip(names, stats)), float(stream.total_refs), gpu_bin, lam)
 

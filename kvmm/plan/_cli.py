@@ -2,18 +2,19 @@
 
 Spelling (each flag's bad part is named in a one-line error, exit code 2)::
 
-    kvmm plan --trace conversation --ttft-p95 2s --tier dram:0-4TiB \\
+    kvmm plan --trace conversation --ttft-p95 12s --tier dram:0-4TiB \\
         --tier layer3.5:0-64TiB:shared --tier nvme:0-16TiB --instances 8 \\
         --price gpu=3.5/h,dram=0.004/GiBh --out plan/
 
 ``--ttft-p95`` / ``--tpot-p95``: a duration (``2s``, ``500ms``, ``0.5``: seconds, ``us``,
 ``min``).  ``--tier KIND:MIN-MAX[:shared][:points=N]`` (repeatable, fastest first; see
 :meth:`kvmm.plan.TierCandidate.parse`); the simulator reads private tiers before shared ones
-whatever the order given.  ``--requests``, ``--load``, ``--model``: the
-base :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
+whatever the order given.  ``--requests``, ``--load`` and what serves (``--model``,
+``--hardware``, ``--tp``, ``--latency``, ``--gpu-kv``, ... as ``kvmm simulate``): the base
+:class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
-``--verify N``: simulate the N cheapest candidates the estimate says meet the SLO (plus their
-neighbours); ``--jobs N`` runs them in N processes.  Progress goes to stderr; the decision to
+``--verify N``: up to N of the cheapest candidates the estimate says meet the SLO (plus their
+neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.  Progress goes to stderr; the decision to
 stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
 "No configuration meets the SLO" is an answer (exit 0, the closest one shown).
 """
@@ -26,6 +27,7 @@ import math
 import re
 
 from kvmm.errors import BadInputError
+from kvmm.sim._cli import add_serving_arguments, serving_fields
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
@@ -40,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plan for the first N requests of the trace (default: all)")
     parser.add_argument("--load", type=float, default=0.7,
                         help="target utilisation the arrivals are rescaled to, as kvmm simulate --load (default 0.7)")
-    parser.add_argument("--model", default="llama3-8b", help="model spec name (default llama3-8b)")
+    add_serving_arguments(parser)  # --model, --hardware, --tp, --latency, --gpu-kv, ... as kvmm simulate
     parser.add_argument("--ttft-p95", required=True, metavar="DURATION",
                         help="the SLO: p95 time to first token, e.g. 2s or 500ms")
     parser.add_argument("--tpot-p95", default=None, metavar="DURATION",
@@ -55,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", default=None, metavar="USD/h",
                         help="drop configurations costing more than this many USD per hour")
     parser.add_argument("--verify", type=int, default=8,
-                        help="simulate this many of the cheapest candidates estimated to meet the SLO (default 8)")
+                        help="simulate up to this many of the cheapest candidates estimated to meet the SLO, "
+                             "cheapest first, until one meets it in simulation (default 8)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel simulations (process pool; default 2)")
     parser.add_argument("--out", default="plan", metavar="DIR",
                         help="folder for plan.md, frontier.png and config.json (default ./plan)")
@@ -114,7 +117,8 @@ def build_request(args: argparse.Namespace) -> dict:
 
     return dict(slo=slo, tiers=tiers, prices=parse_price_flag(args.price), instances=args.instances,
                 budget=parse_budget(args.budget), verify=args.verify,
-                base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load, model=args.model))
+                base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load,
+                                              **serving_fields(args)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,20 +5,32 @@
    instance's staging tier and private tiers, each shared tier once).  Points above ``budget``
    (USD per hour) are dropped; the rest are pruned to the Pareto frontier of hourly cost vs
    estimated TTFT p95 (no other point is both cheaper and faster).
-2. **Verified**: the ``verify`` cheapest points the estimate says meet the SLO (frontier points
-   first; when the frontier has fewer, the cheapest dominated points estimated to meet it fill
-   up to ``verify``, preferring estimates (TTFT, TPOT, hit shares) no picked point has: a fill
-   repeating one, such as a larger pool past the trace's reuse, tells nothing new and is taken
-   only when no other remains), plus ``neighbours`` frontier points on each side of the estimated SLO
-   boundary: the dearest ones cheaper than the first of them (estimated to miss: the estimate
-   may be pessimistic) and the cheapest frontier points dearer than those picked (the estimate
-   may be optimistic: if the picked ones miss in simulation, a dearer one may meet it).  They are
-   simulated as they are (``PlanPoint.config()``) through :func:`kvmm.sim.sweep`.  The cheapest
-   verified point whose *simulated* p95 meets the SLO is chosen; when none does, the verified
-   point nearest to it is ``closest``.  When no point is estimated to meet the SLO, the
-   ``verify + neighbours`` fastest frontier points are simulated (the fastest dominated points,
-   distinct estimates first, filling up to ``verify`` on a thin frontier).  A ``simulated``
-   mapping (config key -> SimResult) shared across calls skips configs simulated before.
+   The capacity points are log-spaced (:meth:`TierCandidate.capacities`); then the grid is
+   **refined** around the cheapest point estimated to meet the SLO: each tier gets
+   ``REFINE_POINTS`` more capacities evenly spaced between that point's capacity and its grid
+   neighbours (below it; above it too when another tier holds a capacity it may trade for), and
+   stage 1 runs again on the refined grid, up to ``REFINE_ROUNDS`` times or until the cheapest
+   point stops moving, so a cheaper feasible point between two grid points is found.  With a
+   TPOT bound the frontier is over cost, TTFT and TPOT (a point slower on TTFT but faster on TPOT
+   stays: :func:`kvmm.plan._verify.frontier_indices`).
+2. **Verified**: the candidates are the ``verify`` cheapest points the estimate says meet the SLO
+   (frontier points first; when the frontier has fewer, the cheapest dominated points estimated
+   to meet it fill up to ``verify``, preferring estimates (TTFT, TPOT, hit shares) no picked
+   point has: a fill repeating one, such as a larger pool past the trace's reuse, tells nothing
+   new and is taken only when no other remains), plus ``neighbours`` frontier points on each side
+   of the estimated SLO boundary: the dearest ones cheaper than the first of them (estimated to
+   miss: the estimate may be pessimistic) and the cheapest frontier points dearer than those
+   picked (the estimate may be optimistic).  When no point is estimated to meet the SLO, the
+   ``verify + neighbours`` fastest frontier points are the candidates (the fastest dominated
+   points, distinct estimates first, filling up to ``verify`` on a thin frontier).  They are
+   simulated as they are (``PlanPoint.config()``) through :func:`kvmm.sim.sweep`, **cheapest
+   first, stopping at the first that meets the SLO** (in waves of as many as the executor runs at
+   once; a candidate that a cheaper simulated miss matches or beats on every bounded estimated
+   latency is skipped: :func:`kvmm.plan._verify.verify_cheapest_first`).  The cheapest verified
+   point whose *simulated* latencies meet the SLO is chosen; when none does, ``closest`` is the
+   cheapest verified point whose shortfall is within 1 % of the smallest
+   (:func:`kvmm.plan._verify.closest_point`).  A ``simulated`` mapping (config key -> SimResult)
+   shared across calls skips configs simulated before.
 
 Cost ranks points by USD per hour: the workload is fixed, so USD per million tokens follows the
 hourly price up to the run's duration (reported for each point, estimated and simulated).
@@ -27,6 +39,7 @@ hourly price up to the run's duration (reported for each point, estimated and si
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import MutableMapping
 from dataclasses import replace
@@ -36,9 +49,16 @@ import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, short_repr
 from kvmm.errors import BadInputError
+from kvmm.plan._verify import (closest_point, frontier_indices, pareto, pick_for_verification, simulate_configs,
+                               verify_cheapest_first, workers_of)
 from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate, finite_number
 
-__all__ = ["run_plan", "analytic_grid"]
+__all__ = ["run_plan", "analytic_grid", "refine_capacities", "REFINE_ROUNDS", "REFINE_POINTS"]
+
+#: refinement rounds around the cheapest point estimated to meet the SLO (at most)
+REFINE_ROUNDS = 4
+#: capacities added per tier on each side of that point's capacity, per round
+REFINE_POINTS = 3
 
 
 def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, budget: Any, verify: int,
@@ -49,7 +69,16 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     say = progress if progress is not None else (lambda stage, done, total: None)
     t0 = time.perf_counter()
     say("analytic", 0, 1)
-    grid = analytic_grid(base, cands, prices, instances)
+    cache: dict = {}
+    caps = [c.capacities() for c in cands]
+    grid = analytic_grid(base, cands, prices, instances, capacities=caps, cache=cache)
+    for _ in range(REFINE_ROUNDS):
+        target = _cheapest_meeting(grid, slo, budget)
+        finer = refine_capacities(caps, grid, target, grid["block_bytes"]) if target is not None else caps
+        if finer == caps:
+            break
+        caps = finer
+        grid = analytic_grid(base, cands, prices, instances, capacities=caps, cache=cache)
     usd_h, ttft = grid["usd_h"], grid["ttft"]
     keep = np.flatnonzero(usd_h <= budget) if budget is not None else np.arange(usd_h.shape[0])
     if keep.size == 0:
@@ -59,7 +88,7 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     meets = lat <= slo.ttft_p95_s  # as SLO.met_by: NaN never meets it
     if slo.tpot_p95_s is not None:
         meets &= grid["tpot"][keep] <= slo.tpot_p95_s
-    front = pareto(cost, lat)
+    front = frontier_indices(cost, lat, grid["tpot"][keep] if slo.tpot_p95_s is not None else None)
     points = {int(j): _point(grid, int(keep[j]), slo, base, cands, prices, instances) for j in front}
     frontier = [points[int(j)] for j in front]
     say("analytic", 1, 1)
@@ -68,62 +97,132 @@ def run_plan(trace: Any, *, slo: Any, tiers: Any, prices: Any, instances: int, b
     pick = pick_for_verification(cost, lat, meets, front, verify, neighbours, estimates)
     picked = [points[j] if j in points else
               replace(_point(grid, int(keep[j]), slo, base, cands, prices, instances), on_frontier=False) for j in pick]
-    results = _simulate([p.config() for p in picked], executor, say, simulated)
+    verified, skipped = _verify(picked, slo, executor, say, simulated)
     tokens = _tokens(grid["trace"])
-    for p, r in zip(picked, results):
-        p.sim = r
-        p.sim_ttft_p95_s = float(r.ttft_p95)
-        p.sim_tpot_p95_s = float(r.tpot_p95)
-        p.sim_usd_per_m_tokens = float(r.total_usd / tokens * 1e6) if tokens else math.nan
-        p.meets_slo_sim = slo.met_by(p.sim_ttft_p95_s, p.sim_tpot_p95_s)
+    for p in verified:
+        p.sim_usd_per_m_tokens = float(p.sim.total_usd / tokens * 1e6) if tokens else math.nan
     t2 = time.perf_counter()
-    verified = sorted(picked, key=lambda p: (p.usd_per_hour, p.est_ttft_p95_s))
     chosen = next((p for p in verified if p.meets_slo_sim), None)
-    closest = None if chosen is not None or not verified else min(verified, key=lambda p: _shortfall(p, slo))
-    reasons = _reasons(slo, chosen, closest, verified, frontier, int(keep.size), grid["points"])
+    closest = None if chosen is not None else closest_point(verified, slo)
+    reasons = _reasons(slo, chosen, closest, verified, frontier, int(keep.size), grid["points"], skipped=skipped,
+                       refined=sum(len(c) for c in caps) - sum(len(c.capacities()) for c in cands))
     return Plan(slo=slo, chosen=chosen, closest=closest, config=chosen.config() if chosen is not None else None,
                 frontier=frontier, verified=verified, points_evaluated=grid["points"], reasons=reasons,
                 timings_s={"analytic": t1 - t0, "verify": t2 - t1})
 
 
+def _verify(picked: list, slo: SLO, executor: Any, say: Any, simulated: Any) -> tuple[list, int]:
+    """Stage 2 (:func:`kvmm.plan._verify.verify_cheapest_first`) on ``executor``; with none, one
+    process pool for the whole stage (its workers load the simulator's kernels once)."""
+    own = None
+    if executor is None and len(picked) > 1 and (os.cpu_count() or 1) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        executor = own = ProcessPoolExecutor(max_workers=min(len(picked), os.cpu_count() or 1))
+    done = [0]
+
+    def run(points: list) -> list:
+        results = simulate_configs([p.config() for p in points], executor, say, simulated, done[0], len(picked))
+        done[0] += len(points)
+        return results
+    try:
+        verified, skipped = verify_cheapest_first(picked, slo, run, workers_of(executor))
+    finally:
+        if own is not None:
+            own.shutdown()
+    say("verify", len(picked), len(picked))
+    return verified, skipped
+
+
+def _cheapest_meeting(grid: dict, slo: SLO, budget: Any) -> int | None:
+    """The grid index of the cheapest point within ``budget`` estimated to meet ``slo`` (ties:
+    the faster), or None."""
+    ok = grid["ttft"] <= slo.ttft_p95_s
+    if slo.tpot_p95_s is not None:
+        ok &= grid["tpot"] <= slo.tpot_p95_s
+    if budget is not None:
+        ok &= grid["usd_h"] <= budget
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    return int(idx[np.lexsort((grid["ttft"][idx], grid["usd_h"][idx]))[0]])
+
+
+def refine_capacities(caps: list, grid: dict, target: int, block_bytes: int, points: int = REFINE_POINTS) -> list:
+    """``caps`` (per tier, ascending capacity tuples) with ``points`` capacities added evenly
+    between grid point ``target``'s capacity of each tier and the tier's next lower capacity, and
+    between it and the next higher one when another tier holds more than its minimum there (a
+    cheaper point may trade one tier for another).  Intervals under ``points + 1`` blocks are
+    left as they are.  Runtime complexity: O(tiers x (points + capacities))."""
+    at = [int(grid["index"][target, i]) for i in range(len(caps))]
+    out = []
+    for i, tier in enumerate(caps):
+        k = at[i]
+        sides = [(tier[k - 1], tier[k])] if k > 0 else []
+        if k + 1 < len(tier) and any(at[j] > 0 for j in range(len(caps)) if j != i):
+            sides.append((tier[k], tier[k + 1]))
+        added = set(tier)
+        for lo, hi in sides:
+            if hi - lo >= (points + 1) * block_bytes:
+                added.update(lo + (hi - lo) * j // (points + 1) for j in range(1, points + 1))
+        out.append(tuple(sorted(added)))
+    return out
+
+
 # ---------------------------------------------------------------------- stage 1
-def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
+def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int, *, capacities: Any = None,
+                  cache: dict | None = None) -> dict:
     """Stage 1 over every combination: a dict of arrays (``hit (G, T)``, ``ttft``, ``tpot``,
-    ``usd_h``, ``usd_m``, ``index (G, T)``) plus what built it (``model``, ``trace``, ``caps``).
-    Runtime complexity: one stack-distance pass over the trace + O(u0 u1 requests + G T)."""
-    from kvmm.plan._analytic import block_stream, build_model
+    ``usd_h``, ``usd_m``, ``index (G, T)``) plus what built it (``serving``, ``clock``,
+    ``trace``, ``caps``, ``block_bytes``).  ``capacities``: per candidate, the capacities to
+    combine (default: each candidate's :meth:`~kvmm.plan.TierCandidate.capacities`).  ``cache``:
+    a dict kept between calls on the same base, candidates and instances (the trace, the serving
+    setup, the block stream and its stack distances are computed once).  Runtime complexity:
+    one stack-distance pass over the trace (none with a filled cache) + O(u0 u1 replay steps + G T)."""
+    from kvmm.plan._analytic import block_stream, build_model, stack_distances
+    from kvmm.plan._clock import replay_clock
+    from kvmm.plan._configs import point_config
     from kvmm.plan._kernels import grid_kernel
-    from kvmm.sim.models import model as resolve_model
+    from kvmm.sim.serving import resolve_serving
     from kvmm.sim.simulator import resolve_trace
 
+    if capacities is None:
+        capacities = [c.capacities() for c in cands]
     # the simulator reads private levels before shared ones: evaluate in that order, report in the given one
     order = sorted(range(len(cands)), key=lambda i: cands[i].shared)
     if order != list(range(len(cands))):
-        grid = analytic_grid(base, tuple(cands[i] for i in order), prices, instances)
+        grid = analytic_grid(base, tuple(cands[i] for i in order), prices, instances,
+                             capacities=[capacities[i] for i in order], cache=cache)
         back = np.argsort(order)
         grid["hit"], grid["index"] = grid["hit"][:, back], grid["index"][:, back]
         grid["caps"] = [grid["caps"][i] for i in back]
         grid["blocks"] = [grid["blocks"][i] for i in back]
         return grid
-    trace = resolve_trace(base.workload, base.max_requests)
-    m = resolve_model(base.model)
-    block_bytes = int(trace.block_tokens) * m.kv_bytes_per_token
-    caps = [np.asarray(c.capacities(), dtype=np.int64) for c in cands]
+    cache = {} if cache is None else cache
+    if "stream" not in cache:
+        trace = resolve_trace(base.workload, base.max_requests)
+        # what the points serve with (the tiers do not change it): the model, clock, scheduler and pool
+        bare = point_config(base, cands, [0] * len(cands), instances)
+        serving = resolve_serving(bare)
+        # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
+        stream = block_stream(trace, serving, bare)
+        cache.update(trace=trace, serving=serving, clock=replay_clock(serving, trace), stream=stream,
+                     distances=stack_distances(stream, instances))
+    trace, serving, clock, stream = cache["trace"], cache["serving"], cache["clock"], cache["stream"]
+    block_bytes = int(trace.block_tokens) * serving.kv_bytes_per_token
+    caps = [np.asarray(c, dtype=np.int64) for c in capacities]
     blocks = [c // block_bytes for c in caps]
     types = [1 if (c.shared and instances > 1) else 0 for c in cands]
-    gpu_blocks = base.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
+    gpu_blocks = serving.gpu_kv_bytes // block_bytes if base.gpu_prefix_cache else None
     grids = []
     for t in (0, 1):
         pts = [np.zeros(1, dtype=np.int64)] + [b for b, ty in zip(blocks, types) if ty == t]
         if t == 0 and gpu_blocks is not None:
             pts.append(np.array([gpu_blocks], dtype=np.int64))
         grids.append(np.unique(np.concatenate(pts)))
-    from kvmm.plan._configs import point_config
-
-    # arrivals are rescaled for the instances the points run on (kvmm.sim.load)
-    stream = block_stream(trace, m, point_config(base, cands, [0] * len(cands), instances))
-    model_ = build_model(stream, instances, grids, gpu_blocks, model=m, fast_read_bw=base.fast_tier.read_bandwidth,
-                         fast_latency=base.fast_tier.latency_s, pool_blocks=base.gpu_kv_bytes // block_bytes)
+    model_ = build_model(stream, instances, grids, gpu_blocks, clock=clock, kv_bytes_per_token=serving.kv_bytes_per_token,
+                         fast_read_bw=base.fast_tier.read_bandwidth, fast_latency=base.fast_tier.latency_s,
+                         pool_blocks=serving.gpu_kv_bytes // block_bytes, distances=cache["distances"])
     npoints = np.array([c.shape[0] for c in caps], dtype=np.int64)
     width = int(npoints.max())
     cap_bin = np.zeros((len(cands), width), dtype=np.int64)
@@ -134,15 +233,15 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int) -> dict:
     spb, lat = staging_costs(base, cands)
     st = model_.pair
     ch = [np.asarray(c, dtype=np.float64) for c in model_.hist1]
-    gpus = instances
-    base_usd_h = gpus * gpu_price(prices, m) + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices) * gpus
+    base_usd_h = instances * (serving.gpus * gpu_price(prices, serving)
+                              + _spec_usd_h(base.fast_tier, base.fast_tier.capacity_bytes, prices))
     hit, ttft, tpot, usd_h, usd_m, index = grid_kernel(
         npoints, cap_bin, np.asarray(types, dtype=np.int64), usd, spb, lat, ch[0], ch[1], model_.rect[0],
         model_.rect[1], model_.gpu_bin, model_.total_refs, st["ttft95"], st["mean_w"], st["staged_mean"],
         st["staged95"], st["end_s"], st["tpot"], model_.lam, stream.span_s, base_usd_h, float(_tokens(trace)))
     return {"hit": hit, "ttft": ttft, "tpot": tpot, "usd_h": usd_h, "usd_m": usd_m, "index": index,
-            "caps": caps, "trace": trace, "model": m, "points": int(usd_h.shape[0]), "blocks": blocks,
-            "grid_model": model_, "stream": stream}
+            "caps": caps, "trace": trace, "serving": serving, "clock": clock, "points": int(usd_h.shape[0]),
+            "blocks": blocks, "grid_model": model_, "stream": stream, "block_bytes": block_bytes}
 
 
 def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instances: int) -> np.ndarray:
@@ -156,8 +255,9 @@ def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instan
     return count * (caps / GIB * per_gib + np.where(caps > 0, per_hour, 0.0))
 
 
-def gpu_price(prices: Any, m: Any) -> float:
-    return prices.gpu_usd_per_hour if prices.gpu_usd_per_hour is not None else m.gpu_usd_per_hour
+def gpu_price(prices: Any, serving: Any) -> float:
+    """USD per hour of one GPU: the price list's, else the serving setup's (its hardware's)."""
+    return prices.gpu_usd_per_hour if prices.gpu_usd_per_hour is not None else serving.gpu_usd_per_hour
 
 
 def _spec_usd_h(spec: Any, capacity: int, prices: Any) -> float:
@@ -184,27 +284,17 @@ def staging_costs(base: Any, cands: tuple) -> tuple[np.ndarray, np.ndarray]:
     return spb, lat
 
 
-def pareto(cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
-    """Indices of the cost-vs-latency Pareto frontier, cheapest first: each is strictly faster
-    than every cheaper-or-equal point (ties in cost keep the fastest).  O(G log G)."""
-    order = np.lexsort((latency, cost))
-    best = np.minimum.accumulate(latency[order])
-    keep = np.ones(order.shape[0], dtype=bool)
-    keep[1:] = latency[order][1:] < best[:-1]
-    return order[keep]
-
-
 def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, instances: int) -> PlanPoint:
     """The PlanPoint of combination ``j``, priced with :func:`kvmm.sim.cost.cost_account`."""
     from kvmm.sim.cost import cost_account
     from kvmm.tiers.spec import preset
 
     caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
-    m = grid["model"]
+    serving = grid["serving"]
     pairs = [(base.fast_tier, instances)]
     pairs += [(preset(c.kind).with_capacity(cap), 1 if c.shared else instances) for c, cap in zip(cands, caps) if cap > 0]
-    account = cost_account(duration_s=3600.0, gpus=instances, tiers=pairs, input_tokens=0, output_tokens=0,
-                           prices=prices, gpu_usd_per_hour=m.gpu_usd_per_hour)
+    account = cost_account(duration_s=3600.0, gpus=instances * serving.gpus, tiers=pairs, input_tokens=0,
+                           output_tokens=0, prices=prices, gpu_usd_per_hour=serving.gpu_usd_per_hour)
     gib = {c.kind: (1 if c.shared else instances) * cap / GIB for c, cap in zip(cands, caps)}
     usd = {"gpu": account.gpu_usd, **{n: u for n, u in zip(account.tier_names, account.tier_usd)}}
     for c in cands:
@@ -216,120 +306,103 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
                      base=base, instances=instances)
 
 
-# ---------------------------------------------------------------------- stage 2
-def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarray, front: np.ndarray, verify: int,
-                          neighbours: int, estimates: np.ndarray | None = None) -> list[int]:
-    """Indices (into ``cost``, ``latency``, ``meets``: the points within the budget) of the points
-    to simulate, cheapest first (see the module docstring); ``front`` is their frontier,
-    cheapest first.  Dominated points filling a thin frontier are taken, in preference order,
-    with an estimate that no point already picked has: ``estimates`` is a (G, k) array of what
-    the analytic stage says of each point (the planner: TTFT, TPOT and the hit share per tier),
-    ``latency`` alone when None; points repeating a picked row (e.g. a larger pool past the
-    trace's reuse: the same hits, the same estimate) only when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
-    lower index.  Runtime complexity: O(G log G)."""
-    front = [int(j) for j in front]
-    on_front = set(front)
-
-    def estimate(j: int) -> tuple:
-        return (float(latency[j]),) if estimates is None else tuple(float(x) for x in estimates[j])
-    order = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), latency, cost))]  # cheapest first
-    if meets.any():
-        chosen = [j for j in front if meets[j]][:verify]
-        chosen += _fills([j for j in order if meets[j] and j not in on_front], verify - len(chosen), chosen, estimate)
-        first = min(cost[j] for j in chosen)
-        last = max(front.index(j) for j in chosen if j in on_front) if any(j in on_front for j in chosen) else -1
-        cheaper = [j for j in front if cost[j] < first][-neighbours:] if neighbours else []
-        dearer = [j for j in front[last + 1:] if cost[j] >= first and j not in chosen][:neighbours]
-        chosen += cheaper + dearer
-    else:  # nothing is estimated to meet it: the fastest points, to find the closest
-        chosen = front[-(verify + neighbours):]
-        fastest = [int(j) for j in np.lexsort((np.arange(cost.shape[0]), cost, latency))]
-        chosen += _fills([j for j in fastest if j not in on_front], verify - len(chosen), chosen, estimate)
-    return sorted(set(chosen), key=lambda j: (cost[j], latency[j], j))
-
-
-def _fills(candidates: list, n: int, picked: list, estimate: Any) -> list:
-    """Up to ``n`` of ``candidates`` (in their preference order): first those whose estimate
-    no point picked so far (``picked``, then the fills) has, then, only when too few remain,
-    the others in order.  O(len(candidates))."""
-    if n <= 0:
-        return []
-    seen = {estimate(j) for j in picked}
-    distinct, repeats = [], []
-    for j in candidates:
-        key = estimate(j)
-        if key in seen:
-            repeats.append(j)
-        else:
-            seen.add(key)
-            distinct.append(j)
-            if len(distinct) == n:
-                break
-    return (distinct + repeats)[:n]
-
-
-def _simulate(configs: list, executor: Any, say: Any, simulated: Any = None) -> list:
-    """The SimResult of every config, in order: those in ``simulated`` (keyed by
-    :func:`~kvmm.plan.core.simulation_key`) reused, the others swept (each distinct config
-    once) and added to it."""
-    from kvmm.plan.core import simulation_key
-    from kvmm.sim import sweep
-
-    keys = [simulation_key(c) for c in configs] if simulated is not None else list(range(len(configs)))
-    known = {k: simulated[k] for k in keys if k in simulated} if simulated is not None else {}
-    todo: dict = {}
-    for k, c in zip(keys, configs):
-        if k not in known:
-            todo.setdefault(k, c)
-    done = [len(configs) - len(todo)]
-    say("verify", done[0], len(configs))
-
-    def tick(n: int) -> None:
-        done[0] += n
-        say("verify", done[0], len(configs))
-    fresh = dict(zip(todo, sweep(list(todo.values()), executor, progress=tick)))
-    if simulated is not None:
-        simulated.update(fresh)
-    known.update(fresh)
-    return [known[k] for k in keys]
-
-
 def _tokens(trace: Any) -> int:
     return int(np.maximum(trace.input_length, 1).sum() + np.maximum(trace.output_length, 1).sum())
 
 
-def _shortfall(p: PlanPoint, slo: SLO) -> float:
-    """How far a point misses the SLO: the worst ratio of simulated latency to its bound."""
-    worst = p.sim_ttft_p95_s / slo.ttft_p95_s
-    if slo.tpot_p95_s is not None:
-        worst = max(worst, p.sim_tpot_p95_s / slo.tpot_p95_s)
-    return worst
+def seconds_text(x: float, bound: float | None = None) -> str:
+    """``x`` seconds to 3 significant digits, more when that would round it onto ``bound`` or
+    past it (7.005 s beside a 7 s SLO reads 7.005, never 7; 11.952 s beside 12 s reads 11.95).
+    O(1)."""
+    text = f"{x:.3g}"
+    if bound is None or not math.isfinite(x):
+        return text
+    for digits in range(3, 18):
+        text = f"{x:.{digits}g}"
+        shown = float(text)
+        if (shown <= bound) == (x <= bound) and (shown != bound or x == bound):
+            return text
+    return repr(float(x))
 
 
-def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list, kept: int, total: int) -> list:
-    bound = f"TTFT p95 <= {slo.ttft_p95_s:g} s" + (f" and TPOT p95 <= {slo.tpot_p95_s:g} s" if slo.tpot_p95_s else "")
-    out = [f"{total} capacity combinations estimated ({kept} within the budget); {len(frontier)} on the cost-vs-TTFT "
-           f"frontier; {len(verified)} simulated" + (f" ({off} of them off the frontier: it has too few estimated to meet the "
-           f"SLO)." if (off := sum(not p.on_frontier for p in verified)) else ".")]
+def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list, kept: int, total: int, *,
+             skipped: int = 0, refined: int = 0) -> list:
+    """The plan's reasons, one sentence each.  A latency is printed so that it never reads as
+    meeting a bound it misses (:func:`seconds_text`)."""
+    t_bound, p_bound = slo.ttft_p95_s, slo.tpot_p95_s
+    bound = f"TTFT p95 <= {t_bound:g} s" + (f" and TPOT p95 <= {p_bound:g} s" if p_bound else "")
+    front = "cost-vs-TTFT-and-TPOT" if p_bound else "cost-vs-TTFT"
+    out = [f"{total} capacity combinations estimated ({kept} within the budget"
+           + (f"; the grid refined with {refined} capacities around the cheapest point estimated to meet the SLO"
+              if refined else "") + f"); {len(frontier)} on the {front} frontier; {len(verified)} simulated"
+           + (f" ({off} of them off the frontier: it has too few estimated to meet the SLO)"
+              if (off := sum(not p.on_frontier for p in verified)) else "")
+           + (f", cheapest first: {skipped} candidate(s) not simulated (dearer than one that met the SLO, or estimated "
+              "no faster than a cheaper one that missed it)" if skipped else "") + "."]
+
+    def latencies(p: Any) -> str:
+        text = f"simulated TTFT p95 {seconds_text(p.sim_ttft_p95_s, t_bound)} s"
+        if p_bound:
+            text += f", TPOT p95 {seconds_text(p.sim_tpot_p95_s, p_bound)} s"
+        return text
     if chosen is not None:
         out.append(f"Chosen: {chosen.describe()} at {chosen.usd_per_hour:.4g} USD/hour: the cheapest simulated "
-                   f"configuration that meets {bound} (simulated TTFT p95 {chosen.sim_ttft_p95_s:.3g} s, "
-                   f"estimated {chosen.est_ttft_p95_s:.3g} s).")
+                   f"configuration that meets {bound} ({latencies(chosen)}, estimated "
+                   f"{seconds_text(chosen.est_ttft_p95_s, t_bound)} s).")
         cheaper = [p for p in verified if p.usd_per_hour < chosen.usd_per_hour]
         if cheaper:
-            out.append(f"{len(cheaper)} cheaper simulated configuration(s) miss it (best: simulated TTFT p95 "
-                       f"{min(p.sim_ttft_p95_s for p in cheaper):.3g} s).")
+            best = min(cheaper, key=lambda p: p.sim_ttft_p95_s)
+            out.append(f"{len(cheaper)} cheaper simulated configuration(s) miss it (best: {latencies(best)}).")
     else:
         out.append(f"No simulated configuration meets {bound}.")
         if closest is not None:
-            out.append(f"Closest: {closest.describe()} at {closest.usd_per_hour:.4g} USD/hour, simulated TTFT p95 "
-                       f"{closest.sim_ttft_p95_s:.3g} s.")
+            out.append(f"Closest: {closest.describe()} at {closest.usd_per_hour:.4g} USD/hour, {latencies(closest)} "
+                       "(the cheapest of the simulated points nearest the SLO).")
     if not any(p.meets_slo_est for p in frontier):
         out.append("No combination is estimated to meet the SLO; the fastest frontier points were simulated.")
+    line = overload_line(verified)
+    if line:
+        out.append(line)
     return out
 
 
+def overload_line(verified: list) -> str | None:
+    """One sentence when the plan's runs are overloaded: a simulated run whose queue grew as the
+    simulator's :class:`~kvmm.sim.engine.QueueGrowthWarning` says (a tenth of an instance's
+    requests, at least 50, waiting at once; the worst run is named).  None otherwise.
+    O(verified points)."""
+    worst = None
+    for p in verified:
+        r = p.sim
+        if r is None:
+            continue
+        per = max(r.requests // max(r.instances, 1), 1)
+        if per >= 200 and r.max_waiting > max(50, per // 10) and (worst is None or r.max_waiting > worst[0]):
+            worst = (r.max_waiting, per, p)
+    if worst is not None:
+        waiting, per, p = worst
+        return (f"Overloaded: in the simulation of {p.describe()} the queue reached {waiting:,} waiting requests of "
+                f"{per:,} per instance, so TTFT measures the backlog, not the hierarchy (lower the load or add "
+                "instances).")
+    return None
+
+
 # ---------------------------------------------------------------------- input checks
+def _resolved(trace: Any) -> Any:
+    """A trace file given by a relative path, as an absolute one (so the written config.json
+    replays from any folder); bundled names, absolute paths and trace objects as they are."""
+    import os.path
+    from pathlib import Path
+
+    from kvmm.traces.mooncake import BUNDLED_TRACES
+
+    if isinstance(trace, str) and trace in BUNDLED_TRACES:
+        return trace
+    if isinstance(trace, (str, os.PathLike)) and Path(trace).is_file():
+        return str(Path(trace).resolve())
+    return trace
+
+
 def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress):
     from kvmm.sim.cost import Prices, parse_prices
     from kvmm.sim.config import SimConfig
@@ -370,6 +443,7 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
         if prices.tier_prices(preset(c.kind)) == (0.0, 0.0):
             raise BadInputError(f"no price for tier {c.kind!r} (its preset has none); expected one in prices, "
                                 f"e.g. --price {c.kind}=0.004/GiBh")
+    trace = _resolved(trace)
     if base is None:
         base = SimConfig(workload=trace)
     elif not isinstance(base, SimConfig):

@@ -54,8 +54,8 @@ class TierCandidate:
     ``kind``: a tier preset name (:data:`kvmm.tiers.spec.PRESETS`: ``"dram"``, ``"layer3.5"``,
     ``"nvme"``, ``"dfs"``, ...), which gives the bandwidth, latency and default price.
     ``min_bytes``..``max_bytes``: the capacity range (per instance for a private tier, in all
-    for a ``shared`` one), sampled at ``points`` evenly spaced capacities, both ends included
-    (one point when ``min_bytes == max_bytes``: a fixed tier).  A capacity of 0 means the
+    for a ``shared`` one), sampled at ``points`` log-spaced capacities, both ends included
+    (:meth:`capacities`; one point when ``min_bytes == max_bytes``: a fixed tier).  A capacity of 0 means the
     tier is absent.  ``eviction`` / ``admission``: the policies the verifying simulation gives
     the tier (the analytic stage assumes LRU with write-all).
     """
@@ -141,13 +141,17 @@ class TierCandidate:
             raise BadInputError(f"--tier {_quoted(text)}: {error}") from None
 
     def capacities(self) -> tuple[int, ...]:
-        """The sampled capacities in bytes, ascending: ``points`` evenly spaced from ``min_bytes``
-        to ``max_bytes`` (rounded down to whole bytes).  Runtime complexity: O(points)."""
+        """The sampled capacities in bytes, ascending, both ends included: ``points`` log-spaced
+        (geometric) capacities from ``min_bytes`` to ``max_bytes``; with ``min_bytes == 0``, 0
+        (the tier absent) and ``points - 1`` log-spaced from ``max_bytes / 2**octaves`` to
+        ``max_bytes``, ``octaves = min(16, 2 (points - 2))`` (a step of at most 4x; 32 points
+        span 16 octaves, 1.45x a step).  Rounded to whole bytes; capacities that round to
+        the same byte count appear once.  The planner refines the grid around the cheapest
+        point estimated to meet the SLO (kvmm.plan._planner), so a cheaper point between these
+        is found.  Runtime complexity: O(points)."""
         if self.min_bytes == self.max_bytes:
             return (self.max_bytes,)
-        span = self.max_bytes - self.min_bytes
-        n = self.points - 1
-        return tuple(self.min_bytes + span * i // n for i in range(self.points))
+        return log_capacities(self.min_bytes, self.max_bytes, self.points)
 
     @property
     def label(self) -> str:
@@ -257,12 +261,13 @@ class Plan:
     """The planner's answer.
 
     ``chosen``: the cheapest verified point whose *simulated* latencies meet ``slo`` (None when
-    none does; then ``closest`` is the verified point nearest to the SLO); ``config`` is
-    ``chosen.config()``.  ``frontier``: the cost-vs-estimated-TTFT Pareto frontier, cheapest
-    first; ``verified``: the simulated points, cheapest first (frontier points on both sides of
-    the estimated SLO boundary, and dominated ones when the frontier is thin: see
-    kvmm.plan._planner); ``points_evaluated``: the
-    capacity combinations the analytic stage priced; ``reasons``: sentences saying why;
+    none does; then ``closest`` is the cheapest verified point whose shortfall is within 1 % of
+    the smallest); ``config`` is ``chosen.config()``.  ``frontier``: the Pareto frontier of cost
+    vs estimated TTFT (and TPOT when the SLO bounds it), cheapest first; ``verified``: the
+    simulated points, cheapest first (candidates on both sides of the estimated SLO boundary,
+    and dominated ones when the frontier is thin, simulated cheapest first up to the first that
+    meets the SLO: see kvmm.plan._planner); ``points_evaluated``: the capacity combinations the
+    analytic stage priced (the refined grid's); ``reasons``: sentences saying why;
     ``timings_s``: seconds per stage (``"analytic"``, ``"verify"``).
     """
 
@@ -322,8 +327,9 @@ def plan(trace: Any, *, slo: SLO, tiers: Any, prices: Any = None, instances: int
     (they pick many of the same points); a run is deterministic, so a reused result is the one
     a new run would give.  Runtime complexity: one O(n log n) stack-distance pass over the
     trace's n block references (SHARDS-sampled when n is large), O(G x T) for the G-point
-    capacity grid over T tiers, plus up to ``verify + 2 x neighbours`` simulations (fewer when
-    ``simulated`` holds some).
+    capacity grid over T tiers (a few times over while the grid is refined), plus up to ``verify
+    + 2 x neighbours`` simulations, cheapest first, stopping at the first that meets the SLO
+    (fewer when ``simulated`` holds some).
     """
     from kvmm.plan._planner import run_plan
 
@@ -343,6 +349,28 @@ def simulation_key(config: Any) -> str:
 
 
 # ---------------------------------------------------------------------- helpers
+#: at most this many octaves below ``max_bytes`` for the smallest non-zero capacity of a 0-based range
+MAX_OCTAVES = 16
+
+
+def log_capacities(lo: int, hi: int, points: int) -> tuple[int, ...]:
+    """``points`` capacities from ``lo`` to ``hi`` (``lo < hi``, ``points >= 2``), ascending and
+    distinct, both ends exact: geometric from ``lo`` when ``lo > 0``; else 0 and ``points - 1``
+    geometric from ``hi / 2**min(16, 2 (points - 2))``.  O(points)."""
+    if lo > 0:
+        first, n, out = lo, points, []
+    else:
+        first, n, out = hi / 2.0 ** min(MAX_OCTAVES, 2 * (points - 2)), points - 1, [0]
+    if n == 1:
+        out.append(hi)
+    else:
+        log_first, step = math.log(first), (math.log(hi) - math.log(first)) / (n - 1)
+        out += [min(max(round(math.exp(log_first + i * step)), lo), hi) for i in range(n - 1)] + [hi]
+    if lo > 0:
+        out[0] = lo
+    return tuple(sorted(set(out)))
+
+
 def _positive(value: Any, name: str) -> float:
     if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or not finite_number(value) or value <= 0:
         raise BadInputError(f"{name} must be a finite number of seconds > 0, got {short_repr(value)}")

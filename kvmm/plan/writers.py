@@ -84,13 +84,15 @@ def plan_summary(plan: Any) -> list[str]:
     if plan.chosen is not None:
         p = plan.chosen
         lines = [f"chosen: {point_label(p)}: {_usd(p.usd_per_hour)}/h, {_usd(_usd_per_m(p))} per M tokens, "
-                 f"p95 TTFT {_seconds(_ttft(p))} {'simulated' if p.sim_ttft_p95_s is not None else 'estimated'} "
+                 f"p95 TTFT {_seconds(_ttft(p), plan.slo.ttft_p95_s)} "
+                 f"{'simulated' if p.sim_ttft_p95_s is not None else 'estimated'} "
                  f"(SLO {slo})"]
     else:
         lines = [f"no configuration meets the SLO ({slo})"]
         if plan.closest is not None:
             c = plan.closest
-            lines.append(f"closest: {point_label(c)}: {_usd(c.usd_per_hour)}/h, p95 TTFT {_seconds(_ttft(c))} "
+            lines.append(f"closest: {point_label(c)}: {_usd(c.usd_per_hour)}/h, "
+                         f"p95 TTFT {_seconds(_ttft(c), plan.slo.ttft_p95_s)} "
                          f"{'simulated' if c.sim_ttft_p95_s is not None else 'estimated'}")
     lines.append(f"{plan.points_evaluated:,} capacity combinations estimated, {len(plan.frontier)} on the frontier, "
                  f"{len(plan.verified)} simulated")
@@ -310,10 +312,23 @@ def _gib_text(gib: float) -> str:
     return f"{plain_number(gib / 1024)} TiB" if gib >= 1024 else f"{plain_number(gib)} GiB"
 
 
-def _seconds(value: float) -> str:
+def _seconds(value: float, bound: float | None = None) -> str:
+    """``value`` seconds in ms or s; beside a ``bound`` (the SLO) with as many digits as it takes
+    never to read as on the other side of it (7.0004 s beside 7 s)."""
     from kvmm.report import plain_number
 
-    return f"{plain_number(value * 1000)} ms" if value < 1.0 else f"{plain_number(value)} s"
+    scale, unit = (1000.0, "ms") if value < 1.0 else (1.0, "s")
+    text = plain_number(value * scale)
+    if bound is not None and math.isfinite(value):
+        try:
+            shown = float(text.replace(",", ""))
+        except ValueError:
+            shown = value * scale
+        if (shown <= bound * scale) != (value <= bound) or (shown == bound * scale and value != bound):
+            from kvmm.plan._planner import seconds_text
+
+            text = seconds_text(value * scale, bound * scale)
+    return f"{text} {unit}"
 
 
 def _usd(value: float) -> str:

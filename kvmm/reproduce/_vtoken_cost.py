@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.tiers.spec import PRESETS, preset
 
-__all__ = ["DecodeCostModel", "sla_throughput", "sla_comparison", "sla_ratios", "repetitions"]
+__all__ = ["DecodeCostModel", "RooflineDecodeCost", "sla_throughput", "sla_comparison", "sla_ratios", "repetitions"]
 
 
 def repetitions(st: dict) -> list[dict]:
@@ -25,7 +26,7 @@ def repetitions(st: dict) -> list[dict]:
     return out
 
 
-def sla_ratios(st: dict, block_size: int, model: "DecodeCostModel", kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_ratios(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
     """:func:`sla_comparison` per timing repetition: ``{key: array over repetitions}`` for the ratios."""
     runs = [sla_comparison(one, block_size, model, kv_budget_bytes, sla_s) for one in repetitions(st)]
     return {key: np.array([r[key] for r in runs]) for key in ("ratio", "ratio_reads_dead")} | {"runs": runs}
@@ -98,6 +99,87 @@ class DecodeCostModel:
         """KV blocks of ``block_size`` tokens that fit ``kv_budget_bytes``."""
         return int(kv_budget_bytes // (block_size * self.kv_bytes_per_token))
 
+    def sla(self, read_tokens: float, fixed_extra_s: float, per_request_extra_s: float, memory_batch: int,
+            sla_s: float) -> dict:
+        """:func:`sla_throughput` of this model's step: ``fixed_s + extra + B x per_request_s``."""
+        return sla_throughput(self.fixed_s + fixed_extra_s, self.per_request_s(read_tokens, per_request_extra_s),
+                              memory_batch, sla_s)
+
+
+@dataclass(frozen=True)
+class RooflineDecodeCost:
+    """Decode step time from the simulator's physical clock (:class:`kvmm.sim.latency.Roofline`).
+
+    A step of ``B`` requests, each reading ``r`` KV slots, takes
+    ``Roofline(model, hardware).step_seconds([], [], [r] * B)``: ``max(compute, memory)`` with
+    compute = ``B`` tokens through the weight GEMMs, attention over ``r + 1`` keys and one logits
+    row each, at the decode MFU, and memory = the weights once + ``B (r + 1)`` tokens of KV read
+    and written, at HBM bandwidth (docs/latency.md).  So reading fewer slots shortens a step only
+    while the step is memory-bound; once the batch is compute-bound its time no longer depends on
+    the KV it reads.  vToken's repacking is added on top (not overlapped with the step), as in
+    :class:`DecodeCostModel`; its K/V copies go through the ``tier`` preset (H200 HBM).
+    """
+
+    model: str = "llama-3.1-8b"
+    hardware: str = "H200"
+    tier: str = "hbm"
+
+    def __post_init__(self) -> None:
+        if self.tier not in PRESETS:
+            raise BadInputError(f"tier must be one of {sorted(PRESETS)}, got {self.tier!r}")
+        if self.roofline.arch.is_moe:
+            raise BadInputError(f"RooflineDecodeCost needs a dense model (its step is linear in the batch); got {self.model!r}")
+
+    @property
+    def roofline(self):
+        return _roofline(self.model, self.hardware)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return int(self.roofline.arch.kv_bytes_per_token())
+
+    copy_seconds = DecodeCostModel.copy_seconds
+    blocks_in = DecodeCostModel.blocks_in
+
+    def step_seconds(self, batch: int, read_tokens: float, fixed_extra_s: float = 0.0,
+                     per_request_extra_s: float = 0.0) -> float:
+        """One decode step of ``batch`` requests reading ``read_tokens`` slots each (a mean: may be
+        fractional), plus the extra per-step and per-request costs; 0 for an empty batch."""
+        from kvmm.sim.latency.step import linear_step_seconds
+
+        if batch <= 0:
+            return 0.0
+        x = np.array([1.0, 0.0, 0.0, 0.0, batch, batch * read_tokens, batch], dtype=np.float64)
+        return linear_step_seconds(self.roofline.coefficients(), x) + fixed_extra_s + batch * per_request_extra_s
+
+    def sla(self, read_tokens: float, fixed_extra_s: float, per_request_extra_s: float, memory_batch: int,
+            sla_s: float) -> dict:
+        """The largest batch meeting both the memory bound and ``step_seconds <= sla_s`` (the step
+        grows with the batch, so a bisection finds it); the same dict as :func:`sla_throughput`."""
+        if sla_s <= 0 or memory_batch < 0:
+            raise BadInputError(f"expected sla_s > 0 and memory_batch >= 0; got {sla_s!r}, {memory_batch!r}")
+
+        def step(b: int) -> float:
+            return self.step_seconds(b, read_tokens, fixed_extra_s, per_request_extra_s)
+
+        if step(memory_batch) <= sla_s:
+            batch, bound = int(memory_batch), "memory"
+        else:
+            lo, hi = 0, int(memory_batch)  # step(lo) <= sla (step(0) = 0), step(hi) > sla
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if step(mid) <= sla_s else (lo, mid)
+            batch, bound = lo, "SLA"
+        step_s = step(batch)
+        return dict(batch=batch, bound=bound, step_s=step_s, tokens_per_s=batch / step_s if batch else 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _roofline(model: str, hardware: str):
+    from kvmm.sim.latency import Roofline
+
+    return Roofline(model, hardware)
+
 
 def sla_throughput(fixed_s: float, per_request_s: float, memory_batch: int, sla_s: float) -> dict:
     """Largest batch meeting both the memory and the TPOT SLA bound; its step time and throughput.
@@ -118,7 +200,7 @@ def sla_throughput(fixed_s: float, per_request_s: float, memory_batch: int, sla_
     return dict(batch=batch, bound=bound, step_s=step_s, tokens_per_s=batch / step_s if batch else 0.0)
 
 
-def sla_comparison(st: dict, block_size: int, model: DecodeCostModel, kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_comparison(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
     """SLA-bound throughput of naive evict and vToken from one :func:`replay`'s statistics.
 
     Per request: the memory bound uses the peak blocks held per request (as the concurrency
@@ -143,7 +225,7 @@ def sla_comparison(st: dict, block_size: int, model: DecodeCostModel, kv_budget_
             ("naive_masked", "naive", st["live_steps"] / steps, 0.0, 0.0)):
         per_request_peak = st[table]["peak_total"] / st["requests"]
         memory_batch = int(blocks // per_request_peak)
-        out[name] = sla_throughput(model.fixed_s + fixed, model.per_request_s(read, extra), memory_batch, sla_s)
+        out[name] = model.sla(read, fixed, extra, memory_batch, sla_s)
         out[name].update(read_tokens=read, memory_batch=memory_batch)
     out.update(repack_fixed_s=fixed_repack_s, repack_cpu_s=cpu_s, repack_copy_s=copy_s)
     out["ratio"] = _ratio(out["vtoken"]["tokens_per_s"], out["naive_masked"]["tokens_per_s"])

@@ -10,6 +10,10 @@ the model), every assumption stated in the report text:
    throughput of no offload at 64K context and 7 concurrent requests per card, 80 % of a DRAM
    pool's throughput), in the closest configuration kvmm can express.
 
+Clock: the physical one (roofline step times, chunked prefill, the KV pool from memory, except
+ParaStor's stated 128 GiB pool); shared vs private at N = 8 and the ParaStor designs are rerun on
+the old constant-rate clock for a "what the physical clock moved" table.
+
 Spread: a run of the simulator is deterministic.  ``priority_seed`` only draws each request's
 priority class, and with ``high_priority_share = 0`` (used throughout) it changes nothing, so
 the trace experiments are spread over disjoint slices of the bundled conversation trace (the
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import warnings
 
-from kvmm.report import mean_pm, spread
+from kvmm.report import mean_pm, plain_number, spread
+from kvmm.reproduce._clock import MOVED_HEADERS, clock_text, moved_row, old_clock, old_clock_text
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.load import offered_seconds
@@ -30,7 +35,7 @@ from kvmm.sim.simulator import resolve_trace, simulate
 from kvmm.traces.trace import KVTrace
 
 TiB = 1024 * GiB
-MODEL = "llama3-8b"
+MODEL = "llama-3.1-8b"
 LOAD = 0.7
 TOTAL_CAPACITY = 2 * TiB  # the capacity both designs get in experiment 1
 ROUTER_INSTANCES = 8
@@ -75,22 +80,24 @@ def reproduce(report) -> None:
         f"conversation trace, requests {names} ({n_slices} disjoint slices{'' if quick else ': the whole trace'}), each "
         f"slice's arrivals rescaled to load {LOAD} over all the cluster's GPUs.  Runs are deterministic: "
         "`priority_seed` only draws priority classes and there is no high-priority class here, so it changes "
-        f"nothing; the spread (mean ± std) is over the slices.  Per instance: {MODEL} (rates assumed, "
-        "kvmm/sim/models.py), one H200 with a 96 GiB KV pool of 512-token blocks (64 MiB each) with prefix "
-        "caching, the protected CXL staging tier (100 GiB) and timely staging.  Tier specs and fabric figures: "
+        f"nothing; the spread (mean ± std) is over the slices.  Per instance: {MODEL} on one H200, a KV pool of "
+        "512-token blocks (64 MiB each) with prefix caching, the protected CXL staging tier (100 GiB) and timely "
+        "staging.  Tier specs and fabric figures: "
         "kvmm/tiers/spec.py and kvmm/cluster/fabric.py (figures marked assumed there are assumed); shared levels "
         "are read over the rdma400 fabric (50 GB/s link per instance, 3.2 TB/s aggregate, 5 us added); writes are "
         "off the critical path (not charged).  Prices: the documented defaults (docs/cost.md; GPU-hours of every "
         "instance plus GiB-hours of every tier provisioned for the run's duration, split between input and output "
         "tokens by the GPU's prefill and decode busy seconds).  The conversation trace has no conversation ids, so "
         "the session router sends every request to the least-loaded instance (session -1).  Hit ratio = share of "
-        "prompt tokens found in the GPU pool + share read from a lower tier.")
+        "prompt tokens found in the GPU pool + share read from a lower tier.  "
+        + clock_text(_design_config(slices[0], ROUTER_INSTANCES, "shared")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", QueueGrowthWarning)  # overload shows in the tables (TTFT, queues)
-        shared = _shared_vs_private(report, slices, quick)
+        shared, shared_runs = _shared_vs_private(report, slices, quick)
         routers = _routers(report, slices)
         _fill(report, slices)
-        _parastor(report, quick)
+        parastor = _parastor(report, quick)
+        _moved(report, slices, shared_runs, parastor)
     _plots(report, shared, routers)
 
 
@@ -115,7 +122,7 @@ def _shared_vs_private(report, slices, quick) -> dict:
              "tier only helps a request that lands where its prefix was computed (1 in N); the shared pool sees "
              "every instance's blocks, so its hits do not fall with N.  Its price per GiB-hour is higher than local "
              "DRAM's, so the USD per million output tokens can rise while the input side falls.")
-    return _ttft_p95_and_usd_in(res)
+    return _ttft_p95_and_usd_in(res), res
 
 
 def _design_config(w: KVTrace, n: int, design: str) -> SimConfig:
@@ -229,39 +236,58 @@ def _level(values: tuple, i: int) -> int:
 
 
 # --------------------------------------------------------------------------- experiment 4
-def _parastor(report, quick) -> None:
+PARASTOR_DESIGNS = (("no offload (GPU prefix cache only)", ()),
+                    ("DFS tier (dfs preset: 40 GB/s, 500 us)", (TierLevel("dfs", capacity_bytes=4 * TiB),)),
+                    ("DRAM pool (pooled-dram preset: 800 GB/s, 20 us)", (TierLevel("pooled-dram", capacity_bytes=4 * TiB),)))
+PARASTOR_CONTEXT = 65_536  # the claim's context length
+
+
+def parastor_workloads(quick: bool) -> list:
+    """The ParaStor experiment's traces, one per generator seed."""
     from kvmm.traces.generators import conversation_trace
 
-    model = dict(model=PARASTOR_MODEL, max_num_seqs=PARASTOR_CONCURRENCY)
-    sessions = 12 if quick else 40
     seeds = PARASTOR_SEEDS[:2] if quick else PARASTOR_SEEDS
-    designs = (("no offload (GPU prefix cache only)", ()),
-               ("DFS tier (dfs preset: 40 GB/s, 500 us)", (TierLevel("dfs", capacity_bytes=4 * TiB),)),
-               ("DRAM pool (pooled-dram preset: 800 GB/s, 20 us)", (TierLevel("pooled-dram", capacity_bytes=4 * TiB),)))
-    res: dict = {label: [] for label, _ in designs}
-    work: list = []
-    with report.progress(len(designs) * len(seeds), "cluster: ParaStor / Mooncake") as bar:
-        for s in seeds:
-            tr = conversation_trace(sessions, turns=(4, 8), arrival_rate_per_s=0.05, system_prompts=10_000,
-                                    system_prompt_tokens=61_440, user_tokens=(20, 400), output_tokens=(64, 512),
-                                    think_time_mean_s=60.0, max_context_tokens=69_632, seed=s)
-            work.append(tr)
-            for label, tiers in designs:
-                res[label].append(simulate(SimConfig(workload=tr, load=None, gpu_kv_bytes=PARASTOR_GPU_KV, tiers=tiers, **model)))
-                bar.update(1)
+    return [conversation_trace(_sessions(quick), turns=(4, 8), arrival_rate_per_s=0.05, system_prompts=10_000,
+                               system_prompt_tokens=61_440, user_tokens=(20, 400), output_tokens=(64, 512),
+                               think_time_mean_s=60.0, max_context_tokens=69_632, seed=s) for s in seeds]
+
+
+def _sessions(quick: bool) -> int:
+    return 12 if quick else 40
+
+
+def parastor_config(tr, tiers) -> SimConfig:
+    return SimConfig(workload=tr, load=None, gpu_kv_bytes=PARASTOR_GPU_KV, tiers=tiers, model=PARASTOR_MODEL,
+                     max_num_seqs=PARASTOR_CONCURRENCY)
+
+
+def parastor_summary(res: dict, work: list) -> dict:
+    """Per design: capacity (tokens / GPU-busy second) per seed, and its ratios to no offload and to the DRAM pool."""
     tokens = [int(tr.input_length.sum() + tr.output_length.sum()) for tr in work]
+    cap = {label: [tokens[k] / sum(r.busy_seconds) for k, r in enumerate(rs)] for label, rs in res.items()}
+    base, dram = cap[PARASTOR_DESIGNS[0][0]], cap[PARASTOR_DESIGNS[2][0]]
+    return {label: {"capacity": c, "vs_none": [x / b for x, b in zip(c, base)], "vs_dram": [x / d for x, d in zip(c, dram)]}
+            for label, c in cap.items()}
 
-    def capacity(r, k):  # tokens per GPU-busy second: the rate a card kept busy with this mix sustains
-        return tokens[k] / sum(r.busy_seconds)
 
-    base = [capacity(r, k) for k, r in enumerate(res[designs[0][0]])]
-    dram = [capacity(r, k) for k, r in enumerate(res[designs[2][0]])]
+def _parastor(report, quick) -> dict:
+    from kvmm.sim.latency import kv_pool_bytes
+    from kvmm.tiers.spec import preset
+
+    work = parastor_workloads(quick)
+    seeds = PARASTOR_SEEDS[:len(work)]
+    res: dict = {label: [] for label, _ in PARASTOR_DESIGNS}
+    with report.progress(len(PARASTOR_DESIGNS) * len(work), "cluster: ParaStor / Mooncake") as bar:
+        for tr in work:
+            for label, tiers in PARASTOR_DESIGNS:
+                res[label].append(simulate(parastor_config(tr, tiers)))
+                bar.update(1)
+    summary = parastor_summary(res, work)
     rows = []
-    for label, _ in designs:
-        rs = res[label]
-        cap = [capacity(r, k) for k, r in enumerate(rs)]
-        rows.append((label, mean_pm(cap, ".0f"), mean_pm([c / b for c, b in zip(cap, base)], ".2f", unit="x"),
-                     mean_pm([c / d for c, d in zip(cap, dram)], ".1f", scale=100, unit=" %"),
+    for label, _ in PARASTOR_DESIGNS:
+        rs, sm = res[label], summary[label]
+        rows.append((label, mean_pm(sm["capacity"], ".0f"), mean_pm(sm["vs_none"], ".2f", unit="x"),
+                     mean_pm(sm["vs_dram"], ".1f", scale=100, unit=" %"),
                      mean_pm([r.output_tokens_per_s for r in rs], ".1f"),
                      mean_pm([r.gpu_hit_token_share for r in rs], ".1f", scale=100),
                      mean_pm([r.slow_hit_token_share for r in rs], ".1f", scale=100),
@@ -269,37 +295,110 @@ def _parastor(report, quick) -> None:
                      mean_pm([r.usd_per_million_output_tokens for r in rs], ".2f")))
     # kvmm's ceiling for this mix: every previously computed token hits (offered work counts only
     # never-seen prompt tokens) vs every prompt token recomputed
-    servings = [resolve_serving(SimConfig(workload=tr, gpu_kv_bytes=PARASTOR_GPU_KV, **model)) for tr in work]
-    ceiling = [offered_seconds(tr, m, recompute_all=True) / offered_seconds(tr, m) for tr, m in zip(work, servings)]
+    ceiling = _ceiling(work, lambda tr: parastor_config(tr, ()))
+    serving = resolve_serving(parastor_config(work[0], ()))
+    recompute_s = serving.latency.step_seconds([PARASTOR_CONTEXT], [0], [])
+    load_s = preset("dfs").transfer_seconds(PARASTOR_CONTEXT * serving.kv_bytes_per_token)
+    own_pool = kv_pool_bytes(PARASTOR_MODEL, serving.hardware) / GiB
     mean_in = spread([float(tr.input_length.mean()) for tr in work])[0]
     mean_req = spread([tr.num_requests for tr in work])[0]
+    same = summary[PARASTOR_DESIGNS[1][0]]["capacity"] == summary[PARASTOR_DESIGNS[2][0]]["capacity"]
     report.table(
         f"ParaStor / Mooncake claim: KV offload to a DFS tier at 64K context, {PARASTOR_CONCURRENCY} concurrent per card "
         f"(one instance; mean ± std over generator seeds {list(seeds)})",
         ["KV offload", "capacity tok / GPU-busy s", "vs no offload", "vs DRAM pool", "output tok/s (arrival-bound)",
          "GPU hit %", "lower-tier hit %", "TTFT mean s", "TTFT p95 s", "USD / M output tok"], rows,
         note=f"Claim (first seed article, Sugon ParaStor F9000 + SGLang on domestic accelerators): 16x the throughput of "
-             f"no offload, 80 % of a DRAM pool's, mean and P90 TTFT under 10 s.  kvmm's closest setup: "
-             f"{PARASTOR_MODEL} (256 KiB of KV per token, rates assumed for an H200: the article's card and model are "
-             f"not published), at most {PARASTOR_CONCURRENCY} sequences in a batch, a {PARASTOR_GPU_KV // GiB} GiB KV "
-             f"pool (8 contexts of 64K tokens); {sessions} chat sessions (kvmm.traces.generators.conversation_trace: "
-             f"a private 60K-token document + user turns of 20-400 tokens, 4-8 turns, 60 s mean think time, sessions "
-             f"arriving at 0.05/s; {mean_req:.0f} requests, mean prompt {mean_in / 1024:.1f}K tokens), replayed at the "
-             "generator's timestamps; lower tiers LRU, written through, 4 TiB.  'capacity' = prompt + output tokens / "
-             "GPU-busy seconds (prefill incl. staged reads + decode), the throughput a card kept busy with this mix "
-             "sustains; output tok/s is bounded by the arrivals.  Why kvmm differs: (1) a tier read overlaps compute "
-             "(timely staging into the CXL tier), and a 64K context is 16 GiB, 0.4 s at 40 GB/s vs ~10 s to recompute "
-             "at 6,000 tok/s, so the DFS tier delivers the same hits as the DRAM pool at the same capacity throughput "
-             "(~100 %, not 80 %): kvmm charges neither the DFS's per-request software path nor its small-I/O "
-             "behaviour; (2) the gain is bounded by the work offload cannot remove: each session's first turn is "
-             "computed in full, decode is unchanged, and turns that arrive while their previous turn is still queued "
-             f"miss, so the measured factor stays far below 16x (kvmm's ceiling for this mix, every earlier-computed "
-             f"token a hit vs every prompt token recomputed: {mean_pm(ceiling, '.2f', unit='x')}); the 16x also needs "
-             "a baseline that recomputes every turn, which this GPU pool (8 contexts) avoids for the sessions it still holds.  The DRAM pool costs "
-             "more per GiB-hour than the DFS, so its USD per million output tokens is higher at equal speed.  "
-             f"TTFT: the claim's 'under 10 s' holds here only if the mean TTFT column is below 10 s (DFS tier: "
-             f"{spread([r.ttft_mean for r in res[designs[1][0]]])[0]:.1f} s mean); when it is not, these arrivals "
-             "overload one card and TTFT measures the queue.")
+             f"no offload, 80 % of a DRAM pool's, mean and P90 TTFT under 10 s.  {_parastor_verdict(summary, res)}  "
+             "kvmm's closest setup: "
+             f"{PARASTOR_MODEL} (256 KiB of KV per token) on one H200, the physical clock (the article's card and model "
+             f"are not published), at most {PARASTOR_CONCURRENCY} sequences in a batch, a {PARASTOR_GPU_KV // GiB} GiB KV "
+             f"pool (8 contexts of 64K tokens; assumed: one H200's pool from memory beside this model's weights would "
+             f"be {own_pool:.0f} GiB); {_sessions(quick)} chat sessions (conversation_trace: a private "
+             f"60K-token document + user turns of 20-400 tokens, 4-8 turns, 60 s mean think time, sessions arriving at "
+             f"0.05/s; {mean_req:.0f} requests, mean prompt {mean_in / 1024:.1f}K tokens), replayed at the generator's "
+             "timestamps; lower tiers LRU, written through, 4 TiB.  'capacity' = prompt + output tokens / GPU-busy "
+             "seconds, the throughput a card kept busy with this mix sustains; output tok/s is bounded by the arrivals.  "
+             f"Why the DFS matches the DRAM pool here: a 64K context's KV is {PARASTOR_CONTEXT * serving.kv_bytes_per_token / GiB:.0f} "
+             f"GiB, {load_s:.2f} s from the DFS vs {recompute_s:.1f} s to recompute on the roofline (prefill attention is "
+             "quadratic in the context), and a tier read overlaps compute (timely staging), so both tiers deliver the "
+             f"same hits{' and the same capacity' if same else ''}; kvmm charges neither the DFS's per-request software path "
+             "nor its small-I/O behaviour.  Why far below 16x: offload cannot remove each session's first turn, the "
+             "decode, or turns that arrive while their previous turn is still queued (kvmm's ceiling for this mix, "
+             f"every earlier-computed token a hit vs every prompt token recomputed: {mean_pm(ceiling, '.2f', unit='x')}).  "
+             "The DRAM pool costs more per GiB-hour, so its USD per million output tokens is higher at equal speed.  "
+             f"TTFT: mean {spread([r.ttft_mean for r in res[PARASTOR_DESIGNS[1][0]]])[0]:.1f} s with the DFS tier; above "
+             "10 s these arrivals overload one card and TTFT measures the queue.")
+    return {"res": res, "work": work, "summary": summary, "ceiling": ceiling, "recompute_s": recompute_s}
+
+
+def _parastor_verdict(summary: dict, res: dict) -> str:
+    """Met or missed, claim by claim, in short sentences."""
+    dfs = PARASTOR_DESIGNS[1][0]
+    gain = spread(summary[dfs]["vs_none"])[0]
+    vs_dram = 100 * spread(summary[dfs]["vs_dram"])[0]
+    ttft = spread([r.ttft_mean for r in res[dfs]])[0]
+    return (f"Here: {gain:.2f}x, so the 16x is {'met' if gain >= 16 else 'missed'}.  The DFS reaches {vs_dram:.0f} % "
+            f"of the DRAM pool's capacity (claim: 80 %).  Mean TTFT is {ttft:.1f} s, so 'under 10 s' is "
+            f"{'met' if ttft < 10 else 'missed'}.")
+
+
+def _ceiling(work: list, config) -> list[float]:
+    """Recompute-everything work over cached work (the ideal offload gain), per trace, on ``config(tr)``'s clock."""
+    out = []
+    for tr in work:
+        m = resolve_serving(config(tr))
+        out.append(offered_seconds(tr, m, recompute_all=True) / offered_seconds(tr, m))
+    return out
+
+
+# --------------------------------------------------------------------------- the physical clock vs the old one
+def _moved(report, slices, shared_runs: dict, parastor: dict) -> None:
+    """Shared vs private at N = 8 (every slice) and the ParaStor designs (every seed) on the old clock."""
+    n = ROUTER_INSTANCES
+    rows = []
+    with report.progress(2 * len(slices) + len(PARASTOR_DESIGNS) * len(parastor["work"]), "cluster: old clock") as bar:
+        for design in ("private", "shared"):
+            old = []
+            for w in slices:
+                old.append(simulate(old_clock(_design_config(w, n, design))))
+                bar.update(1)
+            new = shared_runs[(n, design)]
+            label = _design_label(n, design)
+            rows += [moved_row(label, "hit ratio %", [r.gpu_hit_token_share + r.slow_hit_token_share for r in old],
+                               [r.gpu_hit_token_share + r.slow_hit_token_share for r in new], ".1f", scale=100, difference="pp"),
+                     moved_row(label, "TTFT p95 s", [r.ttft_p95 for r in old], [r.ttft_p95 for r in new])]
+        old_res = {label: [] for label, _ in PARASTOR_DESIGNS}
+        for tr in parastor["work"]:
+            for label, tiers in PARASTOR_DESIGNS:
+                old_res[label].append(simulate(old_clock(parastor_config(tr, tiers), keep_pool=True)))
+                bar.update(1)
+    old_sum, new_sum = parastor_summary(old_res, parastor["work"]), parastor["summary"]
+    dfs = PARASTOR_DESIGNS[1][0]
+    old_ceiling = _ceiling(parastor["work"], lambda tr: old_clock(parastor_config(tr, ()), keep_pool=True))
+    rows += [moved_row("ParaStor: DFS tier", "capacity vs no offload (x)", old_sum[dfs]["vs_none"], new_sum[dfs]["vs_none"], ".2f"),
+             moved_row("ParaStor: DFS tier", "capacity vs DRAM pool %", old_sum[dfs]["vs_dram"], new_sum[dfs]["vs_dram"], ".1f",
+                       scale=100, difference="pp"),
+             moved_row("ParaStor: DFS tier", "TTFT mean s", [r.ttft_mean for r in old_res[dfs]],
+                       [r.ttft_mean for r in parastor["res"][dfs]], ".1f"),
+             moved_row("ParaStor", "ceiling: recompute all / cached (x)", old_ceiling, parastor["ceiling"], ".2f")]
+    report.table(
+        f"Cluster: what the physical clock moved (mean ± std over the {len(slices)} slices / {len(parastor['work'])} seeds)",
+        MOVED_HEADERS, rows,
+        note=f"{old_clock_text()}  ParaStor's old clock: "
+             f"{old_clock_text(PARASTOR_MODEL, pool_gib=PARASTOR_GPU_KV // GiB, max_seqs=PARASTOR_CONCURRENCY).split(': ', 1)[1]}  "
+             f"{_ceiling_sentence(old_ceiling, parastor['ceiling'], parastor['recompute_s'])}")
+
+
+def _ceiling_sentence(old: list, new: list, recompute_s: float) -> str:
+    from kvmm.sim.models import MODELS
+
+    o, n = spread(old)[0], spread(new)[0]
+    old_s = PARASTOR_CONTEXT / MODELS[PARASTOR_MODEL].prefill_tokens_per_s
+    how = "raises" if n > o else "lowers" if n < o else "leaves"
+    return (f"Recomputing a 64K context takes {recompute_s:.1f} s on the roofline (attention quadratic in the context) "
+            f"vs {old_s:.1f} s at the old constant rate; with decode and the uncached first turns priced on the same "
+            f"clock, the physical clock {how} the ceiling of what offload can save ({o:.2f}x -> {n:.2f}x).")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -317,8 +416,9 @@ def _simulate_slices(report, what: str, slices, keys, config) -> dict:
 
 
 def _ttft_p95_and_usd_in(res: dict) -> dict:
-    """``{key: [mean TTFT p95, mean USD / M input tokens]}`` over each key's runs: what the plots draw."""
-    return {k: [spread([r.ttft_p95 for r in v])[0], spread([r.usd_per_million_input_tokens for r in v])[0]]
+    """``{key: [(mean, std) of TTFT p95, (mean, std) of USD / M input tokens]}`` over each key's
+    runs (the slices): what the plots draw, with the spread the tables give as error bars."""
+    return {k: [spread([r.ttft_p95 for r in v]), spread([r.usd_per_million_input_tokens for r in v])]
             for k, v in res.items()}
 
 
@@ -348,26 +448,45 @@ def _plots(report, shared: dict, routers: dict) -> None:
 
     def draw_shared(ax):
         for design, marker in (("private", "o"), ("shared", "s")):
-            ax.plot(counts, [shared[(n, design)][0] for n in counts], marker=marker, label=f"{design} (TTFT p95)")
+            mean, std = zip(*(shared[(n, design)][0] for n in counts))
+            ax.errorbar(counts, mean, yerr=std, marker=marker, capsize=4, label=f"{design} (TTFT p95, mean ± std)")
         ax.set_xlabel("instances")
         ax.set_ylabel("TTFT p95 (s)")
         ax.set_xticks(counts)
-        ax.set_title(f"Shared pool vs private DRAM, {TOTAL_CAPACITY // TiB} TiB in all")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.set_title(f"Shared pool vs private DRAM, {TOTAL_CAPACITY // TiB} TiB in all (error bars: std over slices)")
         ax.legend()
 
-    def draw_routers(ax):
-        labels = list(routers)
-        xs = range(len(labels))
-        ax.bar(xs, [routers[k][0] for k in labels], color="tab:blue")
-        ax.set_yscale("log")
-        ax.set_ylabel("TTFT p95 (s, log scale)")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels([k.replace("precise-prefix", "precise").replace(" (load_weight ", "\nlw ").rstrip(")")
-                            for k in labels], rotation=45, ha="right", fontsize=7)
-        twin = ax.twinx()
-        twin.plot(list(xs), [routers[k][1] for k in labels], "o-", color="tab:red")
-        twin.set_ylabel("USD / million input tokens", color="tab:red")
-        ax.set_title(f"Routers at N = {ROUTER_INSTANCES}")
-
     report.figure("cluster-shared-vs-private", draw_shared)
-    report.figure("cluster-routers", draw_routers)
+    report.figure("cluster-routers", lambda axes: draw_routers(axes, routers), size=(10.0, 4.4), ncols=2)
+
+
+def draw_routers(axes, routers: dict) -> None:
+    """TTFT p95 and USD per million input tokens per router: linear bars with the slices' std as
+    error bars.  A bar far above the rest is cut at 3x the largest other (mean + std) and labelled
+    with its value, so the other routers stay readable on a linear axis."""
+    labels = list(routers)
+    xs = list(range(len(labels)))
+    ticks = [k.replace("precise-prefix", "precise").replace(" (load_weight ", "\nlw ").rstrip(")") for k in labels]
+    for ax, i, what, colour in ((axes[0], 0, "TTFT p95 (s)", "tab:blue"), (axes[1], 1, "USD / million input tokens", "tab:red")):
+        mean = [routers[k][i][0] for k in labels]
+        std = [routers[k][i][1] for k in labels]
+        tops = sorted(m + s for m, s in zip(mean, std))
+        cap = 3 * tops[-2] if len(tops) > 1 and tops[-1] > 3 * tops[-2] > 0 else None
+        ax.bar(xs, mean, color=colour, alpha=0.8)
+        ax.errorbar(xs, mean, yerr=std, fmt="none", ecolor="black", capsize=4)
+        if cap is not None:
+            ax.set_ylim(0, cap)
+            for x, m, sd in zip(xs, mean, std):
+                if m + sd > cap:
+                    ax.annotate(f"{plain_number(m)} ± {plain_number(sd)}\n(cut)", (x, cap), textcoords="offset points",
+                                xytext=(0, -24), ha="center", fontsize=7,
+                                bbox=dict(facecolor="white", alpha=0.9, edgecolor="none"))
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel(what)
+        ax.set_xticks(xs)
+        ax.set_xticklabels(ticks, rotation=45, ha="right", fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_title(f"{what.split(' (')[0]} per router at N = {ROUTER_INSTANCES} (mean ± std over slices)")

@@ -23,6 +23,7 @@ Runtime complexity: O(orders x capacities x references).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any, Mapping, Sequence
 
@@ -65,10 +66,12 @@ def capacity_grid(ws: int, fractions: Sequence[float]) -> list[int]:
 
 
 def order_miss_ratios(keys: np.ndarray, capacities: Sequence[int],
-                      orders: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+                      orders: Sequence[str] | None = None, *, fingerprints: dict | None = None) -> dict[str, np.ndarray]:
     """``{order: miss ratio at each capacity}`` from :func:`kvmm.policies.replay` (default
     options), ``1 - hits / len(keys)``; NaN where the order cannot run at that capacity (S3-FIFO
     below ``1 / small_size_ratio`` entries: libCacheSim needs both its queues non-empty).
+    ``fingerprints``: filled with ``{order: (hash of which references hit, ...) per capacity}``,
+    so two orders with equal columns can be told to hit on the very same references.
     Runtime complexity: O(orders x capacities x n)."""
     from kvmm.errors import BadInputError
     from kvmm.policies import replay
@@ -78,12 +81,19 @@ def order_miss_ratios(keys: np.ndarray, capacities: Sequence[int],
     out = {}
     for order in table_orders() if orders is None else orders:
         ratios = np.ones(len(capacities))
+        prints: list = []
         for i, c in enumerate(capacities):
             try:
-                ratios[i] = 1.0 - np.count_nonzero(replay(order, keys, int(c))) / n if n else 1.0
+                hits = replay(order, keys, int(c))
             except BadInputError:  # the capacity is too small for this order's own structure
                 ratios[i] = np.nan
+                prints.append(None)
+                continue
+            ratios[i] = 1.0 - np.count_nonzero(hits) / n if n else 1.0
+            prints.append(hashlib.sha1(np.packbits(np.asarray(hits, dtype=bool)).tobytes()).hexdigest())
         out[order] = ratios
+        if fingerprints is not None:
+            fingerprints[order] = tuple(prints)
     return out
 
 
@@ -102,8 +112,10 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
     for name, keys in streams.items():
         ws = working_set(keys)
         caps = capacity_grid(ws, fractions) if capacities is None else sorted(set(capacities[name]) | {max(ws, 1)})
+        warm_up()  # compile or load every replay kernel first: the timing below excludes JIT compilation
         start = time.perf_counter()
-        miss = order_miss_ratios(keys, caps)
+        prints: dict = {}
+        miss = order_miss_ratios(keys, caps, fingerprints=prints)
         seconds = time.perf_counter() - start
         results[name] = {"ws": ws, "capacities": caps, "miss": miss, "seconds": seconds}
         orders = list(miss)
@@ -121,15 +133,15 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
             note=(f"WS 90 % = {ws:,} blocks (smallest LRU capacity with 90 % of the unlimited-cache hits). "
                   "Miss ratios include cold misses; each order with libCacheSim's default options "
                   "(kvmm.policies.replay); - where an order cannot run at that capacity" + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
-                  f"{len(orders) * len(caps)} replays in {seconds:.2f} s."))
+                  f"{len(orders) * len(caps)} replays in {seconds:.2f} s (kernels compiled before timing)."
+                  + identical_note(prints, name, keys)))
 
     def draw(axes):
         from matplotlib.ticker import FuncFormatter, NullFormatter
 
         for ax, (name, res) in zip(np.atleast_1d(axes), results.items()):
             for order, ratios in res["miss"].items():
-                ax.plot(res["capacities"], ratios, marker=".", label=order,
-                        linestyle="--" if order == "belady" else "-")
+                ax.plot(res["capacities"], ratios, label=order, **line_style(order, list(res["miss"])))
             ax.axvline(max(res["ws"], 1), color="gray", linestyle=":", label="WS 90 %")
             ax.set_xscale("log")
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))  # plain labels
@@ -138,11 +150,70 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
             ax.set_ylabel("miss ratio (cold misses included)")
             ax.set_title(f"{name}: miss ratio vs capacity per eviction order")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, ncol=2)
 
     if results:
         report.figure(f"{section.replace('-', '_')}_orders", draw, size=(6.0 * len(results), 4.2), ncols=len(results))
     return results
+
+
+#: 13 distinct colours (tab10, then three more) and the line styles and markers cycled over the orders
+_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+            "tab:olive", "tab:cyan", "navy", "darkgoldenrod", "lime")
+_STYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def line_style(order: str, orders: Sequence[str]) -> dict:
+    """Matplotlib keyword arguments of ``order``'s line among ``orders``: a colour of its own and
+    a line style and marker cycled (``belady``, the optimum, in black, thick and dashed), so
+    every line has its own (colour, style) pair and two lines that coincide stay visible."""
+    if order == "belady":
+        return {"color": "black", "linestyle": "--", "linewidth": 2.0, "marker": "*", "markersize": 5}
+    i = [o for o in orders if o != "belady"].index(order)
+    return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)],
+            "marker": _MARKERS[i % len(_MARKERS)], "markersize": 3.5, "linewidth": 1.2}
+
+
+def warm_up() -> None:
+    """Run every order once on a tiny stream, so numba compiles (or loads) each replay kernel
+    before anything is timed.  Runtime complexity: O(orders)."""
+    keys = np.array([1, 2, 3, 1, 2, 4, 1, 5, 2, 6, 7, 1] * 4, dtype=np.int64)
+    order_miss_ratios(keys, [10])
+
+
+def identical_groups(fingerprints: Mapping[str, tuple]) -> list[list[str]]:
+    """Groups of two or more orders that hit on exactly the same references at every capacity."""
+    groups: dict = {}
+    for order, prints in fingerprints.items():
+        if all(p is not None for p in prints):
+            groups.setdefault(prints, []).append(order)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+#: why two orders can hit on the same references, where we know it
+_WHY_IDENTICAL = {
+    frozenset({"lfu", "sieve"}):
+        "LFU evicts the oldest key never hit since its insert while one is cached (count 1; FIFO within a count), "
+        "and SIEVE's hand, until it first wraps round, stops at that same key (keys behind the hand were visited, "
+        "keys ahead of it unvisited since their insert); where most blocks are referenced once, every eviction finds "
+        "such a key and the two never part",
+}
+
+
+def identical_note(fingerprints: Mapping[str, tuple], stream: str, keys: np.ndarray | None = None) -> str:
+    """A sentence per group of identical columns (empty when there is none); ``keys``: the stream,
+    for the share of its blocks referenced once."""
+    once = ""
+    if keys is not None and keys.size:
+        counts = np.unique(keys, return_counts=True)[1]
+        once = f" ({np.mean(counts == 1):.0%} of {stream}'s blocks are referenced once)"
+    out = []
+    for group in identical_groups(fingerprints):
+        why = _WHY_IDENTICAL.get(frozenset(group))
+        out.append(f" Identical columns: {' = '.join(group)} hit on exactly the same references at every capacity of "
+                   f"{stream} (checked reference by reference, not only the totals)" + (f": {why}{once}." if why else "."))
+    return "".join(out)
 
 
 def _cell(ratio: float) -> Any:

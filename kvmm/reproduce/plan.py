@@ -28,7 +28,7 @@ from kvmm.sim.config import GiB, SimConfig
 from kvmm.sim.engine import QueueGrowthWarning
 
 TiB = 1024 * GiB
-MODEL = "llama3-8b"
+MODEL = "llama-3.1-8b"  # on the default H200, roofline clock, chunked prefill (kvmm.sim.serving)
 LOAD = 0.7
 INSTANCES = 8
 #: the candidate tiers of experiment 1 (the issue's example)
@@ -52,12 +52,16 @@ def reproduce(report) -> None:
     trace = resolve_trace("conversation", None)
     plan_requests = 600 if quick else None  # full: the whole trace
     report.heading("Plan: the cheapest KV hierarchy meeting a p95 TTFT SLO (kvmm plan)")
+    serving = _serving()
     report.text(
         f"`kvmm.plan.plan` (docs/plan.md) on the bundled Mooncake conversation trace.  {INSTANCES} instances of "
-        f"{MODEL} (rates assumed, kvmm/sim/models.py), each one H200 with a 96 GiB KV pool of 512-token blocks with "
-        f"prefix caching, the protected CXL staging tier (100 GiB) and timely staging; arrivals rescaled to load "
-        f"{LOAD} over all the GPUs.  Tier specs: kvmm/tiers/spec.py (figures marked assumed there are assumed); shared "
-        "tiers are read over the rdma400 fabric.  Prices: the documented defaults (docs/cost.md): H200 at $3.5 per "
+        f"{MODEL} on one {serving.hardware.name} each, timed by the roofline step model (docs/latency.md; stage 1 of "
+        f"the planner replays the same clock) with vLLM's chunked-prefill scheduler ({serving.max_num_batched_tokens:,} "
+        f"tokens and at most {serving.max_num_seqs:,} sequences a step), a KV pool sized from the GPU's memory "
+        f"({_gib(serving.gpu_kv_bytes)} of 512-token blocks) with prefix caching, the protected CXL staging tier "
+        f"(100 GiB) and timely staging; arrivals rescaled to load {LOAD} over all the GPUs.  Tier specs: "
+        "kvmm/tiers/spec.py (figures marked assumed there are assumed); shared tiers are read over the rdma400 fabric.  "
+        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at ${plain_number(serving.gpu_usd_per_hour)} per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
     # one pool for every simulation of the section: its workers load the simulator's kernels once
@@ -98,7 +102,7 @@ def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
             rows,
             note="\n".join(plan_summary(result)) + "\n\n" + "\n".join(f"- {r}" for r in result.reasons)
                  + "\n\nhit ratio per tier: share of the trace's blocks served by each tier in the analytic "
-                   "(inclusive LRU) model; est: the analytic stage's queueing estimate; sim: the composed simulator "
+                   "(inclusive LRU) model; est: the analytic stage's step-replay estimate; sim: the composed simulator "
                    f"(verified points only).  Timings: {', '.join(f'{k} {v:.1f} s' for k, v in result.timings_s.items())}.")
         errors = [e["rel_error"] for e in result.errors() if e["rel_error"] is not None]
         if errors:
@@ -118,9 +122,22 @@ def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
 
 
 def _slos(quick: bool) -> tuple[float, float]:
-    """The two objectives.  On the whole trace p95 TTFT is about 32 s with no KV tier and 5 s
-    with every reusable block held (a run of this section): 6 s needs a pool, 5.2 s a larger one."""
-    return (6.0, 5.2)
+    """The two objectives (the planner's estimates at load 0.7 on 8 instances, roofline clock).
+    On the whole trace p95 TTFT is about 31 s with no KV tier and 9.3 s with every reusable block
+    held: 12 s needs a pool of about 1 TiB, 10 s one of about 2.3 TiB.  On the quick run's 600
+    requests it is 11 s with none and 9.4 s with all: 10.5 s and 9.5 s need a pool."""
+    return (10.5, 9.5) if quick else (12.0, 10.0)
+
+
+def _serving():
+    """What the section's runs serve with (kvmm.sim.serving.resolve_serving)."""
+    from kvmm.sim.serving import resolve_serving
+
+    return resolve_serving(SimConfig(model=MODEL))
+
+
+def _gib(nbytes: int) -> str:
+    return f"{plain_number(nbytes / GiB)} GiB"
 
 
 def _mark(plan, point) -> str:
@@ -184,7 +201,7 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
              "its longest prefix is held, less 4 blocks per queued or running request).  Without affinity a private "
              "tier only helps a request that lands where its prefix was computed; with it, the GPU pools themselves "
              "hit more (the hit ratio counts GPU hits too), so compare each design with the no-KV-tier row of the "
-             "same routing to see what the tier adds.  A private tier smaller than the GPU pool (96 GiB) holds "
+             f"same routing to see what the tier adds.  A private tier smaller than the GPU pool ({_gib(_serving().gpu_kv_bytes)}) holds "
              "nothing the pool does not (the levels are inclusive).  Every tier is LRU, written through with every "
              "prefilled block.  hit ratio = share of prompt tokens found in the GPU pool + read from the lower tier.")
 

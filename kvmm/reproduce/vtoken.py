@@ -13,7 +13,9 @@ recency bias.  The same eviction decisions drive two token tables:
 Reported: KV blocks retained per request (time-averaged over decode steps), the largest number
 of concurrent requests that fits a fixed block budget (from the peak blocks held per request),
 tokens moved per freed block against the minimum possible for the same freed blocks, and
-SLA-bound decode throughput from a documented step-time model (:class:`DecodeCostModel`): the
+SLA-bound decode throughput from the simulator's physical clock (:class:`RooflineDecodeCost`, the
+roofline step time of llama-3.1-8b on an H200; the section's earlier additive model,
+:class:`DecodeCostModel`, is kept beside it in a "what the physical clock moved" table): the
 largest batch that fits both the KV memory budget and a time-per-output-token SLA, for naive
 evict and for vToken, with vToken charged for its repacking (planning, commit and data copies).
 The main baseline is naive evict with an attention kernel that skips dead slots (same memory,
@@ -37,17 +39,14 @@ from kvmm.allocators.token_table import TokenTable
 from kvmm.report import mean_pm, plain_number
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BackendUnavailableError
-from kvmm.reproduce._vtoken_cost import (DecodeCostModel, repetitions, sla_comparison, sla_ratios,  # noqa: F401
-                                         sla_throughput)
-from kvmm.tiers.spec import preset
+from kvmm.reproduce._vtoken_cost import (DecodeCostModel, RooflineDecodeCost, repetitions, sla_comparison,  # noqa: F401
+                                         sla_ratios, sla_throughput)
+from kvmm.reproduce._vtoken_sla import GIB, KV_BUDGETS_GIB, SLA_MS, fmt_ratio as _fmt_ratio, fmt_repack as _fmt_repack, report_sla
 
-__all__ = ["DecodeCostModel", "ModelAttention", "SyntheticAttention", "replay", "repetitions", "reproduce",
+__all__ = ["DecodeCostModel", "RooflineDecodeCost", "ModelAttention", "SyntheticAttention", "replay", "repetitions", "reproduce",
            "sla_comparison", "sla_ratios", "sla_throughput", "workload"]
 
 PAPER = {"blocks_reduction": "27.2 %-72.3 %", "concurrency": "up to 2x", "throughput": "up to 1.37x"}
-GIB = 2**30
-SLA_MS = (10.0, 20.0, 50.0)  # TPOT SLAs reported
-KV_BUDGETS_GIB = (16, 64)  # KV memory budgets reported (on top of 16 GB of weights: fits one H200)
 REPEATS = 5  # timed repetitions of every repack (plan + commit) and of the per-call overhead
 #: policies whose comparison with naive evict is degenerate by construction (marked in the tables)
 DEGENERATE = {"random": "degenerate by construction: random victims scatter dead slots over every block, "
@@ -294,7 +293,7 @@ def _cached_attention(w: dict, prompt, decode):
 
 def reproduce(report) -> None:
     w = workload(report.quick)
-    model = DecodeCostModel()
+    model = RooflineDecodeCost()
     report.heading("vToken: token table with background repacking")
     pols = policies(w)
     sweep = [32, 64, 128] if report.quick else [128, 256, 512, 768]
@@ -389,72 +388,8 @@ def reproduce(report) -> None:
              "cheapest blocks first; too small a budget cannot keep up with the backlog that evicting the "
              "prompts creates. Repacking less often moves fewer tokens: some tokens die before they are moved. "
              "Repack cost and throughput ratio: as in the SLA tables below.")
-    _report_sla(report, w, model, runs)
-
-
-def _report_sla(report, w: dict, model: DecodeCostModel, runs: dict) -> None:
-    """The SLA-bound throughput tables (the paper's third figure), from the replays' statistics."""
-    hbm = preset(model.tier)
-    report.text(
-        "SLA-bound decode throughput (simulation). Step time per decode step = fixed + batch x per-request "
-        f"cost: fixed = {plain_number(1e3 * model.launch_s)} ms overhead + {plain_number(model.weight_bytes / 1e9)} GB of weights read "
-        f"at {plain_number(hbm.read_bandwidth / 1e12)} TB/s ({model.tier} preset) = {1e3 * model.fixed_s:.2f} ms; per request = "
-        f"{plain_number(1e6 * model.per_seq_s)} us compute + the slots its paged kernel reads x "
-        f"{model.kv_bytes_per_token // 1024} KiB/token / {plain_number(hbm.read_bandwidth / 1e12)} TB/s (naive evict: every "
-        "retained block in full, dead slots included; vToken: what its block table covers, the live tokens when "
-        "dense; naive evict with a kernel that skips dead slots: the live tokens) + for vToken its repacking "
-        f"(plan+commit wall time measured {REPEATS} times per repack: the fixed per-call part per step, the "
-        "rest per request; plus the moved tokens' K/V read and written through the tier; neither table is charged "
-        "for freeing blocks whose tokens are all dead). Batch = the largest that fits both the KV budget (peak blocks per request) "
-        "and the TPOT SLA; throughput = batch / step time. Model: Llama-3-8B-class fp16 on one H200 "
-        "(DecodeCostModel defaults; assumed, not fitted).")
-    ref = runs[("H2O", w["budget"])]
-    detail = []
-    for gib in KV_BUDGETS_GIB:
-        for sla in SLA_MS:
-            c = sla_ratios(ref, w["block_size"], model, gib * GIB, sla / 1e3)
-            n, v = c["runs"][0]["naive_masked"], c["runs"][0]["vtoken"]
-            detail.append((f"{gib} GiB ({model.blocks_in(gib * GIB, w['block_size'])} blocks)", plain_number(sla),
-                           f"{n['batch']} ({n['bound']})", round(1e3 * n["step_s"], 2), round(n["tokens_per_s"]),
-                           f"{v['batch']} ({v['bound']})", round(1e3 * v["step_s"], 2), round(v["tokens_per_s"]),
-                           _fmt_ratio(c["ratio"]), _fmt_ratio(c["ratio_reads_dead"]), PAPER["throughput"]))
-    c0 = sla_ratios(ref, w["block_size"], model, KV_BUDGETS_GIB[0] * GIB, SLA_MS[0] / 1e3)["runs"]
-    report.table(
-        f"SLA-bound decode throughput, H2O at a {w['budget']}-token budget (naive evict vs vToken)",
-        ["KV budget", "TPOT SLA ms", "naive batch (bound)", "naive TPOT ms", "naive tok/s", "vToken batch (bound)",
-         "vToken TPOT ms", "vToken tok/s", "ratio vs naive (kernel skips dead slots)",
-         "ratio vs naive (kernel reads dead slots)", "paper"],
-        detail,
-        note="Naive evict here is the strong baseline: same memory as naive evict, but its attention kernel skips "
-             "dead slots (reads only live tokens), so vToken's gain is from memory alone; the second ratio is "
-             "against a kernel that reads every retained slot, dead ones included. Batch / TPOT / tok/s columns: "
-             f"the first timing repetition; ratios: mean ± std over {REPEATS} timings of vToken's repacks (the "
-             f"only measured input; everything else is the cost model). Slots read per request-step: naive (reads "
-             f"dead) {c0[0]['naive']['read_tokens']:.0f}, vToken {c0[0]['vtoken']['read_tokens']:.0f}, live tokens "
-             f"{c0[0]['naive_masked']['read_tokens']:.0f}; vToken repacking adds {_fmt_repack(c0)} (fixed per step + "
-             f"per request-step; of the latter {1e6 * c0[0]['repack_copy_s']:.2f} us of K/V copies, the rest "
-             "plan+commit CPU time). With a loose SLA both are memory bound and the ratio follows the concurrency "
-             "ratio, damped by the longer steps of the larger batch; with a tight SLA both are SLA bound and the "
-             "ratio is the ratio of per-request costs. Not tuned to the paper's 1.37x.")
-    grid = [(gib, sla) for gib in KV_BUDGETS_GIB for sla in SLA_MS]
-    ratio_rows = []
-    for (name, budget), st in runs.items():
-        ratios = [_fmt_ratio(sla_ratios(st, w["block_size"], model, gib * GIB, sla / 1e3)["ratio"])
-                  for gib, sla in grid]
-        ratio_rows.append((_label(name), budget, *ratios, PAPER["throughput"]))
-    report.table(
-        "SLA-bound throughput ratio vToken / naive evict (kernel skips dead slots), by policy and token budget",
-        ["policy", "budget (tokens)", *[f"{gib} GiB, {plain_number(sla)} ms" for gib, sla in grid], "paper"],
-        ratio_rows,
-        note=f"Same model and workload as above; each column is a KV memory budget and a TPOT SLA; mean ± std over "
-             f"{REPEATS} timings of the repacks. " + " ".join(f"{name}: {why}." for name, why in DEGENERATE.items()))
-
-
-def _fmt_repack(runs: list[dict]) -> str:
-    """Repack cost per step + per request-step, mean over the timing repetitions."""
-    fixed = np.mean([r["repack_fixed_s"] for r in runs])
-    per_request = np.mean([r["repack_cpu_s"] + r["repack_copy_s"] for r in runs])
-    return f"{1e6 * fixed:.1f} + {1e6 * per_request:.2f} us"
+    report_sla(report, w, model, DecodeCostModel(), runs, label=_label, notes=DEGENERATE, paper=PAPER["throughput"],
+               repeats=REPEATS)
 
 
 def _label(policy: str) -> str:
@@ -476,14 +411,6 @@ def _draw_blocks(ax, pols, runs: dict, budget: int) -> None:
 def _per_request(st: dict, name: str) -> float:
     """Blocks held per active request, time-averaged over decode steps."""
     return st[name]["block_steps"] / st[name]["steps"]
-
-
-def _fmt_ratio(r) -> str:
-    """``1.23x``, or ``mean x ± std`` for an array of repetitions."""
-    values = np.atleast_1d(np.asarray(r, dtype=np.float64))
-    if not np.all(np.isfinite(values)):
-        return "n/a"
-    return f"{values[0]:.2f}x" if values.size == 1 else mean_pm(values, ".2f", unit="x")
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,6 +20,7 @@ _LAZY = {
     "simulate": "kvmm.sim.simulator",
     "QueueGrowthWarning": "kvmm.sim.engine.instance",
     "ClusterConfig": "kvmm.sim.cluster_config",
+    "PooledStore": "kvmm.sim.pooled_store",
     "Prices": "kvmm.sim.cost",
     "parse_prices": "kvmm.sim.cost",
     "cost_account": "kvmm.sim.cost",

@@ -48,28 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target utilisation: arrivals rescaled so offered work / capacity = LOAD (default 0.7); "
                              "'none' keeps the trace's timestamps")
     parser.add_argument("--time-scale", type=float, default=1.0, help="with --load none: multiply inter-arrival times")
-    parser.add_argument("--model", default=None,
-                        help="model: a name of kvmm.sim.latency (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen2.5-32b, "
-                             "qwen3-30b-a3b, deepseek-v3; the old llama3-8b too; default llama-3.1-8b)")
-    parser.add_argument("--model-config", default=None, metavar="PATH",
-                        help="instead of --model: a Hugging Face config.json (or its folder) read by ModelArch.from_hf_config")
-    parser.add_argument("--hardware", default=None, help="the GPU of every instance (kvmm.sim.latency.HARDWARE: H100, "
-                                                         "H200, B200, A100-80GB, MI300X, L40S, ...; default H200)")
-    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs per instance (default 1)")
-    parser.add_argument("--latency", default=None, metavar="roofline|constant|fitted:CSV",
-                        help="the step clock: roofline (default), constant (the old rates: whole prefills unless "
-                             "--chunked-prefill on), or fitted:STEPS.csv (fit_latency on measured steps; docs/latency.md)")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
-                        help="token budget of a scheduler step (default: vLLM's for the hardware)")
-    parser.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
-                        help="sequences per step at most (default: vLLM's for the hardware)")
-    parser.add_argument("--chunked-prefill", default=None, choices=("on", "off"),
-                        help="chunked prefill (default on; off with --latency constant)")
-    parser.add_argument("--long-prefill-token-threshold", type=int, default=None, metavar="N",
-                        help="a prefill chunk takes at most N tokens of a step (default 0: no cap)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
-                        help="share of each GPU's memory vLLM may use, for the KV pool from memory (default 0.9)")
-    parser.add_argument("--kv-dtype", default=None, choices=("bf16", "fp16", "fp8"), help="KV cache dtype (default bf16)")
+    add_serving_arguments(parser)
     parser.add_argument("--tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
                         help="a lower tier PRESET[:SIZE[:EVICTION[:ADMISSION]]], fastest first (repeatable; default "
                              "nvme:-:lru:write-all); EVICTION: any order of kvmm.policies.EVICTION_POLICIES "
@@ -77,9 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
     parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
                         help="protected staging tier (default cxl:100GiB)")
-    parser.add_argument("--gpu-kv", default=None, metavar="SIZE",
-                        help="GPU memory for the KV pool (default: from memory: gpu-memory-utilization x HBM x tp - "
-                             "weights - activation reserve)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
     parser.add_argument("--instances", type=int, default=1,
                         help="colocated instances (default 1); without --router or --shared-tier requests are dealt "
@@ -122,6 +98,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "writes as config.json); the other run-shaping flags must stay at their defaults")
     parser.add_argument("--json", action="store_true", help="print results as JSON lines")
     parser.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
+
+
+def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of what serves and its clock (``kvmm simulate`` and ``kvmm plan``): only the
+    flags given override SimConfig's defaults (:func:`serving_fields`)."""
+    parser.add_argument("--model", default=None,
+                        help="model: a name of kvmm.sim.latency (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen2.5-32b, "
+                             "qwen3-30b-a3b, deepseek-v3; the old llama3-8b too; default llama-3.1-8b)")
+    parser.add_argument("--model-config", default=None, metavar="PATH",
+                        help="instead of --model: a Hugging Face config.json (or its folder) read by ModelArch.from_hf_config")
+    parser.add_argument("--hardware", default=None, help="the GPU of every instance (kvmm.sim.latency.HARDWARE: H100, "
+                                                         "H200, B200, A100-80GB, MI300X, L40S, ...; default H200)")
+    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs per instance (default 1)")
+    parser.add_argument("--latency", default=None, metavar="roofline|constant|fitted:CSV",
+                        help="the step clock: roofline (default), constant (the old rates: whole prefills unless "
+                             "--chunked-prefill on), or fitted:STEPS.csv (fit_latency on measured steps; docs/latency.md)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                        help="token budget of a scheduler step (default: vLLM's for the hardware)")
+    parser.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                        help="sequences per step at most (default: vLLM's for the hardware)")
+    parser.add_argument("--chunked-prefill", default=None, choices=("on", "off"),
+                        help="chunked prefill (default on; off with --latency constant)")
+    parser.add_argument("--long-prefill-token-threshold", type=int, default=None, metavar="N",
+                        help="a prefill chunk takes at most N tokens of a step (default 0: no cap)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
+                        help="share of each GPU's memory vLLM may use, for the KV pool from memory (default 0.9)")
+    parser.add_argument("--kv-dtype", default=None, choices=("bf16", "fp16", "fp8"), help="KV cache dtype (default bf16)")
+    parser.add_argument("--gpu-kv", default=None, metavar="SIZE",
+                        help="GPU memory for the KV pool (default: from memory: gpu-memory-utilization x HBM x tp - "
+                             "weights - activation reserve)")
 
 
 def parse_size(text: str, what: str) -> int:

@@ -42,6 +42,13 @@ class ClusterConfig:
     the levels private).  ``index``: build the global :class:`~kvmm.cluster.BlockIndex` (fed by
     every instance's GPU pool and private tiers); ``None``: when the router reads it.
     ``index_max_entries``: the index's entry budget (``None``: unbounded).
+    ``index_max_holders``: at most this many (instance, medium) holders per key in the index,
+    the most recently stored (llm-d keeps 10 pods per key); ``None``: no cap.
+    ``events``: an :class:`~kvmm.cluster.EventStream`: how KV events reach the index (delay,
+    batching, loss, speculative indexing); ``None`` or ``EventStream()``: at once, exactly.
+    ``store``: a :class:`~kvmm.sim.PooledStore` for every shared level, or a tuple with one (or
+    ``None``: one plain pool) per shared level: a store split into per-instance segments with a
+    high-watermark eviction and replicas, as Mooncake Store (docs/cluster.md).
     ``metrics_interval_s``: how often the router's view of each instance's load is scraped, in
     seconds (llm-d's scraper reads every engine's metrics every ~50 ms); ``0`` (the default):
     exact, as of each arrival (docs/cluster.md, "What a router sees").
@@ -54,6 +61,9 @@ class ClusterConfig:
     fabric: Any = "rdma400"
     index: bool | None = None
     index_max_entries: int | None = None
+    index_max_holders: int | None = None
+    events: Any = None
+    store: Any = None
     metrics_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -86,6 +96,16 @@ class ClusterConfig:
             raise BadInputError(f"index must be a bool or None, got {self.index!r}")
         if self.index_max_entries is not None:
             as_count(self.index_max_entries, "index_max_entries", minimum=1, maximum=MAX_UNITS)
+        if self.index_max_holders is not None:
+            as_count(self.index_max_holders, "index_max_holders", minimum=1, maximum=MAX_UNITS)
+        if self.events is not None:
+            from kvmm.cluster.event_stream import EventStream
+
+            if not isinstance(self.events, EventStream):
+                raise BadInputError(f"events must be an EventStream or None, got {type(self.events).__name__}")
+        from kvmm.sim.pooled_store import as_stores
+
+        object.__setattr__(self, "store", as_stores(self.store, len(self.shared_tiers), self.instances))
         object.__setattr__(self, "metrics_interval_s",
                            as_positive_float(self.metrics_interval_s, "metrics_interval_s", allow_zero=True))
 

@@ -19,6 +19,8 @@ file names only what it changes) and an unknown one is a one-line :class:`BadInp
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from dataclasses import MISSING, fields
@@ -225,6 +227,9 @@ def _cluster(value, what: str) -> Any:
             "shared_tiers": _levels(value.shared_tiers, f"{what}.shared_tiers"),
             "fabric": None if value.fabric is None else _named(value.fabric, FABRIC_PRESETS, f"{what}.fabric"),
             "index": value.index, "index_max_entries": value.index_max_entries,
+            "index_max_holders": value.index_max_holders,
+            "events": None if value.events is None else dataclasses.asdict(value.events),
+            "store": [None if s is None else dataclasses.asdict(s) for s in value.store],
             "metrics_interval_s": value.metrics_interval_s}
 
 
@@ -417,8 +422,17 @@ def _cluster_from(data: Any, what: str):
     from kvmm.sim.cluster_config import ClusterConfig
     from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 
+    from kvmm.cluster.event_stream import EventStream
+    from kvmm.sim.pooled_store import PooledStore
+
+    def stores(d, w):
+        if not isinstance(d, list):
+            raise BadInputError(f"{w}: expected a list with a PooledStore's fields (or null) per shared level")
+        return tuple(_fields_from(x, PooledStore, f"{w}[{k}]") for k, x in enumerate(d))
+
     return _fields_from(data, ClusterConfig, what, shared_tiers=_levels_from,
-                        fabric=lambda d, w: _named_from(d, FABRIC_PRESETS, FabricSpec, w))
+                        fabric=lambda d, w: _named_from(d, FABRIC_PRESETS, FabricSpec, w),
+                        events=lambda d, w: _fields_from(d, EventStream, w), store=stores)
 
 
 def _prices_from(data: Any, what: str):

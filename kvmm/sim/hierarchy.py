@@ -58,6 +58,10 @@ class Hierarchy:
         self.tiers = [ManagedTier(backend(lv.spec.capacity_bytes, spec=lv.spec), make_eviction(lv.eviction))
                       for lv in levels] + [s.tier for s in shared]
         self.private = len(levels)  # the levels after these are shared with other instances
+        # where a level's victims (and the GPU's: below[-1]) go down to: the next level that is
+        # written (a pooled store's own-segment level only answers lookups)
+        written = [i for i, t in enumerate(self.tiers) if not getattr(t, "read_only", False)]
+        self.below = {i: next((j for j in written if j > i), len(self.tiers)) for i in range(-1, len(self.tiers))}
         self.admission = [make_admission(lv.admission, lv.spec.capacity_bytes // block_bytes) for lv in levels]
         self.admission += [s.admission for s in shared]
         self.mirror = None
@@ -128,8 +132,9 @@ class Hierarchy:
             stored, evicted = self.mirror.admitted(ids, hits, keys[:, 0].view(np.int64))
             if self.events is not None and (stored.shape[0] or evicted.shape[0]):
                 self.events(0, stored, evicted)
-            if evicted.shape[0] and self.write_back and self.write_back[0]:
-                self.demote(0, evicted.tolist())
+            first = self.below[-1]
+            if evicted.shape[0] and first < len(self.tiers) and self.write_back[first]:
+                self.demote(first, evicted.tolist())
         return ids, hits
 
     def release(self, ids: np.ndarray) -> None:
@@ -199,8 +204,9 @@ class Hierarchy:
         removed = [k for k, stored in last.items() if not stored]
         if self.events is not None and i < self.private:
             self.events(i + 1, [k for k, stored in last.items() if stored], removed)
-        if demote and removed and i + 1 < len(self.tiers) and self.write_back[i + 1]:
-            self.demote(i + 1, removed)
+        nxt = self.below[i]
+        if demote and removed and nxt < len(self.tiers) and self.write_back[nxt]:
+            self.demote(nxt, removed)
 
 
 def pool_keys(block_ids: np.ndarray) -> np.ndarray:

@@ -127,9 +127,11 @@ def priced(cfg: SimConfig, serving: Any, trace: MooncakeTrace, result: SimResult
 
     from kvmm.sim.cost import cost_account
 
-    gpus = (cfg.pd.instances if cfg.pd is not None else result.instances) * serving.gpus
+    instances = cfg.pd.instances if cfg.pd is not None else result.instances
+    gpus = instances * serving.gpus
     shared = cfg.cluster.shared_tiers if cfg.cluster is not None else ()
-    tiers = [(cfg.fast_tier, gpus)] + [(lv.spec, gpus) for lv in cfg.tiers] + [(lv.spec, 1) for lv in shared]
+    # a staging tier and the private tiers per instance (not per GPU: tp GPUs share one host)
+    tiers = [(cfg.fast_tier, instances)] + [(lv.spec, instances) for lv in cfg.tiers] + [(lv.spec, 1) for lv in shared]
     tiers = _distinct_names(tiers, cfg.prices)
     busy = result.busy_seconds if result.busy_seconds is not None else (None, None)
     account = cost_account(duration_s=result.duration_s, gpus=gpus, tiers=tiers,

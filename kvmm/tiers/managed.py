@@ -331,6 +331,18 @@ class ManagedTier:
             need -= sizes.pop(victim)
             self.evictions += 1
 
+    def evict_until(self, used_bytes: int) -> list[Hashable]:
+        """Evict the policy's victims, in its order, until the tier holds at most ``used_bytes``
+        (a batch eviction down to a low watermark, as Mooncake Store's).  Returns them.
+        Runtime complexity: O(victims) policy events."""
+        need = self.backend.used_bytes - as_count(used_bytes, "used_bytes")
+        if need <= 0:
+            return []
+        plan = self._plan_victims(need, set(), None, 0)
+        for victim in plan:
+            self._evict(victim)
+        return plan
+
     def delete(self, key: Hashable) -> None:
         k = normalize_key(key)
         self.backend.delete(k)

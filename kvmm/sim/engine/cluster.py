@@ -43,6 +43,7 @@ import numpy as np
 from kvmm.cluster.routers import checked_route, make_router
 from kvmm.cluster.view import LOAD_FIELDS, ClusterView, RouteRequest
 from kvmm.errors import BadInputError
+from kvmm.policies.admission import WriteAll
 from kvmm.sim.config import SimConfig, TierLevel, make_admission, make_eviction
 from kvmm.sim.demotion import LoggedSimulatedTier
 from kvmm.sim.engine.instance import Instance
@@ -56,13 +57,15 @@ __all__ = ["simulate_cluster", "SharedLevel", "FabricQueue", "sessions_of"]
 
 class SharedLevel:
     """One shared level as every instance sees it: the effective :class:`TierLevel` (its spec
-    with the fabric's link bandwidth and latency folded in), the one ``ManagedTier`` and the one
-    admission policy all instances use."""
+    with the fabric's link bandwidth and latency folded in), the one ``ManagedTier`` (or one
+    instance's view of a :class:`~kvmm.sim.pooled_store.SegmentedStore`) and the one admission
+    policy all instances use.  ``over_fabric``: reads from it cross the fabric (False for the
+    reader's own segment of a pooled store)."""
 
-    __slots__ = ("level", "tier", "admission")
+    __slots__ = ("level", "tier", "admission", "over_fabric")
 
-    def __init__(self, level: TierLevel, tier: ManagedTier, admission: Any) -> None:
-        self.level, self.tier, self.admission = level, tier, admission
+    def __init__(self, level: TierLevel, tier: Any, admission: Any, over_fabric: bool = True) -> None:
+        self.level, self.tier, self.admission, self.over_fabric = level, tier, admission, over_fabric
 
 
 class FabricQueue:
@@ -99,15 +102,18 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
         raise BadInputError("the trace's requests are not in arrival order; expected nondecreasing timestamps")
     block_bytes = int(trace.block_tokens) * serving.kv_bytes_per_token
     logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
-    shared = tuple(_shared_level(lv, cl.fabric, block_bytes, logged) for lv in cl.shared_tiers)
-    router, view, index, feeds = cluster_routing(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers),
-                                                 block_tokens=int(trace.block_tokens))
+    shared, stores = _shared_levels(cfg, n_inst, block_bytes, logged)
+    router, view, index, feeds, stream = cluster_control(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers),
+                                                         block_tokens=int(trace.block_tokens))
     table = RequestTable(trace, arrival, priority_share=cfg.high_priority_share, priority_seed=cfg.priority_seed)
     key_space = np.unique(table.ids) if logged else None  # one for every instance
     instances = [Instance(cfg, serving, table, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
-                          shared=shared, tier_events=feeds[i], key_space=key_space, index=i) for i in range(n_inst)]
-    if shared and cl.fabric is not None:
-        aggregate = min([cl.fabric.aggregate_bandwidth] + [s.tier.backend.spec.read_bandwidth for s in shared])
+                          shared=shared(i), tier_events=feeds[i], key_space=key_space, index=i) for i in range(n_inst)]
+    for feed, inst in zip(feeds, instances):
+        if isinstance(feed, _StreamFeed):
+            feed.engine = inst  # its events are stamped with the engine's clock
+    if cl.shared_tiers and cl.fabric is not None:
+        aggregate = min([cl.fabric.aggregate_bandwidth] + [lv.spec.read_bandwidth for lv in cl.shared_tiers])
         queue = FabricQueue(aggregate)
         for inst in instances:
             inst.fabric_queue = queue
@@ -117,7 +123,7 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
         routed[0] = trace.num_requests
         end = instances[0].run()
     else:
-        end, queue_ratio = _drive(instances, table, router, view, routed)
+        end, queue_ratio = _drive(instances, table, router, view, routed, stream)
     for inst in instances:
         inst.warn_if_unbounded()
         if engine_hook is not None:
@@ -125,7 +131,12 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
     result = collect(cfg, serving, instances, [table] * n_inst, arrival, end, prompt_tokens(trace))
     mean = routed.mean()
     fabric = instances[0].fabric_queue
-    return replace(result, policies=dict(result.policies, router=router), instances=n_inst,
+    policies = dict(result.policies, router=router)
+    if stream is not None:
+        policies["kv_events"] = stream
+    if any(s is not None for s in stores):
+        policies["shared_store"] = stores
+    return replace(result, policies=policies, instances=n_inst,
                    requests_per_instance=tuple(routed.tolist()),
                    load_imbalance=float(routed.max() / mean) if mean > 0 else 1.0,
                    queue_imbalance=float(queue_ratio) if n_inst > 1 else 1.0,
@@ -133,7 +144,8 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
                    fabric_bytes=int(fabric.bytes) if fabric is not None else 0)
 
 
-def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: np.ndarray) -> tuple[float, float]:
+def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: np.ndarray,
+           stream: Any = None) -> tuple[float, float]:
     """Interleave the instances' event loops, routing each request when every instance has
     reached its arrival time.  Returns ``(end time, time-averaged max/mean queue ratio)``.
 
@@ -206,7 +218,11 @@ def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: n
         block_ids = ids[offsets[p]:offsets[p + 1]]
         request = RouteRequest(index=p, arrival_s=t, block_ids=block_ids, input_length=inp[p],
                                output_length=out[p], session=session[p])
+        if stream is not None:  # the index as the KV events delivered by t built it
+            stream.deliver_until(t)
         i = checked_route(router, request, view)
+        if stream is not None:
+            stream.routed(i, request.block_ids, t)  # speculative indexing (when on)
         eng = engines[i]
         eng.arrival_ids.append(p)
         eng.arrival_times.append(t)
@@ -334,22 +350,88 @@ def _shared_level(level: TierLevel, fabric: Any, block_bytes: int, logged: bool)
     return SharedLevel(seen, tier, make_admission(level.admission, level.spec.capacity_bytes // block_bytes))
 
 
+def _shared_levels(cfg: SimConfig, instances: int, block_bytes: int, logged: bool) -> tuple:
+    """``(shared levels of instance i (a function), the SegmentedStore or None of each level)``.
+    A plain level is one SharedLevel every instance holds; a pooled store's level is one view
+    per instance, preceded by the instance's own segment as a level of its own when the store
+    has segments on the instances' nodes (reads from it skip the fabric)."""
+    from kvmm.sim.pooled_store import SegmentedStore, local_level
+
+    cl = cfg.cluster
+    layouts = cl.store or (None,) * len(cl.shared_tiers)
+    plain, stores = [], []
+    for lv, layout in zip(cl.shared_tiers, layouts):
+        level = _shared_level(lv, cl.fabric, block_bytes, logged)
+        plain.append(level)
+        stores.append(None if layout is None else SegmentedStore(lv, layout, instances, logged))
+
+    def of(i: int) -> tuple:
+        local, remote = [], []
+        for level, store in zip(plain, stores):
+            if store is None:
+                remote.append(level)
+                continue
+            if store.home(i) >= 0:
+                local.append(SharedLevel(local_level(store.level), store.local_view(i), WriteAll(), over_fabric=False))
+            remote.append(SharedLevel(level.level, store.view(i), level.admission))
+        return tuple(local + remote)  # the levels that skip the fabric first (staging reads the rest over it)
+
+    return of, tuple(stores)
+
+
 def cluster_routing(cfg: SimConfig, instances: int, media: tuple, block_tokens: int = 0) -> tuple:
     """``(router, view, index or None, per-instance index feeds or Nones)`` of a routed run over
-    ``instances`` instances whose index (when the router uses one) tracks ``media``; shared by
-    :func:`simulate_cluster` and the routed prefill instances of :mod:`kvmm.sim.pd`.  The view
-    knows the trace's ``block_tokens`` and the config's ``metrics_interval_s``."""
+    ``instances`` instances whose index (when the router uses one) tracks ``media``; the routed
+    prefill instances of :mod:`kvmm.sim.pd` use it (their index is fed at once: a delayed
+    :class:`~kvmm.cluster.EventStream` is refused there)."""
+    events = cfg.cluster.events
+    if events is not None and not events.exact:
+        raise BadInputError("a delayed, batched, lossy or speculative EventStream is modelled for colocated cluster "
+                            "instances only, not for the routed prefill instances of pd=; expected events=None or "
+                            "EventStream()")
+    return cluster_control(cfg, instances, media, block_tokens)[:4]
+
+
+def cluster_control(cfg: SimConfig, instances: int, media: tuple, block_tokens: int = 0) -> tuple:
+    """``(router, view, index or None, per-instance index feeds or Nones, EventFeed or None)``
+    of a routed run over ``instances`` instances whose index (when the router uses one) tracks
+    ``media`` (plus ``"speculative"`` with speculative indexing), fed through
+    ``ClusterConfig.events`` when it is set.  The view knows the trace's ``block_tokens`` and
+    the config's ``metrics_interval_s``."""
     cl = cfg.cluster
     router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
         else copy.deepcopy(cl.router)
-    index = None
+    index = stream = None
+    feeds: list = [None] * instances
     if cl.uses_index:
+        from kvmm.cluster.event_stream import SPECULATIVE_MEDIUM, EventFeed
         from kvmm.cluster.index import BlockIndex
 
-        index = BlockIndex(instances, media=media, max_entries=cl.index_max_entries)
-    feeds = [_index_feed(index, i) if index is not None else None for i in range(instances)]
+        if cl.events is not None and cl.events.speculative_ttl_s is not None:
+            media = tuple(media) + (SPECULATIVE_MEDIUM,)
+        index = BlockIndex(instances, media=media, max_entries=cl.index_max_entries, max_holders=cl.index_max_holders)
+        if cl.events is None:
+            feeds = [_index_feed(index, i) for i in range(instances)]
+        else:
+            stream = EventFeed(index, cl.events)
+            feeds = [_StreamFeed(stream, i, index.media) for i in range(instances)]
     view = ClusterView(instances, index=index, block_tokens=block_tokens, metrics_interval_s=cl.metrics_interval_s)
-    return router, view, index, feeds
+    return router, view, index, feeds, stream
+
+
+class _StreamFeed:
+    """The events callback of one instance's hierarchy when an EventStream carries them: each
+    move is published with the time its engine is at (``engine``, set once it exists)."""
+
+    __slots__ = ("stream", "instance", "media", "engine")
+
+    def __init__(self, stream: Any, instance: int, media: tuple) -> None:
+        self.stream, self.instance, self.media, self.engine = stream, instance, media, None
+
+    def __call__(self, medium: int, stored: list, removed: list) -> None:
+        # no engine: PD's prefill instances, whose stream is exact (the time is not read)
+        self.stream.publish(self.instance, self.engine.now if self.engine is not None else 0.0, self.media[medium],
+                            stored, removed)
 
 
 def _index_feed(index: Any, instance: int) -> Callable:

@@ -90,11 +90,11 @@ class Instance:
         self.kvb = kvb = serving.kv_bytes_per_token
         self.block_bytes = bt * kvb
         self.compressor = None
+        if prefix_cache is None and cfg.token_budget is not None:
+            prefix_cache = False  # compressed KV is no longer a prefix: nothing to cache
         self.hier = Hierarchy(cfg, self.block_bytes, gpu_kv_bytes=serving.gpu_kv_bytes, block_tokens=bt,
                               with_tiers=with_tiers, record_ops=record_ops, prefix_cache=prefix_cache, shared=shared,
                               events=tier_events, key_space=key_space)
-        if prefix_cache is None and cfg.token_budget is not None:
-            prefix_cache = False
         if cfg.token_budget is not None and with_tiers:
             from kvmm.sim.compression import Compressor
 
@@ -106,7 +106,8 @@ class Instance:
                                     self.clock.prefill_rate_guess(serving.max_num_batched_tokens),
                                     self.clock.prefill_seconds)
         if hasattr(self.staging, "private_levels"):
-            self.staging.private_levels = len(cfg.tiers)  # the levels after these are shared (a cluster's fabric)
+            # the levels after these are read over a cluster's fabric (a pooled store's own segment is not)
+            self.staging.private_levels = len(self.levels) - sum(getattr(s, "over_fabric", True) for s in shared)
         self.scheduler = Scheduler(table, self.staging, budget=serving.max_num_batched_tokens,
                                    max_seqs=serving.max_num_seqs, chunked=serving.chunked_prefill,
                                    threshold=serving.long_prefill_token_threshold, take=lambda r: self.role.take(self, r),
@@ -119,6 +120,7 @@ class Instance:
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
         self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
+        self.now = 0.0  # the loop's clock where the hierarchy moves blocks (a delayed KV-event stream stamps them)
         self.batch_in_flight = 0
         # prompt tokens the whole-prefill scheduler computes in the step in flight (a router's view counts
         # them as still to do until the step ends; chunked prefills are counted from the scheduler's progress)
@@ -187,14 +189,17 @@ class Instance:
                 return scheduler.schedule(waiting, prefilling, len(running), now)
         needs_arrays = clock.needs_arrays
         step = None if needs_arrays else clock.step
+        woken = False  # a lockstep driver just resumed it at ``now``: it acts without pausing again
         while done + self.handed_off < len(self.arrival_ids) or self.horizon != math.inf:
-            if now >= self.horizon or self.lockstep:
+            if (now >= self.horizon or self.lockstep) and not woken:
                 self.idle = True  # between steps: a driver may hand it work at this time
                 yield now
                 self.idle = False
+            woken = False
             self._events_until(now)
             if staging.ungranted:
                 staging.poll(now)
+            self.now = now
             plan = schedule()
             if not plan.chunks and not running:
                 nxt = self._next_event_time()
@@ -208,6 +213,7 @@ class Instance:
                     self.idle = False
                     if woke is not None:
                         now = max(now, woke)
+                        woken = self.lockstep
                     continue
                 now = max(now, nxt)
                 continue
@@ -255,6 +261,7 @@ class Instance:
                 yield now + dt
             self._events_until(now + dt)
             now += dt
+            self.now = now
             stats.steps += 1
             if plan.prefill_tokens:
                 staging.observe_progress(plan.prefill_tokens, dt)
@@ -312,15 +319,26 @@ class Instance:
         k = self.finishing[0][0] - self.decode_steps if Instance.jump_decode_stretches else 1
         if self.compressor is not None:
             k = min(k, self.cfg.repack_interval)
-            self.compressor.compress_due(self.running, k)
-            self.decode_context = self.compressor.live_total(self.running)
         nxt = self._next_event_time()
         if self.horizon != math.inf and not self.lockstep:  # a request may be routed here at the horizon
             nxt = self.horizon if nxt is None else min(nxt, self.horizon)
         until = math.inf if nxt is None else nxt - now
-        if self.clock.needs_arrays:
-            return self.clock.stretch_arrays(self._decode_contexts(self.running), k, until)
-        return self.clock.stretch(run.shape[0], self.decode_context, k, until)
+        clock, running = self.clock, self.running
+        if self.compressor is None:
+            if clock.needs_arrays:
+                return clock.stretch_arrays(self._decode_contexts(running), k, until)
+            return clock.stretch(run.shape[0], self.decode_context, k, until)
+        # compressed: the stretch's length comes first (from the contexts before this stretch's
+        # compressions), then the requests its k tokens would take past budget + interval are
+        # compressed (as the decode itself would do), and the k steps are timed on what is left
+        if clock.needs_arrays:
+            k, _ = clock.stretch_arrays(self._decode_contexts(running), k, until)
+            self.compressor.compress_due(running, k)
+            return clock.stretch_arrays(self._decode_contexts(running), k, math.inf)
+        k, _ = clock.stretch(run.shape[0], self.compressor.live_total(running), k, until)
+        self.compressor.compress_due(running, k)
+        self.decode_context = self.compressor.live_total(running)
+        return clock.stretch(run.shape[0], self.decode_context, k, math.inf)
 
     def _decode_contexts(self, running: list[int]) -> np.ndarray:
         """Each running decode's KV tokens read by its next step (live tokens when compressed)."""
@@ -384,6 +402,12 @@ class Instance:
     def _release_handed_off(self) -> None:
         _, _, r = heapq.heappop(self.releases)
         self.hier.release(self.held.pop(r))
+
+    def release_handed_off_until(self, t: float) -> None:
+        """Free the blocks of every request whose KV has left by ``t`` (a driver reading the pool's
+        use while this instance is mid-step)."""
+        while self.releases and self.releases[0][0] <= t:
+            self._release_handed_off()
 
     # ------------------------------------------------------------------ events
     def _events_until(self, t: float) -> None:

@@ -164,19 +164,23 @@ class PrefillRole(Colocated):
         return True
 
     def step_started(self, inst: Instance, plan: StepPlan, now: float, end: float) -> None:
-        """Requests whose prompt this step completes are handed off now (their links booked)."""
+        """Requests whose prompt this step completes are handed off now (their links booked); one
+        with a single output token needs no decode instance: its blocks go back now."""
         table = inst.table
         for r in _completing(inst, plan):
             if table.output_len_py[r] > 1:
                 _, arrive = self.link.hand_off(r, table.input_len_py[r], now, end)
                 inst.hold_until(r, arrive)
+            else:
+                inst.hier.release(inst.held.pop(r))
 
     def prefill_done(self, inst: Instance, r: int, now: float) -> int:
         table = inst.table
         table.first_token[r] = now
         table.remaining[r] = table.output_len_py[r] - 1
         if table.remaining[r] <= 0:
-            return inst.finish_requests([r], now)
+            table.finish[r] = now  # its blocks went back when its step started
+            return 1
         inst.handed_off += 1  # its blocks go when its KV has left (hold_until)
         return 0
 
@@ -342,6 +346,7 @@ def _routed(router, view, prefills: list, table: RequestTable, sessions: list):
 
     def pick(r: int, t: float) -> int:
         for p, inst in enumerate(prefills):
+            inst.release_handed_off_until(t)  # KV that left by now frees its blocks, as the pool's use shows
             feed.refresh(view, p, inst, t)  # queues, their prefill, held KV, pool use
             view.running[p] = int(inst.step_end > t)  # a prefill instance: is it prefilling now
         view.now = view.scraped_at = t

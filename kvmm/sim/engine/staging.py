@@ -35,7 +35,7 @@ from kvmm.sim.engine._kernels import _claims_work_ahead, _first_tick_not_before
 from kvmm.sim.engine.requests import RequestTable
 from kvmm.sim.write_through import WriteThroughLRU
 
-__all__ = ["LedgerStaging", "WriteThroughStaging", "make_staging", "WAIT", "GO", "DROPPED"]
+__all__ = ["StagingController", "LedgerStaging", "WriteThroughStaging", "make_staging", "WAIT", "GO", "DROPPED"]
 
 #: admission_check answers: the request waits for its KV (keeps a batch slot, no prefill);
 #: it may run now; its claim was dropped (it recomputes or the GPU holds the hit) and it may run
@@ -53,7 +53,60 @@ def make_staging(cfg, table: RequestTable, levels: tuple, block_bytes: int, kv_b
     return LedgerStaging(cfg, table, levels, kv_bytes_per_token, ledger_factory, initial_rate, prefill_seconds)
 
 
-class LedgerStaging:
+class StagingController:
+    """What every controller shares: the ledger's progress-rate learning and its statistics,
+    and the answers of a controller without claims (nothing to poll, nothing in flight, every
+    request may run)."""
+
+    has_claims = False
+    open_claims = 0
+    ungranted = 0
+    ledger: Any = None
+
+    def poll(self, now: float) -> None:
+        return None
+
+    def next_transfer_time(self) -> float:
+        return INF
+
+    def next_tick_time(self) -> float:
+        return INF
+
+    def update_work_ahead(self, *args) -> None:
+        return None
+
+    def admission_check(self, r: int, in_window: bool, now: float, gpu_holds_hit) -> int:
+        return GO
+
+    def ready_now(self, r: int, now: float) -> bool:
+        return True
+
+    def consume(self, r: int, now: float) -> None:
+        return None
+
+    def release_read(self, admitted: list[int], now: float) -> list[int]:
+        return []
+
+    def after_prefill(self, r: int, ids: np.ndarray, now: float) -> None:
+        """``r``'s prefill is done (its blocks were offered to the lower tiers)."""
+
+    def close(self, now: float) -> None:
+        """The run ended at ``now``."""
+
+    def observe_progress(self, tokens: int, seconds: float) -> None:
+        if tokens:
+            self.ledger.observe_progress(tokens, seconds)
+
+    @property
+    def ready_in_time(self) -> int:
+        return int(self.ledger.stats["ready_in_time"])
+
+    @property
+    def ready_late(self) -> int:
+        return int(self.ledger.stats["ready_late"])
+
+
+class LedgerStaging(StagingController):
     """Claims, the ledger, the staging policy and the copies in flight of one instance."""
 
     skip_idle_ticks = True  # class default; False replays every controller tick (tests compare)
@@ -275,16 +328,6 @@ class LedgerStaging:
         fast = self.cfg.fast_tier
         return load_bytes / fast.read_bandwidth + fast.latency_s
 
-    def after_prefill(self, r: int, ids: np.ndarray, now: float) -> None:
-        """``r``'s prefill is done (its blocks were offered to the lower tiers)."""
-
-    def close(self, now: float) -> None:
-        """The run ended at ``now``."""
-
-    def observe_progress(self, tokens: int, seconds: float) -> None:
-        if tokens:
-            self.ledger.observe_progress(tokens, seconds)
-
     def recompute_is_faster(self, r: int, cid: int, now: float) -> bool:
         """Would recomputing the claim's tokens finish before its copy is ready?  (Holders free
         their capacity at their predicted use times, in that order.)"""
@@ -352,19 +395,9 @@ class LedgerStaging:
     def peak_protected_bytes(self) -> int:
         return int(self.ledger.peak_protected_bytes)
 
-    @property
-    def ready_in_time(self) -> int:
-        return int(self.ledger.stats["ready_in_time"])
 
-    @property
-    def ready_late(self) -> int:
-        return int(self.ledger.stats["ready_late"])
-
-
-class WriteThroughStaging:
+class WriteThroughStaging(StagingController):
     """The ``write-through-lru`` baseline: no claims; lower-tier hits are read in the step."""
-
-    has_claims = False
 
     def __init__(self, cfg, table: RequestTable, block_bytes: int, ledger_factory, levels: tuple,
                  initial_rate: float) -> None:
@@ -374,41 +407,14 @@ class WriteThroughStaging:
         self.ledger = ledger_factory(cfg.fast_tier.capacity_bytes, [lv.spec for lv in levels] or [cfg.fast_tier],
                                      margin_s=cfg.margin_s, initial_rate=cfg.initial_rate or initial_rate)
         self.owner: dict[int, int] = {}
-        self.ungranted = 0
         self.claims_made = self.claims_cancelled = self.claims_recomputed = 0
         self.levels = levels
         self.read_blocks = [0] * len(levels)  # lower-tier hits read per level (by the source found at lookup)
         self.hit_sources: dict[int, np.ndarray] = {}
 
-    open_claims = 0
-
     def claim(self, r: int, src: np.ndarray, slow_tokens: int, t: float, ahead: float, delay: float) -> None:
         self.table.staged_blocks[r] = src.shape[0]  # read from the lower tiers at scheduling, no claim
         self.hit_sources[r] = src
-
-    def poll(self, now: float) -> None:
-        return None
-
-    def next_transfer_time(self) -> float:
-        return INF
-
-    def next_tick_time(self) -> float:
-        return INF
-
-    def update_work_ahead(self, *args) -> None:
-        return None
-
-    def admission_check(self, r: int, in_window: bool, now: float, gpu_holds_hit) -> int:
-        return GO
-
-    def ready_now(self, r: int, now: float) -> bool:
-        return True
-
-    def consume(self, r: int, now: float) -> None:
-        return None
-
-    def release_read(self, admitted: list[int], now: float) -> list[int]:
-        return []
 
     def load_seconds(self, admitted: list[int], now: float) -> float:
         """Seconds to bring the admitted requests' lower-tier hits to the GPU."""
@@ -429,10 +435,6 @@ class WriteThroughStaging:
     def close(self, now: float) -> None:
         self.fast_lru.tick(now)
 
-    def observe_progress(self, tokens: int, seconds: float) -> None:
-        if tokens:
-            self.ledger.observe_progress(tokens, seconds)
-
     @property
     def protected_byte_seconds(self) -> float:
         return self.fast_lru.byte_seconds
@@ -440,11 +442,3 @@ class WriteThroughStaging:
     @property
     def peak_protected_bytes(self) -> int:
         return int(self.fast_lru.peak)
-
-    @property
-    def ready_in_time(self) -> int:
-        return int(self.ledger.stats["ready_in_time"])
-
-    @property
-    def ready_late(self) -> int:
-        return int(self.ledger.stats["ready_late"])

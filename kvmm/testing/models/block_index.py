@@ -2,7 +2,9 @@
 ("Semantics") alone.
 
 A ``dict`` key -> ``set`` of ``(instance, medium)`` holders, and an ``OrderedDict`` of entries,
-least recently used first, kept only under a budget.  Slow and obviously correct: the model of
+least recently used first, kept only under a budget.  With ``max_holders`` each key also keeps
+its holders oldest first (a store makes its holder the newest; a new holder of a full key
+pushes the oldest out), as llm-d's per-key pod LRU (``podCacheSize``) does.  Slow and obviously correct: the model of
 the stateful test and the same-run baseline ("dict-of-sets index") of the benchmarks.  Keys are
 whatever hashable values the caller uses (ints, or ``(int, int)`` pairs); media are names.
 Errors are plain ``ValueError`` raised before any change.
@@ -16,14 +18,16 @@ __all__ = ["NaiveBlockIndex"]
 
 
 class NaiveBlockIndex:
-    def __init__(self, num_instances: int, media=("GPU", "CPU"), max_entries: int | None = None) -> None:
+    def __init__(self, num_instances: int, media=("GPU", "CPU"), max_entries: int | None = None,
+                 max_holders: int | None = None) -> None:
         self.num_instances = num_instances
         self.media = tuple(media)
         self.max_entries = max_entries
-        self.holders: dict = {}  # key -> set of (instance, medium name)
+        self.max_holders = max_holders
+        self.holders: dict = {}  # key -> OrderedDict of (instance, medium name), oldest first
         self.lru: OrderedDict = OrderedDict()  # least recently used first; only with a budget
         self.stats = {"stored": 0, "removed": 0, "lenient_ignored": 0, "budget_evictions": 0, "cleared": 0,
-                      "lookups": 0}
+                      "lookups": 0, "holder_evictions": 0}
 
     def __len__(self) -> int:
         return len(self.holders)
@@ -44,8 +48,15 @@ class NaiveBlockIndex:
                     oldest = next(iter(self.lru))
                     self._drop(oldest)
                     self.stats["budget_evictions"] += 1
-                self.holders[key] = set()
-            self.holders[key].add((instance, medium))
+                self.holders[key] = OrderedDict()
+            held = self.holders[key]
+            if (instance, medium) in held:
+                held.move_to_end((instance, medium))
+            else:
+                if self.max_holders is not None and len(held) >= self.max_holders:
+                    held.popitem(last=False)
+                    self.stats["holder_evictions"] += 1
+                held[(instance, medium)] = None
             self._touch(key)
             self.stats["stored"] += 1
 
@@ -62,7 +73,7 @@ class NaiveBlockIndex:
             if holders is None or (instance, medium) not in holders:
                 self.stats["lenient_ignored"] += 1
                 continue
-            holders.discard((instance, medium))
+            del holders[(instance, medium)]
             if not holders:
                 self._drop(key)
             self.stats["removed"] += 1
@@ -71,7 +82,7 @@ class NaiveBlockIndex:
         for key in list(self.holders):
             holders = self.holders[key]
             for m in self.media if medium is None else (medium,):
-                holders.discard((instance, m))
+                holders.pop((instance, m), None)
             if not holders:
                 self._drop(key)
         self.stats["cleared"] += 1
