@@ -206,6 +206,11 @@ def test_kv_cost_follows_dynamos_cost_by_hand():
                                                   running_blocks=[0, 0, 1], block_tokens=16)) == 0  # 6 < 6.75
     no_host = make_router("kv-cost", 3, medium_credits={"cpu": 0.0})
     assert no_host.route(req([1, 2, 3, 4]), v) == 0  # instance 1 loses its host credit: 8 > 6
+    # a speculative entry (routed, not yet confirmed by an event) is credited as device overlap
+    spec = TinyIndex(2, {(0, "GPU"): {1, 2}, (1, "speculative"): {1, 2}}, media=("GPU", "speculative"))
+    costs = make_router("kv-cost", 2).costs(req([1, 2, 3, 4]), view(2, index=spec, block_tokens=16),
+                                            spec.prefix_hits([1, 2, 3, 4]))
+    np.testing.assert_allclose(costs, [6.0, 6.0])
 
 
 def test_kv_cost_ties_are_random_and_temperature_samples():

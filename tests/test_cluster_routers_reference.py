@@ -118,7 +118,7 @@ KV_COST = dict(overlap_score_credit=st.sampled_from([1.0, 0.5, 0.0]), host_cache
 
 
 @SETTINGS
-@given(cases(**KV_COST), st.sampled_from([("GPU", "CPU"), ("GPU",), ("GPU", "CPU", "Disk")]))
+@given(cases(**KV_COST), st.sampled_from([("GPU", "CPU"), ("GPU",), ("GPU", "CPU", "Disk"), ("GPU", "speculative")]))
 def test_kv_cost_matches_its_model(case, media):
     n, steps, options = case
     if options["medium_credits"] and not {m.lower() for m in options["medium_credits"]} <= {m.lower() for m in media}:

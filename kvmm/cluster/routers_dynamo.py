@@ -23,6 +23,9 @@ from kvmm.errors import BadInputError
 
 __all__ = ["KvCostRouter", "dynamo_softmax_pick"]
 
+#: the medium of the index's speculative entries (kvmm.cluster.event_stream.SPECULATIVE_MEDIUM)
+SPECULATIVE = "speculative"
+
 
 @dataclass
 class KvCostRouter:
@@ -35,8 +38,9 @@ class KvCostRouter:
       prefix blocks held on medium ``m`` beyond the longest run held on the media before it
       (``extra_0`` = the run on medium 0), so a block counts once, on its fastest medium;
       ``credit`` is ``overlap_score_credit`` for medium 0 (device), ``host_cache_hit_weight``
-      for medium 1, ``disk_cache_hit_weight`` for media 2 and later, unless ``medium_credits``
-      names the medium (case-insensitive);
+      for medium 1, ``disk_cache_hit_weight`` for media 2 and later (``overlap_score_credit``
+      for the index's ``speculative`` medium: Dynamo counts predicted blocks as device overlap),
+      unless ``medium_credits`` names the medium (case-insensitive);
     * prefill blocks: ``(view.prefill_tokens[i] + request.input_length) / bt``;
     * decode blocks: ``view.running_blocks[i] + view.queued_blocks[i] + len(request.block_ids)``;
     * ``cost = prefill_load_scale * max(0, prefill blocks - overlap credit) + decode blocks
@@ -79,7 +83,10 @@ class KvCostRouter:
         self._ties = Ties(self.tie_break, self.seed, self.name)
         self.seed = int(self.seed)
         by_position = (self.overlap_score_credit, self.host_cache_hit_weight, self.disk_cache_hit_weight)
-        self._credits = MediumWeights(self.medium_credits, {}, by_position, "medium_credits")
+        # a routed-but-unconfirmed entry (kvmm's speculative indexing) counts as device overlap, as
+        # Dynamo's predict-on-route side indexer does (its overlap is maxed with the event-driven one)
+        self._credits = MediumWeights(self.medium_credits, {SPECULATIVE: self.overlap_score_credit}, by_position,
+                                      "medium_credits")
 
     def route(self, request: Any, view: Any) -> int:
         check_route_args(self, request, view)

@@ -189,7 +189,7 @@ class KvCostModel:
 
     def costs(self, request: Any, view: Any) -> list[float]:
         hits = view.index.prefix_hits([int(b) for b in request.block_ids]).tolist()
-        credits = _medium_weights(tuple(view.index.media), self.medium_credits, {},
+        credits = _medium_weights(tuple(view.index.media), self.medium_credits, {"speculative": self.by_position[0]},
                                   lambda m: self.by_position[min(m, 2)])
         bt = view.block_tokens
         load = _loads(view)
