@@ -39,7 +39,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.sim.engine.clock import make_clock
-from kvmm.sim.engine.requests import RequestTable
+from kvmm.sim.engine.requests import HeldBlocks, RequestTable
 from kvmm.sim.engine.scheduler import Scheduler
 from kvmm.sim.engine.staging import make_staging
 from kvmm.sim.engine.stats import InstanceStats
@@ -550,32 +550,6 @@ class Instance:
         if n >= 200 and self.stats.max_waiting > max(50, n // 10):
             warnings.warn(f"kvmm.sim: the queue reached {self.stats.max_waiting} waiting requests of {n}: the offered "
                           "load exceeds capacity, TTFT measures the backlog (lower load=)", QueueGrowthWarning, stacklevel=3)
-
-
-class HeldBlocks(dict):
-    """request -> the GPU block ids it holds, keeping ``blocks``, the total of their counts, as
-    entries come and go (every role stores and pops here, PD's included), so a cluster's view reads
-    the blocks its requests hold in O(1).  Runtime complexity: O(1) per store or pop."""
-
-    __slots__ = ("blocks",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = 0
-
-    def __setitem__(self, r: int, ids: np.ndarray) -> None:
-        old = self.get(r)
-        if old is not None:
-            self.blocks -= old.shape[0]
-        self.blocks += ids.shape[0]
-        super().__setitem__(r, ids)
-
-    def pop(self, r: int, *default: Any) -> Any:
-        if r not in self:
-            return super().pop(r, *default)
-        ids = super().pop(r)
-        self.blocks -= ids.shape[0]
-        return ids
 
 
 class Colocated:
