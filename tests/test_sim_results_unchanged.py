@@ -66,14 +66,19 @@ def test_result_is_unchanged(name):
 # Engine class, PD's own event heap, the cluster driver in kvmm.cluster): compression, routed
 # instances with write-back tiers and the block index, llm-d's weighted router, routed PD,
 # advance notice with priority classes.  ``pd-routed``'s digest differs from 884814d's only in
-# max_running (34; PD left it 0): every other field is 884814d's.
+# max_running (34; PD left it 0): every other field is 884814d's.  ``cluster-precise-writeback``
+# names precise-prefix's rule of 884814d (the load-blind ablation, ties to the lowest index; its
+# default balances as NVIDIA Dynamo since issue 31) and keeps 884814d's digest.
+# ``cluster-weighted`` changed with llm-d's rule (issue 31): the precise prefix score is min-max
+# normalised over the instances holding the first block and ties are shuffled (seeded), where
+# 884814d took matched / request blocks and the lowest index (884814d's digest: eb4de0bb...).
 MORE_FIELDS = ['demoted_blocks', 'instances', 'requests_per_instance', 'load_imbalance', 'queue_imbalance',
                'index_entries', 'fabric_bytes', 'staging_wait_s_mean', 'staging_wait_s_p95', 'staging_wait_s_total']
 
 SPLIT_DIGESTS = {
     'compress': '8607d92454dc50b84d72834b91cb14f6',
     'cluster-precise-writeback': 'fe27e292b6ab39b8410d85dd1ccdda7b',
-    'cluster-weighted': 'eb4de0bbe980c038862bc450d52934c3',
+    'cluster-weighted': '77b0cd158d3f8fc2ef91b5efc240df18',
     'pd-routed': '10dbc4bca6245fd93422d2775304009f',
     'notice': 'dbd51ab2ba6cf80314cd56d41c48d22f',
 }
@@ -83,6 +88,7 @@ SPLIT_CONFIGS = {
     "cluster-precise-writeback": SimConfig(
         max_requests=2000, tiers=(TierLevel("dram", capacity_bytes=64 * GiB, fill="write-back"),),
         cluster=ClusterConfig(instances=4, router="precise-prefix", fabric="rdma400",
+                              router_params={"balance": "none", "tie_break": "lowest"},  # the rule of 884814d
                               shared_tiers=(TierLevel("layer3.5", capacity_bytes=2 * 1024 * GiB, fill="write-back"),)),
         **OLD_CLOCK),
     "cluster-weighted": SimConfig(max_requests=2000, policy="on-demand", cluster=ClusterConfig(instances=3, router="weighted"),

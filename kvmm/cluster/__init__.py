@@ -30,6 +30,7 @@ _LAZY = {
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
+    "KvCostRouter": "kvmm.cluster.routers",
     "EventStream": "kvmm.cluster.event_stream",
     "EventFeed": "kvmm.cluster.event_stream",
     "FabricSpec": "kvmm.cluster.fabric",

@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "round-robin in advance, with either they are routed as they arrive (a cluster)")
     parser.add_argument("--router", default=None, metavar="NAME[:k=v,...]",
                         help="cluster routing: round-robin, least-loaded, session, approx-prefix, precise-prefix, "
-                             "weighted, with options, e.g. precise-prefix:load_weight=0.5")
+                             "weighted, kv-cost, with options, e.g. kv-cost:router_temperature=0.5 or the load-blind "
+                             "ablation precise-prefix:balance=none (docs/cluster_routers.md)")
     parser.add_argument("--shared-tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
                         help="a tier every instance shares, after the private --tier levels (repeatable; same "
                              "spelling as --tier)")

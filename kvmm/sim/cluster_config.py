@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_count
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_count, as_positive_float
 from kvmm.errors import BadInputError, DTypeError
 
 __all__ = ["ClusterConfig"]
@@ -49,6 +49,9 @@ class ClusterConfig:
     ``store``: a :class:`~kvmm.sim.PooledStore` for every shared level, or a tuple with one (or
     ``None``: one plain pool) per shared level: a store split into per-instance segments with a
     high-watermark eviction and replicas, as Mooncake Store (docs/cluster.md).
+    ``metrics_interval_s``: how often the router's view of each instance's load is scraped, in
+    seconds (llm-d's scraper reads every engine's metrics every ~50 ms); ``0`` (the default):
+    exact, as of each arrival (docs/cluster.md, "What a router sees").
     """
 
     instances: int = 2
@@ -61,6 +64,7 @@ class ClusterConfig:
     index_max_holders: int | None = None
     events: Any = None
     store: Any = None
+    metrics_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
         from kvmm.sim.config import as_tier_levels
@@ -102,6 +106,8 @@ class ClusterConfig:
         from kvmm.sim.pooled_store import as_stores
 
         object.__setattr__(self, "store", as_stores(self.store, len(self.shared_tiers), self.instances))
+        object.__setattr__(self, "metrics_interval_s",
+                           as_positive_float(self.metrics_interval_s, "metrics_interval_s", allow_zero=True))
 
     @property
     def uses_index(self) -> bool:
@@ -109,9 +115,10 @@ class ClusterConfig:
         if self.index is not None:
             return self.index
         if isinstance(self.router, str):
-            from kvmm.cluster.routers import INDEX_ROUTERS
+            from kvmm.cluster.routers import make_router
 
-            return self.router in INDEX_ROUTERS
+            router = make_router(self.router, self.instances, **dict(self.router_params))
+            return bool(router.uses_index)  # some read it only with some options (weighted's profiles)
         return bool(getattr(self.router, "uses_index", False))
 
 

@@ -249,6 +249,9 @@ class SimConfig:
                                         f"got {self.cluster.instances}")
                 if self.cluster.shared_tiers:
                     raise BadInputError("PD mode models no lower tiers; expected no shared_tiers with pd=")
+                if self.cluster.metrics_interval_s:
+                    raise BadInputError("PD mode routes on exact loads (no metrics scrape is modelled there); "
+                                        "expected metrics_interval_s=0 with pd=")
         if self.prices is not None:
             from kvmm.sim.cost import Prices
 

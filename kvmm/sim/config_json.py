@@ -229,7 +229,8 @@ def _cluster(value, what: str) -> Any:
             "index": value.index, "index_max_entries": value.index_max_entries,
             "index_max_holders": value.index_max_holders,
             "events": None if value.events is None else dataclasses.asdict(value.events),
-            "store": [None if s is None else dataclasses.asdict(s) for s in value.store]}
+            "store": [None if s is None else dataclasses.asdict(s) for s in value.store],
+            "metrics_interval_s": value.metrics_interval_s}
 
 
 def _prices(value, what: str) -> Any:

@@ -39,7 +39,7 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.sim.engine.clock import make_clock
-from kvmm.sim.engine.requests import RequestTable
+from kvmm.sim.engine.requests import HeldBlocks, RequestTable
 from kvmm.sim.engine.scheduler import Scheduler
 from kvmm.sim.engine.staging import make_staging
 from kvmm.sim.engine.stats import InstanceStats
@@ -114,7 +114,7 @@ class Instance:
                                    gpu_holds_hit=self._gpu_holds_hit,
                                    transfers_in_flight=lambda: self.staging.next_transfer_time() != math.inf)
         self.stats = InstanceStats()
-        self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
+        self.held = HeldBlocks()  # request -> its GPU block ids (and their total, which a router's view reads)
         self.releases: list[tuple[float, int, int]] = []  # heap: (time, seq, request) whose held blocks go then
         self.decode_context = 0  # KV tokens the running decodes read in their next step (sum)
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
@@ -122,6 +122,9 @@ class Instance:
         self.step_end = 0.0
         self.now = 0.0  # the loop's clock where the hierarchy moves blocks (a delayed KV-event stream stamps them)
         self.batch_in_flight = 0
+        # prompt tokens the whole-prefill scheduler computes in the step in flight (a router's view counts
+        # them as still to do until the step ends; chunked prefills are counted from the scheduler's progress)
+        self.prefill_in_flight = 0
         self.next_arrival = 0
         # advance notice (SimConfig.notice_s): requests are looked up and claimed this long before
         # they arrive; 0: at arrival (the announcement stream below is then not used)
@@ -242,6 +245,7 @@ class Instance:
                 stats.decode_busy_s += decode_s
             self.step_end = now + dt
             self.batch_in_flight = n_batch = len(running) + len(prefilling) + (0 if scheduler.chunked else len(admitted))
+            self.prefill_in_flight = 0 if scheduler.chunked else plan.prefill_tokens
             if waiting and staging.open_claims:
                 staging.update_work_ahead(waiting, scheduler.budget, scheduler.max_seqs - n_batch, scheduler.max_seqs,
                                           now, dt)
@@ -349,6 +353,7 @@ class Instance:
         self.step_end = now + seconds
         self.stats.decode_busy_s += seconds
         self.batch_in_flight = len(running)
+        self.prefill_in_flight = 0
         self._events_until(now + seconds)
         now += seconds
         self.stats.steps += k

@@ -64,7 +64,8 @@ def simulate_pd(cfg, serving, trace, arrival: np.ndarray, progress=None):
     if cfg.cluster is not None:  # routed prefill instances (kvmm.cluster): the index tracks their GPUs only
         from kvmm.sim.engine.cluster import cluster_routing, sessions_of
 
-        router, view, index, feeds = cluster_routing(cfg, pd.prefill_instances, ("GPU",))
+        router, view, index, feeds = cluster_routing(cfg, pd.prefill_instances, ("GPU",),
+                                                     block_tokens=int(trace.block_tokens))
         key_space = np.unique(table.ids) if index is not None else None
     prefill_role, decode_role = PrefillRole(link), DecodeRole(link)
     prefills = [Instance(cfg, serving, table, CommitmentLedger, progress, assigned=[], tier_events=feeds[i],
@@ -338,19 +339,25 @@ def _routed(router, view, prefills: list, table: RequestTable, sessions: list):
     is prefilling, its pool use)."""
     from kvmm.cluster.routers import checked_route
     from kvmm.cluster.view import RouteRequest
+    from kvmm.sim.engine.cluster import RowFeed
+
+    feed = RowFeed(table, view.index)
+    view.kv_blocks_total[:] = [inst.hier.num_blocks for inst in prefills]
 
     def pick(r: int, t: float) -> int:
         for p, inst in enumerate(prefills):
             inst.release_handed_off_until(t)  # KV that left by now frees its blocks, as the pool's use shows
-            view.queue_lengths[p] = len(inst.waiting) + len(inst.arrival_ids) - inst.next_arrival
-            view.running[p] = int(inst.step_end > t)
-            view.kv_utilisation[p] = inst.hier.pool.usage
-        view.now = t
+            feed.refresh(view, p, inst, t)  # queues, their prefill, held KV, pool use
+            view.running[p] = int(inst.step_end > t)  # a prefill instance: is it prefilling now
+        view.now = view.scraped_at = t
         keys, _ = table.blocks(r)
-        request = RouteRequest(index=r, arrival_s=t, block_ids=keys[:, 0].view(np.int64),
+        block_ids = keys[:, 0].view(np.int64)
+        request = RouteRequest(index=r, arrival_s=t, block_ids=block_ids,
                                input_length=table.input_len_py[r], output_length=table.output_len_py[r],
                                session=sessions[r])
-        return checked_route(router, request, view)
+        choice = checked_route(router, request, view)
+        feed.routed(view, choice, r, block_ids)
+        return choice
 
     return pick
 

@@ -13,8 +13,9 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
 * :class:`~kvmm.testing.models.block_index.NaiveBlockIndex`: ``kvmm.cluster.BlockIndex``
   (docs/cluster_index.md: holders per key, consecutive prefix runs, LRU entry budget);
 * :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code;
-* :mod:`~kvmm.testing.models.routers`: the approx-prefix, precise-prefix and weighted routers
-  (docs/cluster_routers.md: SGLang cache-aware thresholds, llm-d scorers).
+* :mod:`~kvmm.testing.models.routers`: the least-loaded, approx-prefix, precise-prefix, weighted
+  and kv-cost routers, random tie-breaks included (docs/cluster_routers.md: smg's and sgl-router's
+  cache-aware rules, llm-d's scorers and profiles, NVIDIA Dynamo's KV router cost).
 """
 
 from __future__ import annotations
