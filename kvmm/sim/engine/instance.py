@@ -120,6 +120,7 @@ class Instance:
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
         self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
+        self.events_checked = -math.inf  # events up to this time have been processed
         self.now = 0.0  # the loop's clock where the hierarchy moves blocks (a delayed KV-event stream stamps them)
         self.batch_in_flight = 0
         # prompt tokens the whole-prefill scheduler computes in the step in flight (a router's view counts
@@ -195,8 +196,10 @@ class Instance:
                 self.idle = True  # between steps: a driver may hand it work at this time
                 yield now
                 self.idle = False
+                self.events_checked = -math.inf  # a driver may have routed requests here meanwhile
             woken = False
-            self._events_until(now)
+            if now > self.events_checked:  # the step that ended at now has processed its events
+                self._events_until(now)
             if staging.ungranted:
                 staging.poll(now)
             self.now = now
@@ -211,6 +214,7 @@ class Instance:
                     self.idle = True  # idle until a request is routed here (or the driver's time)
                     woke = yield (math.inf if nxt is None else nxt)
                     self.idle = False
+                    self.events_checked = -math.inf
                     if woke is not None:
                         now = max(now, woke)
                         woken = self.lockstep
@@ -411,7 +415,10 @@ class Instance:
 
     # ------------------------------------------------------------------ events
     def _events_until(self, t: float) -> None:
-        """Process staging completions, arrivals and controller polls with time <= t, in time order."""
+        """Process staging completions, arrivals and controller polls with time <= t, in time order.
+        (Nothing a step's end does adds an event at or before its end, so the loop skips a second
+        call for the same time: ``events_checked``.)"""
+        self.events_checked = t
         staging = self.staging
         arrival = self.arrival_times
         while True:
