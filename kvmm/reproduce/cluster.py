@@ -100,14 +100,14 @@ def reproduce(report) -> None:
                     for k in range(n_slices)]
     names = ", ".join(f"[{k * slice_len}:{min((k + 1) * slice_len, trace.num_requests)}]" for k in range(n_slices))
 
-    runs = Runs()
+    runs = Runs()  # registered longest first, so the pool's last runs are short ones
     shared_keys = _shared_vs_private_runs(runs, slices)
     router_keys = router_runs(runs, slices)
-    event_keys = event_runs(runs, event_slices)
     fill_keys = _fill_runs(runs, slices)
-    parastor_keys = parastor_runs(runs, quick)
     old_keys = {design: [runs.add(("old clock", design, w.name), old_clock(cluster_config(w, ROUTER_INSTANCES, design)[1]))
                          for w in slices] for design in ("private", "shared")}
+    event_keys = event_runs(runs, event_slices)
+    parastor_keys = parastor_runs(runs, quick)
 
     report.heading("Cluster: shared KV pools, KV-aware routing, demotion and the cost account")
     report.text(
