@@ -40,6 +40,7 @@ from kvmm.reproduce._clock import (
 )
 from kvmm.reproduce._cluster_common import (
     AFFINITY,
+    DESIGNS,
     LOAD,
     MODEL,
     ROUTER_INSTANCES,
@@ -211,12 +212,15 @@ def _shared_vs_private_table(report, runs, keys: dict) -> dict:
 
 
 def _gaps(res: dict, routing: str, metric) -> str:
-    return " / ".join(f"{metric(res[(n, routing, 'shared')]) - metric(res[(n, routing, 'private')]):+.1f}" for n in COUNTS)
+    diffs = [round(metric(res[(n, routing, "shared")]) - metric(res[(n, routing, "private")]), 1) + 0.0 for n in COUNTS]
+    return " / ".join(f"{d:+.1f}" for d in diffs)  # + 0.0: no "-0.0"
 
 
 def _shared_note(res: dict) -> str:
+    from kvmm.sim import PooledStore
     from kvmm.tiers.spec import PRESETS
 
+    mc = PooledStore.mooncake()
     n = ROUTER_INSTANCES
     pts = lambda rs: 100 * mean_of(rs, hit)
     p95 = lambda rs: mean_of(rs, lambda r: r.ttft_p95)
@@ -238,7 +242,8 @@ def _shared_note(res: dict) -> str:
         bundled.append(f"{design} {mean_of(rs, usd_per_k_requests):.3f} -> {spread(after)[0]:.3f}")
     stores = [(d, res[(n, AFFINITY, d)]) for d in ("store r1", "store r2")]
     one = res[(n, AFFINITY, "shared")]
-    store_text = "; ".join(f"{design_label(n, d)}: hit ratio {pts(rs):.1f} % vs {pts(one):.1f} %, p95 TTFT "
+    store_text = "; ".join(f"{DESIGNS[d]} replica{'s' if DESIGNS[d] > 1 else ''}: hit ratio {pts(rs):.1f} % vs "
+                           f"{pts(one):.1f} % in the one pool, p95 TTFT "
                            f"{p95(rs):.2f} vs {p95(one):.2f} s" for d, rs in stores)
     return (
         "private: each instance has its own DRAM tier (dram preset: 55 GB/s, 10 us) of total / N; shared: one "
@@ -249,11 +254,14 @@ def _shared_note(res: dict) -> str:
         "instance reaches it alike).  Shared minus private hit ratio, points at N = "
         f"{' / '.join(map(str, COUNTS))}: {_gaps(res, 'round-robin', pts)} under round-robin, "
         f"{_gaps(res, AFFINITY, pts)} under {AFFINITY} (the gap is narrower under affinity at {narrower} of "
-        f"{len(COUNTS)} sizes); shared minus private p95 TTFT, s: {_gaps(res, 'round-robin', p95)} and "
-        f"{_gaps(res, AFFINITY, p95)}.  Round-robin sends a request to the instance holding its prefix 1 time in N, "
-        "so a private tier's hits fall with N; the shared pool sees every instance's blocks.  Mooncake-like store "
+        f"{len(COUNTS)} sizes{'; the shared pool still hits more at every size' if min(aff_gap) > 0 else ''}); shared "
+        f"minus private p95 TTFT, s: {_gaps(res, 'round-robin', p95)} under round-robin, {_gaps(res, AFFINITY, p95)} "
+        "under affinity.  Round-robin has no cache affinity, so a private tier helps only a request that lands where "
+        "its prefix was computed; an affinity router sends it there when the balance allows; the shared pool sees "
+        "every instance's blocks whatever the router.  Mooncake-like store "
         f"(PooledStore.mooncake: a segment of {TOTAL_CAPACITY // n // GiB} GiB per instance, each instance writes "
-        "its own and reads it without the fabric, eviction from 90 % of a segment down to 85 %, with 2 replicas a "
+        f"its own and reads it without the fabric, eviction from {100 * mc.watermark:.0f} % of a segment down to "
+        f"{100 * (mc.watermark - mc.evict_fraction):.0f} %, with 2 replicas a "
         f"block read from another segment is copied into the reader's), at N = {n} under {AFFINITY}: {store_text}.  "
         f"Cost: USD / 1k req and USD / M tok are the whole bill; {price}.  Host DRAM bundled with the VM: at N = {n} "
         f"under {AFFINITY}, counting the first {VM_BUNDLED_RAM_GIB} GiB of each node's KV DRAM as the VM's own would "
