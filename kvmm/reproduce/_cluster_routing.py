@@ -29,7 +29,7 @@ APPROX_ROUTERS = ("approx-prefix (smg)", "weighted (llm-d approximate)")
 #: short delay (50 ms) and at a long one (5 s)
 EVENT_SETTINGS = ((0.0, 0.0), (0.05, 0.0), (0.5, 0.0), (5.0, 0.0), (0.05, 0.1), (0.05, 0.5), (5.0, 0.5))
 SPECULATIVE_TTL_S = 2.0  # llm-d's speculativeTTL default
-EVENT_REQUESTS = 1000  # requests per slice of the event sweep (the first of each slice of the trace)
+EVENT_REQUESTS = 600  # requests per slice of the event sweep (the first of each slice of the trace)
 EVENT_REQUESTS_QUICK = 100
 
 
