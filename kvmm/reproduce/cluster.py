@@ -354,6 +354,7 @@ def _plots(report, shared: dict, routers: dict) -> None:
     def draw_shared(ax):
         styles = {("private", "round-robin"): ("o", "-"), ("shared", "round-robin"): ("s", "-"),
                   ("private", AFFINITY): ("o", "--"), ("shared", AFFINITY): ("s", "--")}
+        top = max(m + sd for k, (m, sd) in shared.items() if k[2] in ("private", "shared"))
         for (design, routing), (marker, line) in styles.items():
             mean, std = zip(*(shared[(n, routing, design)] for n in COUNTS))
             ax.errorbar(COUNTS, mean, yerr=std, marker=marker, linestyle=line, capsize=4,
@@ -361,10 +362,10 @@ def _plots(report, shared: dict, routers: dict) -> None:
         ax.set_xlabel("instances")
         ax.set_ylabel("TTFT p95 (s), mean ± std")
         ax.set_xticks(COUNTS)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, 1.35 * top)  # room for the legend above the lines
         ax.grid(True, alpha=0.3)
         ax.set_title(f"Shared pool vs private DRAM, {TOTAL_CAPACITY // TiB} TiB in all (error bars: std over slices)")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, ncol=2, loc="upper center")
 
     report.figure("cluster-shared-vs-private", draw_shared)
     report.figure("cluster-routers", lambda axes: draw_routers(axes, routers), size=(10.0, 4.6), ncols=2)
