@@ -89,7 +89,7 @@ def test_a_flag_value_that_looks_like_a_flag_of_the_command_stays_a_flag(capsys)
 
 def test_pd_and_fabric_take_the_same_link_names():
     from kvmm.cluster.fabric import FABRIC_PRESETS, LINK_NAMES, fabric_preset, link_by_name
-    from kvmm.sim._cli import add_arguments, build_configs
+    from kvmm.cli.simulate import add_arguments, build_configs
     from kvmm.tiers.spec import LINK_PRESETS
     import argparse
 
@@ -113,6 +113,7 @@ def test_progress_total_is_the_real_request_count(tmp_path, monkeypatch, capsys)
     import json
 
     import kvmm._progress as progress_module
+    import kvmm.cli.simulate
     from kvmm.sim.config import SimConfig
     from kvmm.sim.config_json import config_to_json
 
@@ -123,7 +124,7 @@ def test_progress_total_is_the_real_request_count(tmp_path, monkeypatch, capsys)
             totals.append(total)
             super().__init__(total, *args, **kwargs)
 
-    monkeypatch.setattr(progress_module, "Progress", Recorder)
+    monkeypatch.setattr(kvmm.cli.simulate, "Progress", Recorder)
     path = tmp_path / "config.json"
     for max_requests, expected in ((None, 12), (5, 5), (50, 12)):
         cfg = SimConfig(workload=__import__("kvmm.sim.workload", fromlist=["Workload"]).Workload(num_requests=12),

@@ -110,7 +110,7 @@ def test_reasons_never_round_a_miss_onto_the_slo():
 
 
 def test_waves_are_as_wide_as_the_executor():
-    from kvmm.plan._cli import InlineExecutor
+    from kvmm.cli.plan import InlineExecutor
     from kvmm.plan._verify import workers_of
 
     with ThreadPoolExecutor(max_workers=3) as pool:

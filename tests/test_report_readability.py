@@ -211,7 +211,7 @@ def test_section_timings_say_they_include_jit_compilation(tmp_path, monkeypatch)
     import sys
     import types
 
-    import kvmm.report as R
+    import kvmm.reproduce as R
 
     module = types.ModuleType("kvmm_test_fake_section")
     module.reproduce = lambda report: report.text("nothing")

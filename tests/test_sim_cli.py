@@ -120,7 +120,7 @@ def test_simulate_rejects_an_unknown_format(capsys):
 
 
 def test_the_cli_staging_names_are_the_simulators():
-    from kvmm.sim._cli import STAGING
+    from kvmm.cli.simulate import STAGING
     from kvmm.sim.config import STAGING_NAMES
 
     assert STAGING == STAGING_NAMES  # the CLI spells them out to stay light to import

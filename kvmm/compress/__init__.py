@@ -1,9 +1,8 @@
 """kvmm.compress: RoPE math, TriAttention calibration and scoring (docs/triattention.md), token-level
 KV eviction scorers and the eviction helper (docs/vtoken.md).
 
-Imports are lazy, so ``import kvmm.compress`` (and ``kvmm calibrate --help``, which imports
-:mod:`kvmm.compress._cli`) loads neither numba nor the kernels; the first use of a name loads its
-module.  torch is imported only by :mod:`kvmm.compress.hf`.
+Imports are lazy, so ``import kvmm.compress`` (and ``kvmm calibrate --help``: :mod:`kvmm.cli.calibrate`)
+loads neither numba nor the kernels; the first use of a name loads its module.  torch is imported only by :mod:`kvmm.compress.hf`.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def reproduce(report) -> None:
 # --------------------------------------------------------------------------- experiment 1
 def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
     from kvmm.plan import SLO, TierCandidate, plan
-    from kvmm.plan._cli import StageProgress
+    from kvmm.plan.progress import StageProgress
     from kvmm.plan.writers import plan_summary, point_label
 
     points = 8 if quick else 32  # full: the 32 points per tier (32,768 combinations)

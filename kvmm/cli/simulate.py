@@ -17,6 +17,10 @@ see docs/eviction_orders.md) and an admission policy
 name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``--staging``:
 ``on-demand``, ``immediate``, ``immediate-edf``, ``timely``, ``write-through-lru`` or ``all``.
 ``--load none`` replays the trace's own timestamps (times ``--time-scale``).
+
+The parser is built on every ``kvmm`` call, so this module imports only the standard library and
+kvmm's light modules at the top; the library (numpy and up: configs, presets, the simulator) is
+imported inside the functions that use it, each marked "on use".
 """
 
 from __future__ import annotations
@@ -24,8 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+import warnings
+from dataclasses import replace
 
-from kvmm.errors import BadInputError
+from kvmm._progress import Progress
+from kvmm.errors import BadInputError, KvmmWarning, RunWarning
+from kvmm.report import format_table
 
 # kvmm.sim.config.STAGING_NAMES, spelled out: the parser is built on every `kvmm` call and importing
 # the config costs ~0.1 s (numpy); tests/test_sim_cli.py checks the two agree
@@ -132,7 +141,7 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, what: str) -> int:
     """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
-    from kvmm._validate import MAX_UNITS, short_repr
+    from kvmm._validate import MAX_UNITS, short_repr  # on use (numpy)
 
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
@@ -149,6 +158,7 @@ def parse_size(text: str, what: str) -> int:
 
 def parse_tier(text: str):
     """``PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` -> TierLevel."""
+    # on use (numpy)
     from kvmm.sim.config import TierLevel, check_admission, check_eviction
     from kvmm.tiers.spec import PRESETS
 
@@ -175,6 +185,7 @@ def parse_price_flag(text: str | None):
     was not given); a one-line error quoting the flag otherwise (``kvmm simulate`` and ``kvmm plan``)."""
     if text is None:
         return None
+    # on use (numpy)
     from kvmm.sim.cost import parse_prices
     from kvmm.tiers.spec import PRESETS
 
@@ -186,6 +197,7 @@ def parse_price_flag(text: str | None):
 
 def parse_pd(text: str):
     """``PxD:LINK[:serial]`` -> PDConfig."""
+    # on use (numpy)
     from kvmm.cluster.fabric import LINK_NAMES
     from kvmm.sim.config import PDConfig
 
@@ -200,8 +212,6 @@ def parse_pd(text: str):
 
 def with_fill(level, args: argparse.Namespace):
     """``level`` filled as ``--fill`` / ``--exclusive`` say."""
-    from dataclasses import replace
-
     if args.exclusive and args.fill != "write-back":
         raise BadInputError("--exclusive needs --fill write-back (a write-through level holds every prefilled block)")
     if args.fill == "write-through":
@@ -227,10 +237,6 @@ def parse_router(text: str):
 def parse_cluster(args: argparse.Namespace):
     """A ClusterConfig when --router or --shared-tier asks for routed instances, else None."""
     if args.fabric is not None and not args.shared_tier:
-        import warnings
-
-        from kvmm.errors import RunWarning
-
         warnings.warn(f"--fabric {args.fabric} is the link to shared tiers, and there is no --shared-tier: it is not used",
                       RunWarning, stacklevel=2)
     if args.router is None and not args.shared_tier:
@@ -239,6 +245,8 @@ def parse_cluster(args: argparse.Namespace):
         return None
     if args.pd and args.shared_tier:
         raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
+    # on use (numpy)
+    from kvmm.cluster.fabric import LINK_NAMES
     from kvmm.sim.cluster_config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
@@ -246,8 +254,6 @@ def parse_cluster(args: argparse.Namespace):
     fabric_flag = args.fabric if args.fabric is not None else "rdma400"
     fabric = None if fabric_flag.lower() == "none" else fabric_flag
     if fabric is not None:
-        from kvmm.cluster.fabric import LINK_NAMES
-
         if fabric not in LINK_NAMES:
             raise BadInputError(f"--fabric {fabric_flag!r}: expected one of {list(LINK_NAMES)} (the names --pd "
                                 "takes) or none")
@@ -261,10 +267,11 @@ def parse_cluster(args: argparse.Namespace):
 
 def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
+    # on use (numpy)
     from kvmm.sim.config import SimConfig
     from kvmm.sim.workload import Workload
-    from kvmm.traces.formats import load_trace
     from kvmm.tiers.spec import PRESETS, preset
+    from kvmm.traces.formats import load_trace
 
     if args.config is not None:
         return [config_file(args)]
@@ -314,7 +321,7 @@ def serving_fields(args: argparse.Namespace) -> dict:
     if args.model is not None and args.model_config is not None:
         raise BadInputError("give --model or --model-config, not both")
     if args.model_config is not None:
-        from kvmm.sim.latency import ModelArch
+        from kvmm.sim.latency import ModelArch  # on use (numpy)
 
         try:
             fields["model"] = ModelArch.from_hf_config(args.model_config)
@@ -337,7 +344,7 @@ def serving_fields(args: argparse.Namespace) -> dict:
         if table:
             fields["latency_table"] = table
     if args.gpu_kv is not None:
-        from kvmm._validate import short_repr
+        from kvmm._validate import short_repr  # on use (numpy)
 
         gpu_kv_bytes = parse_size(args.gpu_kv, f"--gpu-kv {short_repr(args.gpu_kv)}")
         if gpu_kv_bytes < 1:
@@ -357,7 +364,7 @@ def serving_fields(args: argparse.Namespace) -> dict:
 def check_number_flags(args: argparse.Namespace) -> None:
     """Each integer and share flag in its range, or a one-line error naming that flag (the
     config's own checks would name its field, ``gpu_kv_bytes``, not the flag)."""
-    from kvmm._validate import MAX_INSTANCES
+    from kvmm._validate import MAX_INSTANCES  # on use (numpy)
 
     counts = (("--requests", args.requests, 1), ("--jobs", args.jobs, 1), ("--instances", args.instances, 1),
               ("--repack-interval", args.repack_interval, 1), ("--seed", args.seed, 0),
@@ -379,7 +386,7 @@ _DISPLAY_FLAGS = ("config", "json", "no_progress", "jobs")
 
 def config_file(args: argparse.Namespace):
     """The SimConfig of ``--config FILE``; a one-line error if another run-shaping flag was given."""
-    from kvmm.sim.config_json import load_config
+    from kvmm.sim.config_json import load_config  # on use (numpy)
 
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
@@ -393,11 +400,7 @@ def config_file(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """``kvmm simulate``: kvmm's own warnings (RunWarning, QueueGrowthWarning) each print as one
     line on stderr (``kvmm simulate: warning: ...``), once."""
-    import sys
-    import warnings
-
-    from kvmm.errors import KvmmWarning
-    from kvmm.sim.engine.instance import QueueGrowthWarning
+    from kvmm.sim.engine.instance import QueueGrowthWarning  # on use (the simulator: numba)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -415,11 +418,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvmm._progress import Progress
-    from kvmm.report import format_table
+    # on use (the simulator: numba)
+    from kvmm.sim._sweep import sweep
     from kvmm.sim.config import GiB
     from kvmm.sim.simulator import simulate
-    from kvmm.sim._sweep import sweep
 
     configs = build_configs(args)
     if args.jobs > 1 and len(configs) > 1:
@@ -482,7 +484,7 @@ def request_total(config) -> int:
     """How many requests a run of ``config`` finishes (its progress bar's total): the trace's
     requests, at most ``max_requests``.  Not ``--requests``: a ``--config`` with ``max_requests``
     null replays the whole trace.  The trace is parsed once per process (the simulator's cache)."""
-    from kvmm.sim.simulator import resolve_trace
+    from kvmm.sim.simulator import resolve_trace  # on use (the simulator: numba)
 
     return resolve_trace(config.workload, config.max_requests).num_requests
 

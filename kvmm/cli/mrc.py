@@ -6,11 +6,18 @@
     kvmm mrc events.msgpack --format vllm        # any format kvmm.traces.load_trace reads
     kvmm mrc huge.oracleGeneral.bin --dask local --parts 16
     kvmm mrc huge.jsonl --dask tcp://scheduler:8786 --parts 64 --chunk-refs 1000000
+
+The parser is built on every ``kvmm`` call, so the library (numpy and up) and the optional
+extras (matplotlib, dask) are imported inside the functions that use them, each marked "on use".
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from kvmm.errors import BadInputError
+from kvmm.report import _format_plain, fit_titles
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,12 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # on use (numpy; the trackers' kernels: numba)
     import numpy as np
 
     from kvmm._validate import as_count, as_fraction
-    from kvmm.errors import BadInputError
     from kvmm.policies import ShardsTracker, StackDistanceTracker
     from kvmm.traces import load_trace
+    from kvmm.traces.trace import NO_REQUESTS
 
     fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
     points = as_count(args.points, "--points", minimum=2)
@@ -70,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
         mode = "exact"
     trace = load_trace(args.trace, args.format, skip_bad=args.skip_bad)
     if trace.num_requests == 0:
-        from kvmm.traces.trace import NO_REQUESTS
-
         raise BadInputError(NO_REQUESTS)  # the rule `kvmm simulate` follows too
     tracker.access(trace.block_ids)
     hist = tracker.histogram()
@@ -82,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args, hist, fractions, points, name, mode) -> int:
-    import numpy as np
-
-    from kvmm.report import _format_plain
+    import numpy as np  # on use
 
     print(f"hit ratio of an unlimited LRU cache: {hist.max_hits / hist.total:.4f}" if hist.total else "no references")
     for f in fractions:
@@ -96,7 +100,7 @@ def _report(args, hist, fractions, points, name, mode) -> int:
     print(_format_plain(["capacity (blocks)", "miss ratio", "hit ratio"],
                         [[int(c), f"{m:.4f}", f"{1 - m:.4f}"] for c, m in zip(caps, mrc)]))
     if args.png:
-        try:
+        try:  # the optional plot extra
             import matplotlib
 
             matplotlib.use("Agg")
@@ -115,8 +119,6 @@ def _report(args, hist, fractions, points, name, mode) -> int:
 def mrc_figure(plt, capacities, miss_ratios, title: str):
     """The ``kvmm mrc --png`` figure; the title is wrapped to the figure's width (a trace path and
     the SHARDS mode make it long) and the layout tightened around it."""
-    from kvmm.report import fit_titles
-
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     ax.plot(capacities, miss_ratios)
     ax.set_xscale("log")
@@ -130,10 +132,6 @@ def mrc_figure(plt, capacities, miss_ratios, title: str):
 
 def _check_png_path(png: str) -> None:
     """``--png`` must name a file whose folder exists (or can be created)."""
-    from pathlib import Path
-
-    from kvmm.errors import BadInputError
-
     path = Path(png)
     if path.is_dir():
         raise BadInputError(f"--png {png!r} is a folder; expected a file name such as mrc.png")
@@ -145,15 +143,15 @@ def _check_png_path(png: str) -> None:
 
 def _dask_histogram(args: argparse.Namespace):
     """Stream the trace in chunks through :func:`kvmm.policies.distributed_mrc`."""
+    # on use (numpy)
     from kvmm._validate import as_count
-    from kvmm.errors import BadInputError
     from kvmm.policies.distributed import distributed_mrc
     from kvmm.traces import iter_trace_chunks
     from kvmm.traces.mooncake import resolve_trace_path
 
     parts = as_count(args.parts, "--parts", minimum=1)
     chunk_refs = as_count(args.chunk_refs, "--chunk-refs", minimum=1)
-    try:
+    try:  # the optional dist extra
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise BadInputError("--dask needs dask[distributed]: pip install 'kvmm[dist]'") from None
@@ -165,7 +163,7 @@ def _dask_histogram(args: argparse.Namespace):
                 Client(cluster) as client:
             hist = distributed_mrc(chunks, client, parts=parts)
     else:
-        try:
+        try:  # the optional dist extra
             from distributed.comm.addressing import parse_address, parse_host_port
 
             parse_host_port(parse_address(args.dask)[1])  # a malformed address fails here, before a Client
@@ -189,5 +187,4 @@ def _stratify_rate(text: str):
     try:
         return float(text)
     except ValueError:
-        from kvmm.errors import BadInputError
         raise BadInputError(f"--stratify-rate must be a number in [R, 1], 'auto' or 'none', got {text!r}") from None
