@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvmm.plan import SLO, plan
-from kvmm.plan._planner import _reasons, seconds_text
+from kvmm.plan._planner import _reasons
+from kvmm.plan.writers import seconds_text
 from kvmm.plan._verify import closest_point, frontier_indices, pick_for_verification, verify_cheapest_first
 from kvmm.sim import SimConfig, simulate
 from tests.naive import plan as naive

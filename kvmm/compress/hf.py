@@ -128,7 +128,7 @@ def capture_qk(model: Any, input_ids: Any) -> list[tuple[np.ndarray, np.ndarray]
 
 def attention_logits(model: Any, input_ids: Any) -> list[np.ndarray]:
     """The model's own pre-softmax, pre-mask logits ``q_rot . k_rot / sqrt(d)``, ``(heads, T, T)`` per layer."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # the optional hf extra (torch is loaded by now)
 
     ids = _as_ids(input_ids)
     logits: dict[int, np.ndarray] = {}

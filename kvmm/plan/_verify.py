@@ -23,6 +23,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kvmm.plan.core import simulation_key
+from kvmm.sim._sweep import sweep
+
 __all__ = ["pareto", "frontier_indices", "pick_for_verification", "verify_cheapest_first", "closest_point",
            "shortfall", "NEAR", "simulate_configs", "workers_of"]
 
@@ -204,9 +207,6 @@ def simulate_configs(configs: list, executor: Any, say: Any, simulated: Any = No
     """The SimResult of every config, in order: those in ``simulated`` (keyed by
     :func:`~kvmm.plan.core.simulation_key`) reused, the others swept (each distinct config
     once) and added to it.  ``say("verify", done, total)`` counts from ``done_before``."""
-    from kvmm.plan.core import simulation_key
-    from kvmm.sim import sweep
-
     total = len(configs) if total is None else total
     keys = [simulation_key(c) for c in configs] if simulated is not None else list(range(len(configs)))
     known = {k: simulated[k] for k in keys if k in simulated} if simulated is not None else {}

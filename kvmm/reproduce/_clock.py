@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from kvmm.report import mean_pm, plain_number, spread
+from kvmm.sim.models import MODELS
+from kvmm.sim.serving import resolve_serving
 
 __all__ = ["OLD_CLOCK", "old_clock", "clock_text", "old_clock_text", "moved_row", "MOVED_HEADERS"]
 
@@ -38,8 +40,6 @@ def old_clock(cfg, *, keep_pool: bool = False):
 
 def clock_text(cfg) -> str:
     """One paragraph: the physical clock's modelling assumptions as ``cfg`` resolves them."""
-    from kvmm.sim.serving import resolve_serving
-
     s = resolve_serving(cfg)
     if s.latency_name != "roofline":
         return f"Clock: {s.latency_name} ({s.latency!r})."
@@ -61,8 +61,6 @@ def clock_text(cfg) -> str:
 def old_clock_text(model: str = "llama3-8b", *, pool_gib: int = 96, max_seqs: int | None = None) -> str:
     """One sentence: what the old clock assumed for ``model`` (its name in kvmm.sim.models.MODELS),
     with the pool and sequence cap the section used (``max_seqs=None``: the model's own)."""
-    from kvmm.sim.models import MODELS
-
     m = MODELS[_OLD_NAME.get(model, model)]
     return (f"Old clock: {m.name}'s constant rates (kvmm/sim/models.py, assumed for an H200): prefill at "
             f"{m.prefill_tokens_per_s:,.0f} tokens/s whatever the context, a decode step of (1 + "

@@ -10,6 +10,8 @@ import numpy as np
 
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.sim.latency.roofline import Roofline
+from kvmm.sim.latency.step import linear_step_seconds
 from kvmm.tiers.spec import PRESETS, preset
 
 __all__ = ["DecodeCostModel", "RooflineDecodeCost", "sla_throughput", "sla_comparison", "sla_ratios", "repetitions"]
@@ -145,8 +147,6 @@ class RooflineDecodeCost:
                      per_request_extra_s: float = 0.0) -> float:
         """One decode step of ``batch`` requests reading ``read_tokens`` slots each (a mean: may be
         fractional), plus the extra per-step and per-request costs; 0 for an empty batch."""
-        from kvmm.sim.latency.step import linear_step_seconds
-
         if batch <= 0:
             return 0.0
         x = np.array([1.0, 0.0, 0.0, 0.0, batch, batch * read_tokens, batch], dtype=np.float64)
@@ -176,8 +176,6 @@ class RooflineDecodeCost:
 
 @functools.lru_cache(maxsize=16)
 def _roofline(model: str, hardware: str):
-    from kvmm.sim.latency import Roofline
-
     return Roofline(model, hardware)
 
 

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from kvmm.tiers.spec import TierSpec, preset
+from kvmm.policies import (AdmissionRequest, RefillFilter, SelectiveWriteThrough, StackDistanceTracker, StoreThreshold,
+                           WriteAll)
 from kvmm.report import plain_number
+from kvmm.reproduce.orders import QUICK_WS_FRACTIONS, WS_FRACTIONS, report_orders
+from kvmm.tiers.spec import TierSpec, preset
+from kvmm.traces import agent_trace, load_mooncake
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "TierReplayResult", "replay_two_tier", "reproduce"]
 
@@ -97,8 +101,6 @@ def replay_two_tier(trace, policy, *, gpu_blocks: int, host_blocks: int, model: 
     """Replay ``trace`` (a MooncakeTrace) through GPU + host LRU tiers with ``policy`` (an
     AdmissionPolicy, or None for no host tier).  Runtime complexity: O(blocks) plus one policy
     call per request."""
-    from kvmm.policies.admission import AdmissionRequest
-
     ids = np.unique(trace.block_ids, return_inverse=True)[1].reshape(-1).astype(np.int64)
     n_keys = int(ids.max()) + 1 if ids.size else 0
     gpu_lru = _Lru(n_keys, gpu_blocks)
@@ -221,9 +223,6 @@ PAPER = {
 
 
 def reproduce(report) -> None:
-    from kvmm.policies import RefillFilter, SelectiveWriteThrough, StackDistanceTracker, StoreThreshold, WriteAll
-    from kvmm.traces import agent_trace, load_mooncake
-
     report.heading("working-set: reuse working set, MRC and host-tier admission (EfficientAgent)")
     quick = report.quick
     model, gpu = MODELS["qwen3-32b"], GPUS["h200"]
@@ -375,8 +374,6 @@ def reproduce(report) -> None:
     report.figure("working_set_mrc", draw)
 
     # every eviction order (and Belady) on the same block streams, capacities around the WS
-    from kvmm.reproduce.orders import QUICK_WS_FRACTIONS, WS_FRACTIONS, report_orders
-
     report_orders(report, streams, section="working-set", fractions=QUICK_WS_FRACTIONS if quick else WS_FRACTIONS)
 
 
@@ -414,8 +411,6 @@ def tool_wait_seconds(num_requests: int) -> float:
     step of a task has no tool call after it in the trace, so this slightly over-counts, by at
     most one wait per task).  Runtime complexity: O(1).
     """
-    from kvmm.traces import agent_trace
-
     params = inspect.signature(agent_trace).parameters
     median = float(params["tool_wait_median_s"].default)
     sigma = float(params["tool_wait_sigma"].default)

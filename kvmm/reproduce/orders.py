@@ -29,6 +29,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kvmm.errors import BadInputError
+from kvmm.policies import REPLAY_ORDERS, StackDistanceTracker, replay
 from kvmm.report import plain_number
 
 __all__ = ["WS_FRACTIONS", "QUICK_WS_FRACTIONS", "WS_HIT_FRACTION", "report_orders", "table_orders",
@@ -44,16 +46,12 @@ WS_HIT_FRACTION = 0.9
 
 def table_orders() -> list[str]:
     """The orders in table order: every registered replay order, sorted, ``belady`` last."""
-    from kvmm.policies import REPLAY_ORDERS
-
     return sorted(REPLAY_ORDERS, key=lambda name: (name == "belady", name))
 
 
 def working_set(keys: np.ndarray) -> int:
     """The working set of a block stream: the working-set section's WS 90 %.  Runtime complexity:
     O(n log n) (the stack-distance tracker)."""
-    from kvmm.policies import StackDistanceTracker
-
     tracker = StackDistanceTracker()
     tracker.access(keys)
     return int(tracker.working_set(WS_HIT_FRACTION))
@@ -73,9 +71,6 @@ def order_miss_ratios(keys: np.ndarray, capacities: Sequence[int],
     ``fingerprints``: filled with ``{order: (hash of which references hit, ...) per capacity}``,
     so two orders with equal columns can be told to hit on the very same references.
     Runtime complexity: O(orders x capacities x n)."""
-    from kvmm.errors import BadInputError
-    from kvmm.policies import replay
-
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     n = keys.size
     out = {}
@@ -137,7 +132,7 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
                   + identical_note(prints, name, keys)))
 
     def draw(axes):
-        from matplotlib.ticker import FuncFormatter, NullFormatter
+        from matplotlib.ticker import FuncFormatter, NullFormatter  # the optional plot extra: Report.figure calls this only when matplotlib is installed
 
         for ax, (name, res) in zip(np.atleast_1d(axes), results.items()):
             for order, ratios in res["miss"].items():

@@ -23,9 +23,19 @@ import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
+from kvmm.plan import SLO, TierCandidate, plan
+from kvmm.plan._configs import point_config
+from kvmm.plan.progress import StageProgress
+from kvmm.plan.writers import draw_frontier, plan_summary, point_label
 from kvmm.report import mean_pm, plain_number, spread
+from kvmm.reproduce.cluster import _window
 from kvmm.sim.config import GiB, SimConfig
+from kvmm.sim import ClusterConfig
+from kvmm.sim._sweep import sweep
 from kvmm.sim.engine import QueueGrowthWarning
+from kvmm.sim.serving import resolve_serving
+from kvmm.sim.simulator import resolve_trace
+from kvmm.tiers.spec import PRESETS
 
 TiB = 1024 * GiB
 MODEL = "llama-3.1-8b"  # on the default H200, roofline clock, chunked prefill (kvmm.sim.serving)
@@ -46,8 +56,6 @@ QUICK_BUDGETS = (0.5,)
 
 
 def reproduce(report) -> None:
-    from kvmm.sim.simulator import resolve_trace
-
     quick = report.quick
     trace = resolve_trace("conversation", None)
     plan_requests = 600 if quick else None  # full: the whole trace
@@ -74,10 +82,6 @@ def reproduce(report) -> None:
 
 # --------------------------------------------------------------------------- experiment 1
 def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
-    from kvmm.plan import SLO, TierCandidate, plan
-    from kvmm.plan.progress import StageProgress
-    from kvmm.plan.writers import plan_summary, point_label
-
     points = 8 if quick else 32  # full: the issue's 32 points per tier (32,768 combinations)
     tiers = [TierCandidate.parse(f"{t}:points={points}") for t in TIERS]
     base = SimConfig(workload="conversation", max_requests=n_requests, load=LOAD, model=MODEL)
@@ -131,8 +135,6 @@ def _slos(quick: bool) -> tuple[float, float]:
 
 def _serving():
     """What the section's runs serve with (kvmm.sim.serving.resolve_serving)."""
-    from kvmm.sim.serving import resolve_serving
-
     return resolve_serving(SimConfig(model=MODEL))
 
 
@@ -150,10 +152,6 @@ def _mark(plan, point) -> str:
 
 # --------------------------------------------------------------------------- experiment 2
 def _equal_cost(report, trace, quick: bool, pool) -> None:
-    from kvmm.reproduce.cluster import _window
-    from kvmm.sim._sweep import sweep
-    from kvmm.tiers.spec import PRESETS
-
     slice_len = 400 if quick else 4010
     n_slices = 2 if quick else 3
     budgets = QUICK_BUDGETS if quick else BUDGETS_USD_PER_HOUR
@@ -208,10 +206,6 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
 
 def _design_config(w, routing: str, label: str, kind, shared: bool, capacity: int) -> SimConfig:
     """The SimConfig of one design on slice ``w``: the planner's own point config (kvmm.plan._configs)."""
-    from kvmm.sim import ClusterConfig
-    from kvmm.plan import TierCandidate
-    from kvmm.plan._configs import point_config
-
     base = SimConfig(workload=w, load=LOAD, model=MODEL)
     if routing == "prefix-aware":
         base = base.with_(cluster=ClusterConfig(instances=INSTANCES, router=PREFIX_ROUTER[0],
@@ -244,8 +238,6 @@ def _capacity_text(capacity: int, label: str) -> str:
 
 
 def _plot(report, plans: list) -> None:
-    from kvmm.plan.writers import draw_frontier
-
     if not plans:
         return
 

@@ -50,6 +50,8 @@ from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
 from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import preset
+from kvmm.traces import agent_trace
 
 POLICIES = ("on-demand", "immediate", "timely", "write-through-lru")
 BASELINES = ("on-demand", "immediate", "write-through-lru")
@@ -242,9 +244,7 @@ def _draw_tradeoff(axes, trace_res, loads) -> None:
     (conversation trace): down and left is better.  Left: the three staging policies on linear
     axes zoomed on their points; right: every policy on a log byte-time axis labelled at 1-2-5
     steps (write-through LRU holds two orders of magnitude more)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    from kvmm.report import plain_number
+    from matplotlib.ticker import FuncFormatter, LogLocator  # the optional plot extra: Report.figure calls this only when matplotlib is installed
 
     markers = dict(zip(POLICIES, "osD^v"))
     for ax, policies, log in ((axes[0], [p for p in POLICIES if p != "write-through-lru"], False), (axes[1], POLICIES, True)):
@@ -285,8 +285,6 @@ EDF_CASES = (("100 GiB fast tier, one class", 100, 0.0), ("4 GiB fast tier, one 
 def _edf_table(report, n_trace: int) -> None:
     """Where the grant order of immediate staging matters: only a short fast tier with use order
     unlike claim order (priority classes jump the queue) separates FIFO from EDF."""
-    from kvmm.tiers.spec import preset
-
     rows = []
     for label, gib, share in EDF_CASES:
         res = {p: simulate(SimConfig(workload="conversation", max_requests=n_trace, load=0.8, policy=p,
@@ -321,8 +319,6 @@ NOTICES = (0.0, 1.0, 2.0, 4.0)
 
 
 def _agent_tables(report, quick: bool) -> None:
-    from kvmm.traces import agent_trace
-
     seeds = SEEDS[:1] if quick else SEEDS
     agents = dict(AGENTS, tasks=AGENTS["num_agents"]) if quick else AGENTS  # quick: half the tasks, same density
     margins = MARGINS[::4] if quick else MARGINS

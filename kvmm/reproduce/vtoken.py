@@ -37,6 +37,7 @@ import numpy as np
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.allocators.token_table import TokenTable
 from kvmm.report import mean_pm, plain_number
+from kvmm.compress.pydoc_model import corpus_split, heldout_ids, load_model
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BackendUnavailableError
 from kvmm.reproduce._vtoken_cost import (DecodeCostModel, RooflineDecodeCost, repetitions, sla_comparison,  # noqa: F401
@@ -113,8 +114,7 @@ class ModelAttention:
     """
 
     def __init__(self, lengths, seed: int) -> None:
-        from kvmm.compress import hf
-        from kvmm.compress.pydoc_model import corpus_split, heldout_ids, load_model
+        from kvmm.compress import hf  # the optional hf extra (torch, transformers): callers catch its absence
 
         model = load_model()
         span = len(corpus_split()[1])

@@ -13,14 +13,14 @@ from kvmm._lazy import lazy_exports
 
 _LAZY = {
     "SimConfig": "kvmm.sim.config",
-    "TierLevel": "kvmm.sim.config",
+    "TierLevel": "kvmm.sim.levels",
     "PDConfig": "kvmm.sim.config",
     "GiB": "kvmm.sim.config",
     "SimResult": "kvmm.sim.results",
     "simulate": "kvmm.sim.simulator",
     "QueueGrowthWarning": "kvmm.sim.engine.instance",
     "ClusterConfig": "kvmm.sim.cluster_config",
-    "PooledStore": "kvmm.sim.pooled_store",
+    "PooledStore": "kvmm.sim.cluster_config",
     "Prices": "kvmm.sim.cost",
     "parse_prices": "kvmm.sim.cost",
     "cost_account": "kvmm.sim.cost",

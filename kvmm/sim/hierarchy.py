@@ -23,7 +23,8 @@ import numpy as np
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError, OutOfBlocksError
 from kvmm.policies.admission import AdmissionRequest, WriteAll, admission_mask
-from kvmm.sim.config import SimConfig, make_admission, make_eviction
+from kvmm.sim.config import SimConfig
+from kvmm.sim.levels import make_admission, make_eviction
 from kvmm.sim.demotion import GpuKeyMirror, LoggedSimulatedTier
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier

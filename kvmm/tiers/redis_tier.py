@@ -128,7 +128,7 @@ class RedisTier(TierBase):
         if not isinstance(prefix, str) or not prefix:
             raise BadInputError(f"prefix must be a non-empty string, got {prefix!r}")
         timeout = as_positive_float(socket_timeout, "socket_timeout")
-        try:
+        try:  # the optional redis extra
             import redis
         except ImportError:  # pragma: no cover - depends on the environment
             raise BackendUnavailableError("RedisTier needs the redis package: pip install 'kvmm[redis]'") from None

@@ -185,7 +185,7 @@ def _detect_json(path: Path) -> str:
 
 
 def _looks_like_msgpack_batch(path: Path) -> bool:
-    try:
+    try:  # the optional traces extra
         import msgpack
     except ImportError:  # pragma: no cover
         return False

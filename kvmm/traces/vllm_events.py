@@ -418,7 +418,7 @@ def _hash(h: Any) -> int:
 
 
 def _msgpack():
-    try:
+    try:  # the optional traces extra
         import msgpack
     except ImportError:  # pragma: no cover - msgpack is in the test extra
         raise ImportError(_MSGPACK_HINT) from None
