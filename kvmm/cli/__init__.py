@@ -8,31 +8,40 @@
 * :mod:`kvmm.cli.plan`: the cheapest KV hierarchy meeting an SLO.
 
 Each provides ``add_arguments(parser)`` and ``run(args) -> int`` and is registered in
-:data:`COMMANDS`.  They import the library's heavy parts (numba kernels, the simulator, torch)
-inside ``run``, so that ``kvmm --help`` and building the parser stay fast.  The CLI is the top
-layer (docs/architecture.md): nothing in the library imports it.
+:data:`COMMANDS`.  :func:`main` imports only the module of the command it runs (by name), so
+``kvmm --help`` loads no subcommand and ``kvmm simulate ...`` loads only what simulating needs.
+The CLI is the top layer (docs/architecture.md): nothing in the library imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from types import ModuleType
 from typing import Sequence
 
-from kvmm.cli import calibrate, mrc, plan, reproduce, simulate
 from kvmm.errors import KvmmError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "COMMANDS", "command_module"]
 
-#: subcommand -> (its module, one-line help), in the order ``kvmm --help`` lists them
-COMMANDS: dict[str, tuple[ModuleType, str]] = {
-    "reproduce": (reproduce, "run every paper reproduction on the bundled data and write a report"),
-    "mrc": (mrc, "miss-ratio curve and working set of a trace"),
-    "simulate": (simulate, "replay a trace through the serving simulator"),
-    "calibrate": (calibrate, "TriAttention calibration of a local transformers model"),
-    "plan": (plan, "the cheapest KV hierarchy meeting a p95 TTFT SLO (analytic frontier, then simulated)"),
+#: subcommand -> one-line help, in the order ``kvmm --help`` lists them; the code of ``NAME`` is
+#: the module ``kvmm.cli.NAME``
+COMMANDS: dict[str, str] = {
+    "reproduce": "run every paper reproduction on the bundled data and write a report",
+    "mrc": "miss-ratio curve and working set of a trace",
+    "simulate": "replay a trace through the serving simulator",
+    "calibrate": "TriAttention calibration of a local transformers model",
+    "plan": "the cheapest KV hierarchy meeting a p95 TTFT SLO (analytic frontier, then simulated)",
 }
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of subcommand ``name`` (``kvmm.cli.<name>``), imported on first use: the
+    subcommands import numpy, the simulator or torch, which ``kvmm --help`` must not load."""
+    if name not in COMMANDS:
+        raise KeyError(f"no kvmm subcommand {name!r}; expected one of {list(COMMANDS)}")
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 class FlagError(Exception):
@@ -52,12 +61,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = OneLineParser(prog="kvmm", description="kvmm: fast, verified KV-cache data structures")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (module, help_text) in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=help_text))
-
-    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, help_text in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text)
+        if name == chosen:  # only the command that runs gets its flags (argparse parses no other)
+            command_module(name).add_arguments(command)
     try:
         args = parser.parse_args(_dash_values_attached(argv, sub.choices))
     except FlagError as exc:
@@ -65,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.argv = argv[1:]  # the subcommand's own flags, quoted back in what it writes (kvmm plan's plan.md)
     try:
-        return int(COMMANDS[args.command][0].run(args) or 0)
+        return int(command_module(args.command).run(args) or 0)
     except KvmmError as exc:
         print(f"kvmm {args.command}: error: {exc}", file=sys.stderr)
         return 2

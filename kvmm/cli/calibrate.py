@@ -14,8 +14,8 @@ kvmm's own model folder (``kvmm/data/models/pydoc-llama``: ``config.json`` plus 
 byte-level vocabulary) is read with :func:`kvmm.compress.pydoc_model.load_model` and tokenized
 one token per UTF-8 byte.
 
-The parser is built on every ``kvmm`` call, so numpy, the compress kernels and the optional hf
-extra (torch, transformers) are imported inside :func:`run`.
+The optional hf extra (torch, transformers, and :mod:`kvmm.compress.hf` built on them) is
+imported when the command runs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
+from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
+from kvmm.compress.pydoc_model import byte_ids, load_model
 from kvmm.errors import BadInputError
 
 
@@ -42,12 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # on use (numpy; numba kernels)
-    import numpy as np
-
-    from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
-    from kvmm.compress.pydoc_model import byte_ids, load_model
-
     if args.max_tokens < 2 or args.max_delta < 1:
         raise BadInputError(f"--max-tokens must be >= 2 and --max-delta >= 1, got {args.max_tokens}, {args.max_delta}")
     if not 0.0 < args.calibration_fraction <= 1.0:
@@ -56,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"model folder {args.model} does not exist; expected a save_pretrained folder")
     if not args.text.is_file():
         raise BadInputError(f"text file {args.text} does not exist")
-    # the optional hf extra (torch, transformers)
+    # the optional hf extra: torch, transformers, and kvmm.compress.hf built on them
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kvmm.compress import hf
+    from kvmm.compress import hf  # (needs torch)
 
     bundled = (args.model / "weights.npz").is_file()  # kvmm's own format (pydoc_model), not save_pretrained's
     try:

@@ -32,7 +32,11 @@ from pathlib import Path
 from kvmm.cli._out_folder import check_out_folder
 from kvmm.cli.simulate import add_serving_arguments, parse_price_flag, serving_fields
 from kvmm.errors import BadInputError
+from kvmm.plan import core
+from kvmm.plan.core import SLO, TierCandidate
 from kvmm.plan.progress import StageProgress
+from kvmm.plan.writers import plan_summary, write_plan
+from kvmm.sim.config import SimConfig
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
@@ -92,9 +96,6 @@ def parse_budget(text: str | None) -> float | None:
 
 def build_request(args: argparse.Namespace) -> dict:
     """The keyword arguments of :func:`kvmm.plan.plan` the flags describe (no trace loaded yet)."""
-    # the plan's data and the simulator's config load numpy: here, not when `kvmm --help` builds the parser
-    from kvmm.plan.core import SLO, TierCandidate
-    from kvmm.sim.config import SimConfig
 
     if args.instances < 1:
         raise BadInputError(f"--instances {args.instances}: expected an integer >= 1")
@@ -126,10 +127,6 @@ def build_request(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    # the planner, the simulator and their kernels: loaded when the command runs, not by `kvmm --help`
-    from kvmm.plan import core
-    from kvmm.plan.writers import plan_summary, write_plan
-
     request = build_request(args)
     out = Path(args.out)
     check_out_folder(out)  # before the (long) run, not a traceback when the files are written

@@ -18,9 +18,9 @@ name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``
 ``on-demand``, ``immediate``, ``immediate-edf``, ``timely``, ``write-through-lru`` or ``all``.
 ``--load none`` replays the trace's own timestamps (times ``--time-scale``).
 
-The parser is built on every ``kvmm`` call, so this module imports only the standard library and
-kvmm's light modules at the top; the library (numpy and up: configs, presets, the simulator) is
-imported inside the functions that use it, each marked "on use".
+This module is imported only when ``kvmm simulate`` (or ``kvmm plan``, which shares its serving
+flags) runs; the simulator itself (numba kernels) is imported when a run starts, so a bad flag or
+``--help`` answers at once.
 """
 
 from __future__ import annotations
@@ -33,12 +33,19 @@ import warnings
 from dataclasses import replace
 
 from kvmm._progress import Progress
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, short_repr
+from kvmm.cluster.fabric import LINK_NAMES
 from kvmm.errors import BadInputError, KvmmWarning, RunWarning
 from kvmm.report import format_table
-
-# kvmm.sim.config.STAGING_NAMES, spelled out: the parser is built on every `kvmm` call and importing
-# the config costs ~0.1 s (numpy); tests/test_sim_cli.py checks the two agree
-STAGING = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel, check_admission, check_eviction
+from kvmm.sim.config import STAGING_NAMES as STAGING
+from kvmm.sim.config_json import load_config
+from kvmm.sim.cost import parse_prices
+from kvmm.sim.latency.arch import ModelArch
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import PRESETS, preset
+from kvmm.traces.formats import load_trace
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
@@ -141,8 +148,6 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, what: str) -> int:
     """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
-    from kvmm._validate import MAX_UNITS, short_repr  # on use (numpy)
-
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
     if m and not unit and float(m.group(1)) == 0:
@@ -158,10 +163,6 @@ def parse_size(text: str, what: str) -> int:
 
 def parse_tier(text: str):
     """``PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` -> TierLevel."""
-    # on use (numpy)
-    from kvmm.sim.config import TierLevel, check_admission, check_eviction
-    from kvmm.tiers.spec import PRESETS
-
     parts = text.split(":")
     if len(parts) > 4 or not parts[0]:
         raise BadInputError(f"--tier {text!r}: expected PRESET[:SIZE[:EVICTION[:ADMISSION]]]")
@@ -185,9 +186,6 @@ def parse_price_flag(text: str | None):
     was not given); a one-line error quoting the flag otherwise (``kvmm simulate`` and ``kvmm plan``)."""
     if text is None:
         return None
-    # on use (numpy)
-    from kvmm.sim.cost import parse_prices
-    from kvmm.tiers.spec import PRESETS
 
     try:
         return parse_prices(text, tier_names=PRESETS)  # every tier the flags can build is a preset
@@ -197,10 +195,6 @@ def parse_price_flag(text: str | None):
 
 def parse_pd(text: str):
     """``PxD:LINK[:serial]`` -> PDConfig."""
-    # on use (numpy)
-    from kvmm.cluster.fabric import LINK_NAMES
-    from kvmm.sim.config import PDConfig
-
     m = re.fullmatch(r"(\d+)x(\d+):([\w.-]+)(:serial)?", text)
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise BadInputError(f"--pd {text!r}: expected PxD:LINK[:serial] with P, D >= 1, e.g. 2x4:rdma400")
@@ -245,9 +239,6 @@ def parse_cluster(args: argparse.Namespace):
         return None
     if args.pd and args.shared_tier:
         raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
-    # on use (numpy)
-    from kvmm.cluster.fabric import LINK_NAMES
-    from kvmm.sim.cluster_config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
     shared = tuple(with_fill(parse_tier(t), args) for t in (args.shared_tier or ()))
@@ -267,12 +258,6 @@ def parse_cluster(args: argparse.Namespace):
 
 def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
-    # on use (numpy)
-    from kvmm.sim.config import SimConfig
-    from kvmm.sim.workload import Workload
-    from kvmm.tiers.spec import PRESETS, preset
-    from kvmm.traces.formats import load_trace
-
     if args.config is not None:
         return [config_file(args)]
     check_number_flags(args)
@@ -321,8 +306,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
     if args.model is not None and args.model_config is not None:
         raise BadInputError("give --model or --model-config, not both")
     if args.model_config is not None:
-        from kvmm.sim.latency import ModelArch  # on use (numpy)
-
         try:
             fields["model"] = ModelArch.from_hf_config(args.model_config)
         except BadInputError as exc:
@@ -344,8 +327,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
         if table:
             fields["latency_table"] = table
     if args.gpu_kv is not None:
-        from kvmm._validate import short_repr  # on use (numpy)
-
         gpu_kv_bytes = parse_size(args.gpu_kv, f"--gpu-kv {short_repr(args.gpu_kv)}")
         if gpu_kv_bytes < 1:
             raise BadInputError(f"--gpu-kv {args.gpu_kv!r}: expected a size > 0 such as 96GiB")
@@ -364,8 +345,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
 def check_number_flags(args: argparse.Namespace) -> None:
     """Each integer and share flag in its range, or a one-line error naming that flag (the
     config's own checks would name its field, ``gpu_kv_bytes``, not the flag)."""
-    from kvmm._validate import MAX_INSTANCES  # on use (numpy)
-
     counts = (("--requests", args.requests, 1), ("--jobs", args.jobs, 1), ("--instances", args.instances, 1),
               ("--repack-interval", args.repack_interval, 1), ("--seed", args.seed, 0),
               ("--token-budget", args.token_budget, 1), ("--index-max-entries", args.index_max_entries, 1))
@@ -386,8 +365,6 @@ _DISPLAY_FLAGS = ("config", "json", "no_progress", "jobs")
 
 def config_file(args: argparse.Namespace):
     """The SimConfig of ``--config FILE``; a one-line error if another run-shaping flag was given."""
-    from kvmm.sim.config_json import load_config  # on use (numpy)
-
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
     given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
@@ -400,7 +377,7 @@ def config_file(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """``kvmm simulate``: kvmm's own warnings (RunWarning, QueueGrowthWarning) each print as one
     line on stderr (``kvmm simulate: warning: ...``), once."""
-    from kvmm.sim.engine.instance import QueueGrowthWarning  # on use (the simulator: numba)
+    from kvmm.sim.engine.instance import QueueGrowthWarning  # numba: loaded when a run starts (module docstring)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -418,9 +395,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # on use (the simulator: numba)
+    # numba: loaded when a run starts (module docstring)
     from kvmm.sim._sweep import sweep
-    from kvmm.sim.config import GiB
     from kvmm.sim.simulator import simulate
 
     configs = build_configs(args)
@@ -484,7 +460,7 @@ def request_total(config) -> int:
     """How many requests a run of ``config`` finishes (its progress bar's total): the trace's
     requests, at most ``max_requests``.  Not ``--requests``: a ``--config`` with ``max_requests``
     null replays the whole trace.  The trace is parsed once per process (the simulator's cache)."""
-    from kvmm.sim.simulator import resolve_trace  # on use (the simulator: numba)
+    from kvmm.sim.simulator import resolve_trace  # numba: loaded when a run starts (module docstring)
 
     return resolve_trace(config.workload, config.max_requests).num_requests
 
