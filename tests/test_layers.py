@@ -22,7 +22,8 @@ kvmm's layers, lowest first (:data:`LAYERS`):
 Inside ``kvmm.cluster`` and ``kvmm.sim`` the modules are layered too (:data:`SUBLAYERS`): the
 block index and its event feeds, then the router's view, then the routers; the latency models,
 then the configurations and results, then the engine, then the drivers (``simulate``,
-``sweep``).  A package's ``__init__`` (a lazy facade) may name any of its modules.
+``sweep``).  A package's ``__init__`` (a lazy facade) may name any of its modules; ``kvmm``'s own
+names its packages under ``if TYPE_CHECKING:`` only (for editors; they load on first use).
 
 Imports by name are not statements and are not checked: the lazy export tables, the deprecated
 aliases that resolve a moved name from its new home (``kvmm.cluster.ClusterConfig``,
@@ -113,12 +114,26 @@ def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
     return [(line, m) for line, m in found if m == "kvmm" or m.startswith("kvmm.")]
 
 
+def type_checking_lines(path: Path) -> set[int]:
+    """Lines of the imports under a module-level ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.lineno for block in tree.body if isinstance(block, ast.If) and isinstance(block.test, ast.Name)
+            and block.test.id == "TYPE_CHECKING" for node in ast.walk(block) if isinstance(node, (ast.Import, ast.ImportFrom))}
+
+
+def checked_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """:func:`imported_modules` less the TYPE_CHECKING block of ``kvmm/__init__.py``, which names
+    every package for type checkers (the facade of the whole tree; nothing is imported)."""
+    facade = type_checking_lines(path) if path == root / "__init__.py" else set()
+    return [(line, module) for line, module in imported_modules(path, root) if line not in facade]
+
+
 def violations(path: Path, root: Path = ROOT) -> list[str]:
     """``file:line imports module (layer A -> layer B)`` for every import of ``path`` that points up."""
     src_unit = unit_of(path, root)
     src_rank = rank(LAYERS, src_unit, private_is_lowest=True)
     out = []
-    for line, module in imported_modules(path, root):
+    for line, module in checked_imports(path, root):
         parts = module.split(".")
         dst_unit = parts[1] if len(parts) > 1 else "kvmm"
         dst_rank = rank(LAYERS, dst_unit, private_is_lowest=True)
@@ -167,7 +182,7 @@ def test_no_module_imports_a_layer_above_its_own():
 
 def test_only_tests_import_kvmm_testing():
     users = [f"{p.relative_to(ROOT.parent)}:{line}" for p in kvmm_files() if unit_of(p, ROOT) != "testing"
-             for line, module in imported_modules(p, ROOT) if module == "kvmm.testing" or module.startswith("kvmm.testing.")]
+             for line, module in checked_imports(p, ROOT) if module == "kvmm.testing" or module.startswith("kvmm.testing.")]
     assert users == []
 
 
@@ -186,12 +201,16 @@ def _planted_tree(tmp_path: Path, where: str, source: str) -> Path:
     ("tiers/spec.py", "\n\ndef _planted():\n    from kvmm.sim.engine import Instance\n",
      r"kvmm/tiers/spec.py:\d+ imports kvmm.sim.engine \(components -> simulator\)"),
     # the control plane importing the command line, spelled `from kvmm import cli`
-    ("cluster/view.py", "\nfrom kvmm import cli\n", r"kvmm/cluster/view.py:\d+ imports kvmm.cli \(control plane -> command line\)"),
+    ("cluster/view.py", "\nfrom kvmm import cli\n",
+     r"kvmm/cluster/view.py:\d+ imports kvmm.cli \(control plane -> command line\)"),
     # a relative import from the foundation up to the components
-    ("_validate.py", "\nfrom .policies import eviction\n", r"kvmm/_validate.py:\d+ imports kvmm.policies \(foundation -> components\)"),
+    ("_validate.py", "\nfrom .policies import eviction\n",
+     r"kvmm/_validate.py:\d+ imports kvmm.policies \(foundation -> components\)"),
     # a type-only import still points up
     ("sim/results.py", "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import kvmm.plan.core\n",
      r"kvmm/sim/results.py:\d+ imports kvmm.plan.core \(simulator -> applications\)"),
+    # kvmm's own facade importing a package at run time (only its TYPE_CHECKING block may name them)
+    ("__init__.py", "\nfrom kvmm import sim\n", r"kvmm/__init__.py:\d+ imports kvmm.sim \(foundation -> simulator\)"),
     # inside the simulator: the configuration reaching the engine
     ("sim/cluster_config.py", "\n\ndef _planted():\n    from kvmm.sim.pooled_store import SegmentedStore\n",
      r"kvmm/sim/cluster_config.py:\d+ imports kvmm.sim.pooled_store \(kvmm.sim: configurations and results -> engine\)"),
@@ -223,7 +242,7 @@ def test_a_new_package_must_be_placed(tmp_path):
 def test_a_planted_import_of_kvmm_testing_is_caught(tmp_path):
     root = _planted_tree(tmp_path, "plan/core.py", "\n\ndef _planted():\n    from kvmm.testing import strategies\n")
     users = [line for p in kvmm_files(root) if unit_of(p, root) != "testing"
-             for line, m in imported_modules(p, root) if m.startswith("kvmm.testing")]
+             for line, m in checked_imports(p, root) if m.startswith("kvmm.testing")]
     assert len(users) == 1
 
 

@@ -40,7 +40,7 @@ from kvmm.sim.config import SimConfig
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
-#: the tiers of the issue's example, used when no --tier is given
+#: the candidate tiers when no --tier is given: per-node DRAM, a shared Layer 3.5 pool, per-node NVMe (docs/plan.md)
 DEFAULT_TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 
 

@@ -9,6 +9,8 @@ its module.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import importlib
 import warnings
 
@@ -50,6 +52,16 @@ MOVED = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.cluster.event_stream import EventFeed, EventStream
+    from kvmm.cluster.events import apply_vllm_batch, decode_vllm_batch
+    from kvmm.cluster.fabric import fabric_preset, FABRIC_PRESETS, FabricSpec
+    from kvmm.cluster.index import BlockIndex
+    from kvmm.cluster.routers import (
+        ApproxPrefixRouter, checked_route, INDEX_ROUTERS, KvCostRouter, LeastLoadedRouter, make_router,
+        PrecisePrefixRouter, RoundRobinRouter, ROUTERS, SessionRouter, WeightedRouter)
+    from kvmm.cluster.view import ClusterView, RouteRequest
 
 _lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY, globals())
 

@@ -7,6 +7,8 @@ loads neither numba nor the kernels; the first use of a name loads its module.  
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -39,5 +41,16 @@ _LAZY = {
 }
 
 __all__ = list(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.compress.calibration import (
+        calibrate, Calibration, logit_curve, mean_logit_by_distance, pearson, series_logits)
+    from kvmm.compress.eviction import evict_to_budget
+    from kvmm.compress.rope import convert_layout, RopeConfig, RopeScaling
+    from kvmm.compress.scorers import (
+        H2OScorer, KeyNormScorer, RandomScorer, ScissorhandsScorer, select_victims, SnapKVScorer, StreamingLLMScorer,
+        TokenScorerBase)
+    from kvmm.compress.triattention import default_offsets, TriAttentionScorer
+    from kvmm.compress.triattention_policy import TriAttentionPolicy
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

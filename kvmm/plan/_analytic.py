@@ -92,7 +92,7 @@ class Stream:
 
 
 def block_stream(trace, serving, cfg) -> Stream:
-    """The references of ``trace`` (a MooncakeTrace) with their token weights, SHARDS-sampled
+    """The references of ``trace`` (a :class:`~kvmm.traces.KVTrace`) with their token weights, SHARDS-sampled
     when long.  ``cfg`` scales the arrivals (load / time_scale) with ``serving``'s clock
     (:func:`kvmm.sim.load.arrival_times`).  Runtime complexity: O(refs)."""
     n = trace.num_requests

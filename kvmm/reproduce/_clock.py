@@ -1,4 +1,4 @@
-"""What the simulating report sections share about the simulator's clock (issue 30, item 9).
+"""What the simulating report sections share about the simulator's clock (docs/latency.md).
 
 Every section that simulates runs on the physical clock (``SimConfig``'s defaults: Roofline step
 times of the model on an H200, vLLM V1 chunked-prefill scheduling, the GPU KV pool from memory)

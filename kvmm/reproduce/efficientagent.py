@@ -98,7 +98,7 @@ class TierReplayResult:
 
 def replay_two_tier(trace, policy, *, gpu_blocks: int, host_blocks: int, model: ModelSpec, gpu: GpuSpec,
                     host: TierSpec, decode_batch: int = 16) -> TierReplayResult:
-    """Replay ``trace`` (a MooncakeTrace) through GPU + host LRU tiers with ``policy`` (an
+    """Replay ``trace`` (a :class:`~kvmm.traces.KVTrace`) through GPU + host LRU tiers with ``policy`` (an
     AdmissionPolicy, or None for no host tier).  Runtime complexity: O(blocks) plus one policy
     call per request."""
     ids = np.unique(trace.block_ids, return_inverse=True)[1].reshape(-1).astype(np.int64)

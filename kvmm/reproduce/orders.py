@@ -1,4 +1,4 @@
-"""Miss ratio vs capacity of every eviction order on block streams (issue 23), for the report.
+"""Miss ratio vs capacity of every eviction order on block streams (docs/eviction_orders.md), for the report.
 
 Used by the ``working-set`` section (the bundled Mooncake traces' block streams, capacities as
 multiples of each trace's working set) and the ``allocator`` section (its own streams at its pool

@@ -1,9 +1,9 @@
-"""Report section "plan": `kvmm plan` on the bundled conversation trace (issue 21, item 3).
+"""Report section "plan": `kvmm plan` on the bundled conversation trace (docs/plan.md).
 
 Two experiments, every assumption stated in the report text:
 
-1. the planner (:func:`kvmm.plan.plan`) on the conversation trace with the issue's candidate
-   tiers (per-node DRAM, a shared Layer 3.5 pool, per-node NVMe) for 8 instances, at two
+1. the planner (:func:`kvmm.plan.plan`) on the conversation trace with ``kvmm plan``'s default
+   candidate tiers (per-node DRAM, a shared Layer 3.5 pool, per-node NVMe) for 8 instances, at two
    p95 TTFT objectives: the frontier, the verified points, the decision and its reasons;
 2. the first seed article's question for this trace: a budget spent on per-node DRAM, on a
    shared Layer 3.5 pool (ContextCube) or on DFS offload (ParaStor), *at equal cost*: each
@@ -41,7 +41,7 @@ TiB = 1024 * GiB
 MODEL = "llama-3.1-8b"  # on the default H200, roofline clock, chunked prefill (kvmm.sim.serving)
 LOAD = 0.7
 INSTANCES = 8
-#: the candidate tiers of experiment 1 (the issue's example)
+#: the candidate tiers of experiment 1 (``kvmm plan``'s defaults: kvmm.cli.plan.DEFAULT_TIERS)
 TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 #: experiment 2: (label, tier kind, shared) of the three designs the seed article compares
 DESIGNS = (("per-node DRAM", "dram", False), ("shared Layer 3.5 pool", "layer3.5", True), ("DFS offload", "dfs", True))
@@ -82,7 +82,7 @@ def reproduce(report) -> None:
 
 # --------------------------------------------------------------------------- experiment 1
 def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
-    points = 8 if quick else 32  # full: the issue's 32 points per tier (32,768 combinations)
+    points = 8 if quick else 32  # full: 32 points per tier (32,768 combinations), TierCandidate's default
     tiers = [TierCandidate.parse(f"{t}:points={points}") for t in TIERS]
     base = SimConfig(workload="conversation", max_requests=n_requests, load=LOAD, model=MODEL)
     plans = []

@@ -9,6 +9,8 @@ see docs/compose.md.  Imports are lazy so ``import kvmm.sim`` compiles nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -43,5 +45,21 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.sim._sweep import sweep
+    from kvmm.sim.cluster_config import ClusterConfig, PooledStore
+    from kvmm.sim.config import GiB, PDConfig, SimConfig
+    from kvmm.sim.cost import cost_account, CostAccount, parse_prices, Prices
+    from kvmm.sim.engine.instance import QueueGrowthWarning
+    from kvmm.sim.latency import (
+        ConstantRate, fit_latency, Fitted, HARDWARE, Hardware, LatencyModel, ModelArch, Roofline)
+    from kvmm.sim.levels import TierLevel
+    from kvmm.sim.load import offered_seconds
+    from kvmm.sim.models import MODELS, ModelSpec
+    from kvmm.sim.results import SimResult
+    from kvmm.sim.serving import resolve_serving, Serving
+    from kvmm.sim.simulator import simulate
+    from kvmm.sim.workload import Workload
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -212,7 +212,7 @@ class SimConfig:
         if self.pd is not None and not isinstance(self.pd, PDConfig):
             raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
         if not isinstance(self.workload, (str, Workload, KVTrace)) and not hasattr(self.workload, "__fspath__"):
-            raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got "
+            raise BadInputError(f"workload must be a trace name, a path, a Workload or a KVTrace, got "
                                 f"{type(self.workload).__name__}")
 
     def with_(self, **changes) -> "SimConfig":

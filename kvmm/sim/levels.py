@@ -47,9 +47,9 @@ class TierLevel:
     into the GPU leaves it (it lives in one level at a time).
     """
 
-    spec: Any = "nvme"
-    eviction: Any = "lru"
-    admission: Any = "write-all"
+    spec: str | TierSpec = "nvme"
+    eviction: str | EvictionPolicy = "lru"
+    admission: str | AdmissionPolicy = "write-all"
     capacity_bytes: int | None = None
     fill: str = "write-through"
     inclusive: bool = True
