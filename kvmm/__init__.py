@@ -25,7 +25,21 @@ _SUBPACKAGES = {"allocators", "policies", "compress", "tiers", "traces", "cluste
 __all__ = ["KvmmError", "__version__", *sorted(_SUBPACKAGES)]
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each package loads on first use
-    from kvmm import (allocators, cluster, compress, errors, integrations, plan, policies, protocols, report, reproduce,
-                      sim, testing, tiers, traces)
+    from kvmm import (
+        allocators,
+        cluster,
+        compress,
+        errors,
+        integrations,
+        plan,
+        policies,
+        protocols,
+        report,
+        reproduce,
+        sim,
+        testing,
+        tiers,
+        traces,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, {}, globals(), frozenset(_SUBPACKAGES))

@@ -11,7 +11,8 @@ Every report starts with its metadata: kvmm version, git commit (when run from a
 date, command-line flags, and whether it is full, partial or quick.  Figures are PNGs beside
 it (written only when matplotlib is installed: the ``plot`` extra), named ``<name>.png`` for the
 full report and ``<report stem>-<name>.png`` otherwise; PNGs the previous file of the same report
-linked and this run did not draw are removed when it is written (no other file is touched).  Plots use plain tick labels (no axis offsets).
+linked and this run did not draw are removed when it is written (no other file is touched).
+Plots use plain tick labels (no axis offsets).
 
 This module sits above the simulator and below plan and reproduce (docs/architecture.md): it
 imports only kvmm's foundation, so ``kvmm --help`` stays light.
@@ -27,9 +28,9 @@ import re
 import sys
 import textwrap
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import kvmm
 from kvmm._git import checkout_commit

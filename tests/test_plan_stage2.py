@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvmm.plan import SLO, plan
 from kvmm.plan._planner import _reasons
-from kvmm.plan.writers import seconds_text
 from kvmm.plan._verify import closest_point, frontier_indices, pick_for_verification, verify_cheapest_first
+from kvmm.plan.writers import seconds_text
 from kvmm.sim import SimConfig, simulate
 from tests.naive import plan as naive
 from tests.plan_helpers import TiB, point

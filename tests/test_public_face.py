@@ -118,4 +118,5 @@ def test_config_fields_have_real_types(module, cls):
         from kvmm.sim.models import ModelSpec
         from kvmm.traces import KVTrace
 
-        assert KVTrace in typing.get_args(hints["workload"]) and {str, ModelArch, ModelSpec} == set(typing.get_args(hints["model"]))
+        assert KVTrace in typing.get_args(hints["workload"])
+        assert {str, ModelArch, ModelSpec} == set(typing.get_args(hints["model"]))

@@ -94,10 +94,10 @@ def test_simulate_with_token_compression(capsys):
 def test_simulate_replays_every_trace_format(tmp_path, capsys, fmt, name):
     """A trace saved in another format replays by path (format detected or given) exactly like
     the same trace loaded in memory."""
+    from dataclasses import replace
+
     from kvmm.sim import SimConfig, simulate
     from kvmm.traces import load_trace, save_trace
-
-    from dataclasses import replace
 
     trace = load_trace("conversation").head(40)
     # bailian fixes 16-token blocks: relabelled explicitly (the writer refuses 512-token blocks)

@@ -1,5 +1,6 @@
-"""kvmm.allocators: paged KV blocks with a keyed prefix cache (docs/allocator.md; its place among the layers: docs/architecture.md),
-and the vToken token table with background repacking (docs/vtoken.md).
+"""kvmm.allocators: paged KV blocks with a keyed prefix cache (docs/allocator.md) and the vToken
+token table with background repacking (docs/vtoken.md).  Their place among kvmm's layers:
+docs/architecture.md.
 
 Imports are lazy, so ``import kvmm.allocators`` loads neither numba nor the kernels; the first
 use of a name loads its module.

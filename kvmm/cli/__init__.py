@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 from kvmm.errors import KvmmError
 

@@ -14,8 +14,8 @@ whatever the order given.  ``--requests``, ``--load`` and what serves (``--model
 :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
 ``--verify N``: up to N of the cheapest candidates the estimate says meet the SLO (plus their
-neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.  Progress goes to stderr; the decision to
-stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
+neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.
+Progress goes to stderr; the decision to stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
 "No configuration meets the SLO" is an answer (exit 0, the closest one shown).
 """
 

@@ -38,14 +38,15 @@ from kvmm.cluster.fabric import LINK_NAMES
 from kvmm.errors import BadInputError, KvmmWarning, RunWarning
 from kvmm.report import format_table
 from kvmm.sim.cluster_config import ClusterConfig
-from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel, check_admission, check_eviction
 from kvmm.sim.config import STAGING_NAMES as STAGING
+from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel, check_admission, check_eviction
 from kvmm.sim.config_json import load_config
 from kvmm.sim.cost import parse_prices
 from kvmm.sim.latency.arch import ModelArch
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import PRESETS, preset
 from kvmm.traces.formats import load_trace
+
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
@@ -69,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a lower tier PRESET[:SIZE[:EVICTION[:ADMISSION]]], fastest first (repeatable; default "
                              "nvme:-:lru:write-all); EVICTION: any order of kvmm.policies.EVICTION_POLICIES "
                              "but belady (lru, fifo, lfu, arc, clock, s3fifo, sieve, 2q, lirs, slru, wtinylfu)")
-    parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
+    parser.add_argument("--staging", "--policy", dest="staging", default="all",
+                        help=f"staging policy: {', '.join(STAGING)} or all")
     parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
                         help="protected staging tier (default cxl:100GiB)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
@@ -440,7 +442,8 @@ def _run(args: argparse.Namespace) -> int:
                              f"{r.fabric_bytes / GiB:.1f}", r.index_entries) for r, c in zip(results, configs)]))
     print(format_table(["staging", "GPU-hours", "GiB-hours per tier", "total USD", "USD / M input tok",
                         "USD / M output tok", "tok/s per USD/h"],
-                       [(r.policy, f"{r.gpu_hours:.3f}", ", ".join(f"{n} {g:.1f}" for n, g in zip(r.cost.tier_names, r.tier_gib_hours)),
+                       [(r.policy, f"{r.gpu_hours:.3f}",
+                         ", ".join(f"{n} {g:.1f}" for n, g in zip(r.cost.tier_names, r.tier_gib_hours)),
                          f"{r.total_usd:.3f}", f"{r.usd_per_million_input_tokens:.4f}",
                          f"{r.usd_per_million_output_tokens:.4f}", f"{r.tokens_per_s_per_usd:.1f}") for r in results]))
     return 0

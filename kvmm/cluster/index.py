@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,8 @@ class BlockIndex:
 
     ``key_width``: 1 for trace block ids (1-D int64; uint64 taken as its int64 view), 2 for the
     ``(n, 2)`` uint64 keys of :class:`~kvmm.allocators.BlockAllocator`; ``None``: the first
-    successful store of a key decides (a lookup or a call that raises decides nothing).  ``max_entries``: entry budget with LRU eviction.
+    successful store of a key decides (a lookup or a call that raises decides nothing).
+    ``max_entries``: entry budget with LRU eviction.
     ``max_holders``: at most this many (instance, medium) holders per key, the most recently
     stored ones (llm-d's in-memory index keeps 10 pods per key, ``podCacheSize``); ``None``: no cap.
 

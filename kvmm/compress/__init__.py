@@ -44,13 +44,26 @@ __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
     from kvmm.compress.calibration import (
-        calibrate, Calibration, logit_curve, mean_logit_by_distance, pearson, series_logits)
+        Calibration,
+        calibrate,
+        logit_curve,
+        mean_logit_by_distance,
+        pearson,
+        series_logits,
+    )
     from kvmm.compress.eviction import evict_to_budget
-    from kvmm.compress.rope import convert_layout, RopeConfig, RopeScaling
+    from kvmm.compress.rope import RopeConfig, RopeScaling, convert_layout
     from kvmm.compress.scorers import (
-        H2OScorer, KeyNormScorer, RandomScorer, ScissorhandsScorer, select_victims, SnapKVScorer, StreamingLLMScorer,
-        TokenScorerBase)
-    from kvmm.compress.triattention import default_offsets, TriAttentionScorer
+        H2OScorer,
+        KeyNormScorer,
+        RandomScorer,
+        ScissorhandsScorer,
+        SnapKVScorer,
+        StreamingLLMScorer,
+        TokenScorerBase,
+        select_victims,
+    )
+    from kvmm.compress.triattention import TriAttentionScorer, default_offsets
     from kvmm.compress.triattention_policy import TriAttentionPolicy
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

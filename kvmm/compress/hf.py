@@ -205,7 +205,7 @@ def _attention_modules(model: Any) -> list[Any]:
     return mods
 
 
-def _as_ids(input_ids: Any) -> "torch.Tensor":
+def _as_ids(input_ids: Any) -> torch.Tensor:
     """One sequence of token ids as a ``(1, T)`` long tensor; float ids raise (not truncated to a token)."""
     arr = np.asarray(input_ids)
     if not (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[0] == 1)) or arr.size == 0:

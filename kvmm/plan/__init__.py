@@ -26,6 +26,6 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
-    from kvmm.plan.core import Plan, plan, PlanPoint, simulation_key, SLO, TierCandidate
+    from kvmm.plan.core import SLO, Plan, PlanPoint, TierCandidate, plan, simulation_key
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

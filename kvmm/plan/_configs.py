@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.sim.config import SimConfig, TierLevel

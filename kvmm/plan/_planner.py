@@ -55,8 +55,15 @@ from kvmm.plan._analytic import block_stream, build_model, stack_distances
 from kvmm.plan._clock import replay_clock
 from kvmm.plan._configs import point_config
 from kvmm.plan._kernels import grid_kernel
-from kvmm.plan._verify import (closest_point, frontier_indices, pareto, pick_for_verification, simulate_configs,
-                               verify_cheapest_first, workers_of)
+from kvmm.plan._verify import (  # noqa: F401 (pareto: tests and bench import it from here)
+    closest_point,
+    frontier_indices,
+    pareto,
+    pick_for_verification,
+    simulate_configs,
+    verify_cheapest_first,
+    workers_of,
+)
 from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate, finite_number
 from kvmm.plan.writers import seconds_text
 from kvmm.sim.cluster_config import ClusterConfig
@@ -390,7 +397,8 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     try:
         cands = tuple(t if isinstance(t, TierCandidate) else TierCandidate.parse(t) for t in tiers)
     except TypeError:
-        raise BadInputError(f"tiers must be a list of TierCandidate (or 'dram:0-4TiB' texts), got {type(tiers).__name__}") from None
+        raise BadInputError(f"tiers must be a list of TierCandidate (or 'dram:0-4TiB' texts), got "
+                            f"{type(tiers).__name__}") from None
     if not cands:
         raise BadInputError("no tier candidates; expected at least one, e.g. TierCandidate.parse('dram:0-4TiB')")
     kinds = [c.kind for c in cands]

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,8 @@ def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarr
     with an estimate that no point already picked has: ``estimates`` is a (G, k) array of what
     the analytic stage says of each point (the planner: TTFT, TPOT and the hit share per tier),
     ``latency`` alone when None; points repeating a picked row (e.g. a larger pool past the
-    trace's reuse: the same hits, the same estimate) only when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
-    lower index.  Runtime complexity: O(G log G)."""
+    trace's reuse: the same hits, the same estimate) only when no distinct one remains.
+    Deterministic: ties in cost go to the faster point, then the lower index.  Runtime complexity: O(G log G)."""
     front = [int(j) for j in front]
     on_front = set(front)
 

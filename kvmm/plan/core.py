@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kvmm._validate import MAX_UNITS, short_repr
 from kvmm.errors import BadInputError
@@ -85,7 +86,8 @@ class TierCandidate:
             raise BadInputError(f"tier {self.kind}: empty capacity range {self.min_bytes}-{self.max_bytes} bytes; "
                                 "expected 0 <= min <= max and max > 0")
         if isinstance(self.points, bool) or not isinstance(self.points, int) or not 1 <= self.points <= MAX_POINTS:
-            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got {short_repr(self.points)}")
+            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got "
+                                f"{short_repr(self.points)}")
         if self.min_bytes != self.max_bytes and self.points < 2:
             raise BadInputError(f"tier {self.kind}: a range {self.min_bytes}-{self.max_bytes} needs points >= 2 "
                                 "(both ends are sampled); give min == max for a fixed tier")
@@ -101,7 +103,7 @@ class TierCandidate:
                 raise BadInputError(f"tier {self.kind}: {error}") from None
 
     @classmethod
-    def parse(cls, text: str) -> "TierCandidate":
+    def parse(cls, text: str) -> TierCandidate:
         """The CLI spelling ``KIND:MIN-MAX[:shared][:points=N][:eviction=NAME][:admission=NAME]``.
 
         Sizes take a unit (``B``, ``KiB``..``PiB``, ``KB``..``PB``); a bare number before the

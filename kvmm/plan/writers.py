@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from kvmm.errors import BadInputError
 from kvmm.report import format_table, plain_number
@@ -261,8 +262,8 @@ def _frontier_table(plan: Any) -> str:
                      _yes(p.meets_slo_est), _yes(p.meets_slo_sim), mark))
     if not rows:
         return "The frontier is empty (no capacity combination within the budget).\n"
-    return format_table(["#", *[n + suffix for n, suffix in columns], "hit ratio per tier", "est p95 TTFT s", "sim p95 TTFT s", "USD / h",
-                         "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
+    return format_table(["#", *[n + suffix for n, suffix in columns], "hit ratio per tier", "est p95 TTFT s",
+                         "sim p95 TTFT s", "USD / h", "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
 
 
 def _errors_table(errors: Sequence[dict], columns: Sequence[tuple[str, str]], on_frontier: Sequence[bool]) -> str:

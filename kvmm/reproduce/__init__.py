@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvmm.errors import BadInputError
 from kvmm.report import Report

@@ -11,7 +11,7 @@ changed) and prints both in a compact "what the physical clock moved" table
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.sim.models import MODELS
@@ -49,12 +49,14 @@ def clock_text(cfg) -> str:
             f"a GPU KV pool of {s.gpu_kv_bytes / GiB:.1f} GiB per instance (set by this section, not from memory)")
     return (f"Clock (physical, docs/latency.md): Roofline step times of {s.name} on {s.tp} x {hw.name} "
             f"({plain_number(hw.bf16_flops / 1e12)} TFLOP/s bf16 at MFU {plain_number(r.mfu_prefill)} prefill / "
-            f"{plain_number(r.mfu_decode)} decode{' (assumed: the H100 calibration of BLIS)' if 'mfu_prefill' in hw.assumed else ''}, "
+            f"{plain_number(r.mfu_decode)} decode"
+            f"{' (assumed: the H100 calibration of BLIS)' if 'mfu_prefill' in hw.assumed else ''}, "
             f"{plain_number(hw.hbm_bytes_per_s / 1e12)} TB/s HBM, bf16 weights and "
             "KV): a step takes max(compute, memory) + all-reduces; decode reads every sequence's KV, so steps slow "
             "down as contexts grow; prefill attention is quadratic in the context; no launch overhead.  Scheduling "
             f"as vLLM V1: {'chunked prefill' if s.chunked_prefill else 'whole prefills'}, "
-            f"{s.max_num_batched_tokens:,} tokens and {s.max_num_seqs:,} sequences per step, decodes first.  {pool[0].upper() + pool[1:]}.  "
+            f"{s.max_num_batched_tokens:,} tokens and {s.max_num_seqs:,} sequences per step, decodes first.  "
+            f"{pool[0].upper() + pool[1:]}.  "
             f"GPU-hours at ${plain_number(s.gpu_usd_per_hour)}/h.")
 
 

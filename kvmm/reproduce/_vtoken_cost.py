@@ -28,7 +28,8 @@ def repetitions(st: dict) -> list[dict]:
     return out
 
 
-def sla_ratios(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_ratios(st: dict, block_size: int, model: DecodeCostModel | RooflineDecodeCost, kv_budget_bytes: float,
+               sla_s: float) -> dict:
     """:func:`sla_comparison` per timing repetition: ``{key: array over repetitions}`` for the ratios."""
     runs = [sla_comparison(one, block_size, model, kv_budget_bytes, sla_s) for one in repetitions(st)]
     return {key: np.array([r[key] for r in runs]) for key in ("ratio", "ratio_reads_dead")} | {"runs": runs}
@@ -198,7 +199,8 @@ def sla_throughput(fixed_s: float, per_request_s: float, memory_batch: int, sla_
     return dict(batch=batch, bound=bound, step_s=step_s, tokens_per_s=batch / step_s if batch else 0.0)
 
 
-def sla_comparison(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_comparison(st: dict, block_size: int, model: DecodeCostModel | RooflineDecodeCost, kv_budget_bytes: float,
+                   sla_s: float) -> dict:
     """SLA-bound throughput of naive evict and vToken from one :func:`replay`'s statistics.
 
     Per request: the memory bound uses the peak blocks held per request (as the concurrency

@@ -259,7 +259,9 @@ def _break_even_note(marginal: bool, specs: dict, kv: dict) -> str:
 def _draw_steps(axes, decode, prefill, hw_names) -> None:
     """Left: decode step time vs context per hardware (colour) and batch (line style); right:
     the prefill chunk's time vs the context before it."""
-    from matplotlib.ticker import FuncFormatter  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+    from matplotlib.ticker import (
+        FuncFormatter,  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+    )
 
     colours = {name: f"C{i}" for i, name in enumerate(hw_names)}
     styles = dict(zip(BATCHES, ("-", "--", ":")))

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -127,12 +128,16 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
             ["capacity (blocks)", "capacity / WS"] + orders + ([extra_label] if column is not None else []), rows,
             note=(f"WS 90 % = {ws:,} blocks (smallest LRU capacity with 90 % of the unlimited-cache hits). "
                   "Miss ratios include cold misses; each order with libCacheSim's default options "
-                  "(kvmm.policies.replay); - where an order cannot run at that capacity" + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
+                  "(kvmm.policies.replay); - where an order cannot run at that capacity"
+                  + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
                   f"{len(orders) * len(caps)} replays in {seconds:.2f} s (kernels compiled before timing)."
                   + identical_note(prints, name, keys)))
 
     def draw(axes):
-        from matplotlib.ticker import FuncFormatter, NullFormatter  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+        from matplotlib.ticker import (  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+            FuncFormatter,
+            NullFormatter,
+        )
 
         for ax, (name, res) in zip(np.atleast_1d(axes), results.items()):
             for order, ratios in res["miss"].items():

@@ -50,7 +50,8 @@ def configs(trace, base: SimConfig, links) -> list[tuple[str, str, SimConfig]]:
     out = [("colocated", "-", base.with_(instances=INSTANCES))]
     for name in links:
         for overlap in (True, False):
-            out.append((f"{p}P x {d}D", f"{name}{' (layer-wise)' if overlap else ''}", base.with_(pd=PDConfig(p, d, name, overlap))))
+            out.append((f"{p}P x {d}D", f"{name}{' (layer-wise)' if overlap else ''}",
+                        base.with_(pd=PDConfig(p, d, name, overlap))))
     return out
 
 

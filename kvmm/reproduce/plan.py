@@ -29,9 +29,9 @@ from kvmm.plan.progress import StageProgress
 from kvmm.plan.writers import draw_frontier, plan_summary, point_label
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.reproduce.cluster import _window
-from kvmm.sim.config import GiB, SimConfig
 from kvmm.sim import ClusterConfig
 from kvmm.sim._sweep import sweep
+from kvmm.sim.config import GiB, SimConfig
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.serving import resolve_serving
 from kvmm.sim.simulator import resolve_trace
@@ -69,7 +69,8 @@ def reproduce(report) -> None:
         f"({_gib(serving.gpu_kv_bytes)} of 512-token blocks) with prefix caching, the protected CXL staging tier "
         f"(100 GiB) and timely staging; arrivals rescaled to load {LOAD} over all the GPUs.  Tier specs: "
         "kvmm/tiers/spec.py (figures marked assumed there are assumed); shared tiers are read over the rdma400 fabric.  "
-        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at ${plain_number(serving.gpu_usd_per_hour)} per "
+        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at "
+        f"${plain_number(serving.gpu_usd_per_hour)} per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
     # one pool for every simulation of the section: its workers load the simulator's kernels once
@@ -102,7 +103,8 @@ def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
         report.table(
             f"Frontier at p95 TTFT <= {plain_number(slo_s)} s ({requests}, {INSTANCES} instances, "
             f"{result.points_evaluated:,} capacity combinations of {' x '.join(str(t.points) for t in tiers)})",
-            ["#", "capacities", f"hit ratio per tier ({' / '.join(t.kind for t in tiers)})", "est p95 TTFT s", "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
+            ["#", "capacities", f"hit ratio per tier ({' / '.join(t.kind for t in tiers)})", "est p95 TTFT s",
+             "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
             rows,
             note="\n".join(plan_summary(result)) + "\n\n" + "\n".join(f"- {r}" for r in result.reasons)
                  + "\n\nhit ratio per tier: share of the trace's blocks served by each tier in the analytic "
@@ -199,7 +201,8 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
              "its longest prefix is held, less 4 blocks per queued or running request).  Without affinity a private "
              "tier only helps a request that lands where its prefix was computed; with it, the GPU pools themselves "
              "hit more (the hit ratio counts GPU hits too), so compare each design with the no-KV-tier row of the "
-             f"same routing to see what the tier adds.  A private tier smaller than the GPU pool ({_gib(_serving().gpu_kv_bytes)}) holds "
+             "same routing to see what the tier adds.  A private tier smaller than the GPU pool "
+             f"({_gib(_serving().gpu_kv_bytes)}) holds "
              "nothing the pool does not (the levels are inclusive).  Every tier is LRU, written through with every "
              "prefilled block.  hit ratio = share of prompt tokens found in the GPU pool + read from the lower tier.")
 

@@ -34,12 +34,18 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
-from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapKVScorer, StreamingLLMScorer,
-                                   select_victims)
+from kvmm.compress.pydoc_model import heldout_ids, load_model
+from kvmm.compress.scorers import (
+    H2OScorer,
+    KeyNormScorer,
+    RandomScorer,
+    SnapKVScorer,
+    StreamingLLMScorer,
+    select_victims,
+)
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.compress.triattention_policy import AGGREGATIONS, TriAttentionPolicy
 from kvmm.errors import BackendUnavailableError
-from kvmm.compress.pydoc_model import heldout_ids, load_model
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.reproduce._decode_timing import report_decode_timing
 

@@ -50,15 +50,23 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name l
     from kvmm.sim._sweep import sweep
     from kvmm.sim.cluster_config import ClusterConfig, PooledStore
     from kvmm.sim.config import GiB, PDConfig, SimConfig
-    from kvmm.sim.cost import cost_account, CostAccount, parse_prices, Prices
+    from kvmm.sim.cost import CostAccount, Prices, cost_account, parse_prices
     from kvmm.sim.engine.instance import QueueGrowthWarning
     from kvmm.sim.latency import (
-        ConstantRate, fit_latency, Fitted, HARDWARE, Hardware, LatencyModel, ModelArch, Roofline)
+        HARDWARE,
+        ConstantRate,
+        Fitted,
+        Hardware,
+        LatencyModel,
+        ModelArch,
+        Roofline,
+        fit_latency,
+    )
     from kvmm.sim.levels import TierLevel
     from kvmm.sim.load import offered_seconds
     from kvmm.sim.models import MODELS, ModelSpec
     from kvmm.sim.results import SimResult
-    from kvmm.sim.serving import resolve_serving, Serving
+    from kvmm.sim.serving import Serving, resolve_serving
     from kvmm.sim.simulator import simulate
     from kvmm.sim.workload import Workload
 

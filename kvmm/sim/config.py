@@ -17,8 +17,8 @@ object is deep-copied for every run, so one config can be simulated twice with t
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from kvmm._validate import MAX_INSTANCES, MAX_INT64, MAX_UNITS, as_count, as_fraction, as_positive_float
 from kvmm.cluster.fabric import link_by_name
@@ -26,12 +26,20 @@ from kvmm.errors import BadInputError
 from kvmm.protocols import TokenScorer
 from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.sim.cost import Prices
-from kvmm.sim.latency.arch import ModelArch
 from kvmm.sim.latency.accelerators import Hardware
+from kvmm.sim.latency.arch import ModelArch
 from kvmm.sim.latency.step import LatencyModel
 from kvmm.sim.levels import (  # noqa: F401 (re-exported: TierLevel and its policy checks lived here)
-    ADMISSION_NAMES, FILL_NAMES, TierLevel, as_tier_levels, check_admission, check_eviction, check_name_or_protocol,
-    make_admission, make_eviction)
+    ADMISSION_NAMES,
+    FILL_NAMES,
+    TierLevel,
+    as_tier_levels,
+    check_admission,
+    check_eviction,
+    check_name_or_protocol,
+    make_admission,
+    make_eviction,
+)
 from kvmm.sim.models import ModelSpec
 from kvmm.sim.serving import resolve_serving
 from kvmm.sim.workload import Workload
@@ -215,7 +223,7 @@ class SimConfig:
             raise BadInputError(f"workload must be a trace name, a path, a Workload or a KVTrace, got "
                                 f"{type(self.workload).__name__}")
 
-    def with_(self, **changes) -> "SimConfig":
+    def with_(self, **changes) -> SimConfig:
         return replace(self, **changes)
 
 

@@ -116,8 +116,8 @@ def check_name_or_protocol(value: Any, kind: str, names: Any, methods: tuple[str
         return
     missing = [m for m in methods if not callable(getattr(value, m, None))]
     if missing:
-        raise BadInputError(f"{kind} {type(value).__name__} lacks {missing}; expected a name or an object of the {protocol} Protocol "
-                            f"({', '.join(methods)})")
+        raise BadInputError(f"{kind} {type(value).__name__} lacks {missing}; expected a name or an object of the "
+                            f"{protocol} Protocol ({', '.join(methods)})")
 
 
 def make_eviction(policy: Any) -> Any:

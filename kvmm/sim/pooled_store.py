@@ -74,10 +74,10 @@ class SegmentedStore:
         """The segment on ``instance``'s node (-1: a one-segment pool is on no instance's node)."""
         return instance * self.num_segments // self.instances if self.num_segments > 1 else -1
 
-    def view(self, instance: int) -> "SegmentView":
+    def view(self, instance: int) -> SegmentView:
         return SegmentView(self, instance)
 
-    def local_view(self, instance: int) -> "LocalSegmentView":
+    def local_view(self, instance: int) -> LocalSegmentView:
         return LocalSegmentView(self, instance)
 
     def _sync(self, s: int, sink: list | None) -> bool:

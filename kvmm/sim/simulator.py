@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,7 @@ from kvmm.sim.engine.instance import Instance, QueueGrowthWarning
 from kvmm.sim.engine.pd import simulate_pd
 from kvmm.sim.engine.requests import RequestTable
 from kvmm.sim.load import arrival_times
-from kvmm.sim.results import (  # noqa: F401 (re-exported)
-    SimResult, collect, latency_metrics, prompt_tokens, staging_wait_metrics)
+from kvmm.sim.results import SimResult, collect, latency_metrics, prompt_tokens, staging_wait_metrics  # noqa: F401 (re-exported)
 from kvmm.sim.serving import resolve_serving
 from kvmm.sim.workload import Workload
 from kvmm.traces.formats import load_trace

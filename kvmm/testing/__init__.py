@@ -59,8 +59,21 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
     from kvmm.testing import (
-        admission_contract, allocator_machine, benchmarks, eviction_contract, ledger_machine, models, plugin,
-        router_contract, scorer_contract, staging_contract, strategies, tier_contract, tiers, token_table_machine)
+        admission_contract,
+        allocator_machine,
+        benchmarks,
+        eviction_contract,
+        ledger_machine,
+        models,
+        plugin,
+        router_contract,
+        scorer_contract,
+        staging_contract,
+        strategies,
+        tier_contract,
+        tiers,
+        token_table_machine,
+    )
     from kvmm.testing.admission_contract import AdmissionPolicyContract
     from kvmm.testing.allocator_machine import BlockAllocatorMachine
     from kvmm.testing.benchmarks import PolicyBenchmarkResult, replay_policy

@@ -21,7 +21,8 @@ imports nothing heavy until a fixture is used.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

@@ -66,7 +66,7 @@ def agent_trace(num_agents: int = 16, *, tasks: int | None = None, steps: tuple[
     rng = np.random.default_rng(seed)
     builder = _TraceBuilder(system_prompts, system_prompt_tokens)
     slot_free_at = rng.uniform(0.0, wait_median, size=num_agents)  # staggered starts
-    for task in range(tasks):
+    for _ in range(tasks):
         slot = int(np.argmin(slot_free_at))
         now = float(slot_free_at[slot])
         session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, task_tokens),

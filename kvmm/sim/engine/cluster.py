@@ -35,8 +35,9 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

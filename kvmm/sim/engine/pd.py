@@ -27,7 +27,8 @@ The instances run in strict time order (:func:`drive_lockstep`): an instance act
 only when every other has acted before ``t``, so a hand-off sees the decode loads as of its
 step and a decode step sees every hand-off decided before it.  Arrivals are routed first at
 equal times, one at a time: an idle prefill instance starts on an arrival at once, so requests
-with the same timestamp do not share its first step.  TPOT = (finish - first token) / (output tokens - 1): it includes the hand-off.
+with the same timestamp do not share its first step.  TPOT = (finish - first token) / (output
+tokens - 1): it includes the hand-off.
 """
 
 from __future__ import annotations

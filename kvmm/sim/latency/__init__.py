@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name l
     from kvmm.sim.latency._kernels import decode_stretch, decode_stretch_seconds, step_split
     from kvmm.sim.latency.accelerators import HARDWARE, Hardware, hardware, kv_pool_bytes
     from kvmm.sim.latency.arch import DTYPE_BYTES, ModelArch
-    from kvmm.sim.latency.fitted import fit_latency, FitReport, Fitted
+    from kvmm.sim.latency.fitted import FitReport, Fitted, fit_latency
     from kvmm.sim.latency.roofline import Roofline
-    from kvmm.sim.latency.step import COEF_LEN, ConstantRate, FEATURES, LatencyModel, step_features
+    from kvmm.sim.latency.step import COEF_LEN, FEATURES, ConstantRate, LatencyModel, step_features
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -105,7 +105,7 @@ class ConstantRate:
         self.decode_batch_cost = as_positive_float(decode_batch_cost, "decode_batch_cost", allow_zero=True)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "ConstantRate":
+    def from_spec(cls, spec: Any) -> ConstantRate:
         """The rates of a :class:`kvmm.sim.models.ModelSpec` (or a name from ``kvmm.sim.models.MODELS``)."""
         spec = model_spec(spec)
         return cls(spec.prefill_tokens_per_s, spec.decode_tokens_per_s, spec.decode_batch_cost)
