@@ -27,8 +27,7 @@ import warnings
 import pytest
 
 from bench.conftest import info, size
-from kvmm.sim import ClusterConfig
-from kvmm.sim import GiB, SimConfig, TierLevel, simulate
+from kvmm.sim import ClusterConfig, GiB, SimConfig, TierLevel, simulate
 from kvmm.sim.engine.instance import Instance
 
 REQUESTS = size(12_031, 60)  # the whole conversation trace

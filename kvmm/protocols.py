@@ -10,7 +10,8 @@ array-valued batch methods live on the concrete classes, which stay free to be f
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Protocol, Sequence, runtime_checkable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvmm.sim.models import ModelSpec
 from kvmm.sim.config import SimConfig, TierLevel
+from kvmm.sim.models import ModelSpec
 from kvmm.tiers.spec import TierSpec
 from kvmm.traces.mooncake import MooncakeTrace
 

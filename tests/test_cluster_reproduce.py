@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from kvmm.report import SECTIONS
+from kvmm.reproduce import SECTIONS
 from tests.report_helpers import markdown_table, run_quick_section
 
 

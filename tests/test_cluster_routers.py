@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvmm.cluster import (ROUTERS, ApproxPrefixRouter, ClusterView, PrecisePrefixRouter, RouteRequest, WeightedRouter,
-                          checked_route, make_router)
+from kvmm.cluster import (
+    ROUTERS,
+    ApproxPrefixRouter,
+    ClusterView,
+    PrecisePrefixRouter,
+    RouteRequest,
+    WeightedRouter,
+    checked_route,
+    make_router,
+)
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, KvmmError, ShapeError
 from kvmm.protocols import Router
 

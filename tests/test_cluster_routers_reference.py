@@ -7,8 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.cluster import make_router
-from kvmm.testing.models.routers import (ApproxPrefixModel, KvCostModel, LeastLoadedModel, PrecisePrefixModel,
-                                         WeightedModel)
+from kvmm.testing.models.routers import (
+    ApproxPrefixModel,
+    KvCostModel,
+    LeastLoadedModel,
+    PrecisePrefixModel,
+    WeightedModel,
+)
 from kvmm.testing.router_contract import FakeBlockIndex, build_step, route_steps
 
 SETTINGS = settings(max_examples=150, deadline=None)

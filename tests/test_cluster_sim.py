@@ -12,10 +12,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.errors import BadInputError
 from kvmm.policies.stack_distance import StackDistanceTracker
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
+from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.tiers.spec import TierSpec
 from tests.sim_helpers import TOY_FAST, TOY_MODEL, trace
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from kvmm.cluster import BlockIndex, ClusterView, make_router
-from kvmm.sim.cost import cost_account
 from kvmm.cluster.routers import ROUTERS
 from kvmm.errors import BadInputError, KvmmError
 from kvmm.plan import SLO, TierCandidate, plan
 from kvmm.policies import replay
 from kvmm.policies._replay import _KERNELS
+from kvmm.sim.cost import cost_account
 
 MAX_UNITS = 2**60  # kvmm._validate.MAX_UNITS, the documented bound
 MAX_INSTANCES = 2**20  # kvmm._validate.MAX_INSTANCES

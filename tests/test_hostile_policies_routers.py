@@ -54,7 +54,7 @@ def test_policy_calls_check_their_size_whatever_the_key():
     twoq = TwoQPolicy(capacity=4)
     twoq.on_insert(1)
     for key in (1, 2):  # a resident key returned [] before looking at the size
-        raises_unchanged(twoq, BadInputError, "incoming_size must be >= 0, got -1", lambda: twoq.extra_victims(key, -1))
+        raises_unchanged(twoq, BadInputError, "incoming_size must be >= 0, got -1", lambda: twoq.extra_victims(key, -1))  # noqa: B023
     raises_unchanged(twoq, DTypeError, "protected", lambda: twoq.extra_victims(1, 1, protected=5))
     assert twoq.extra_victims(1, 1) == [] and twoq.extra_victims(1, None) == []
 

@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import LIRSPolicy, make_eviction_policy, replay
-from kvmm.tiers import ManagedTier, SimulatedTier
 from kvmm.policies._replay_lirs import lirs_limits
+from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
 from tests.naive.lirs import NaiveLIRS, replay_lirs_naive, replay_lirs_naive_checked
 

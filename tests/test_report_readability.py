@@ -77,7 +77,8 @@ def test_pd_says_where_p95_tpot_gets_worse(pd):
 def test_pd_verdict_sentences():
     from kvmm.reproduce.pd import _verdict
 
-    assert _verdict(["a", "b"], ["a", "b"], 2, 1) == "p95 TPOT is worse than colocated on every link.  p95 TTFT is better on every link."
+    assert _verdict(["a", "b"], ["a", "b"], 2, 1) == ("p95 TPOT is worse than colocated on every link.  "
+                                                      "p95 TTFT is better on every link.")
     assert _verdict(["a"], [], 2, 1).startswith("p95 TPOT is worse than colocated on 1 of 2 set-ups (a).")
 
 
@@ -223,7 +224,7 @@ def test_section_timings_say_they_include_jit_compilation(tmp_path, monkeypatch)
     import sys
     import types
 
-    import kvmm.report as R
+    import kvmm.reproduce as R
 
     module = types.ModuleType("kvmm_test_fake_section")
     module.reproduce = lambda report: report.text("nothing")

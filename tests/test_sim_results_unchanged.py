@@ -24,7 +24,13 @@ import pytest
 
 from kvmm.sim import ClusterConfig, GiB, PDConfig, SimConfig, TierLevel, simulate
 
-FIELDS = ['label', 'policy', 'model', 'requests', 'duration_s', 'load', 'output_tokens_per_s', 'ttft_p50', 'ttft_p95', 'ttft_p99', 'ttft_mean', 'tpot_p50', 'tpot_p95', 'ttft_p95_high_priority', 'high_priority_requests', 'protected_byte_seconds', 'protected_byte_seconds_per_request', 'peak_protected_bytes', 'fast_tier_bytes', 'claims', 'ready_in_time', 'ready_late', 'claims_cancelled', 'claims_recomputed', 'slow_hit_token_share', 'gpu_hit_token_share', 'gpu_pool_blocks', 'gpu_lookup_hits', 'gpu_lookup_queries', 'tier_block_hits', 'tier_blocks_offered', 'tier_evictions', 'steps', 'max_waiting', 'max_running', 'tokens_evicted', 'kv_bytes_transferred', 'link_busy_share']
+FIELDS = ['label', 'policy', 'model', 'requests', 'duration_s', 'load', 'output_tokens_per_s', 'ttft_p50',
+          'ttft_p95', 'ttft_p99', 'ttft_mean', 'tpot_p50', 'tpot_p95', 'ttft_p95_high_priority',
+          'high_priority_requests', 'protected_byte_seconds', 'protected_byte_seconds_per_request',
+          'peak_protected_bytes', 'fast_tier_bytes', 'claims', 'ready_in_time', 'ready_late', 'claims_cancelled',
+          'claims_recomputed', 'slow_hit_token_share', 'gpu_hit_token_share', 'gpu_pool_blocks', 'gpu_lookup_hits',
+          'gpu_lookup_queries', 'tier_block_hits', 'tier_blocks_offered', 'tier_evictions', 'steps', 'max_waiting',
+          'max_running', 'tokens_evicted', 'kv_bytes_transferred', 'link_busy_share']
 
 DIGESTS = {
     'default': '4f18c4525e8cfd3fa6e243f62aca6887',
@@ -47,7 +53,8 @@ OLD_CLOCK = dict(model="llama3-8b", latency="constant", chunked_prefill=False, g
 CONFIGS = {
  "default": SimConfig(**OLD_CLOCK),
  "instances4": SimConfig(instances=4, max_requests=3000, **OLD_CLOCK),
- "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"), TierLevel("nvme", admission="refill-filter")], **OLD_CLOCK),
+ "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"),
+                                                      TierLevel("nvme", admission="refill-filter")], **OLD_CLOCK),
  "immediate": SimConfig(max_requests=3000, policy="immediate", load=0.9, **OLD_CLOCK),
  "on-demand-synth": SimConfig(workload="synthetic", max_requests=2000, policy="on-demand", **OLD_CLOCK),
  "wt-lru": SimConfig(max_requests=3000, policy="write-through-lru", **OLD_CLOCK),

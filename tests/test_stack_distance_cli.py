@@ -112,7 +112,7 @@ def test_mrc_png_title_is_wrapped_inside_the_figure():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from kvmm.policies._cli import mrc_figure
+    from kvmm.cli.mrc import mrc_figure
 
     title = ("MRC of /home/user/some/long/path/to/a/folder/of/traces/conversation_trace_2025.jsonl "
              "(SHARDS fixed rate 0.01, stratified (counting rate 0.001))")

@@ -5,10 +5,10 @@ import pytest
 
 from kvmm.policies import AdmissionRequest, RefillFilter, StoreThreshold, WriteAll
 from kvmm.policies import _stack_kernels as K
+from kvmm.policies.stack_distance import _fenwick_of
 from kvmm.reproduce.efficientagent import GPUS, MODELS, replay_two_tier
 from kvmm.tiers.spec import preset
 from kvmm.traces import agent_trace
-from kvmm.policies.stack_distance import _fenwick_of
 from tests.naive.stack_distance import mix64, two_tier_classes
 
 

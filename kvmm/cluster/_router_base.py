@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kvmm._validate import as_count
+from kvmm._validate import as_count, as_positive_float
 from kvmm.cluster.view import ClusterView, RouteRequest
 from kvmm.errors import BadInputError, DTypeError
 
@@ -84,8 +84,6 @@ def index_hits(router: Any, view: Any, request: Any) -> np.ndarray:
 
 def check_medium_weights(weights: Any, name: str, *, upper: float | None = None) -> dict | None:
     """``weights`` as {medium name in lower case: non-negative float}, or None; bad values raise."""
-    from kvmm._validate import as_positive_float
-
     if weights is None:
         return None
     if not isinstance(weights, dict) or not weights:

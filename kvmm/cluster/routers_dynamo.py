@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, as_count, as_fraction, as_positive_float
-from kvmm.cluster._router_base import MediumWeights, Ties, check_medium_weights, check_route_args, index_hits, lowest_among
+from kvmm.cluster._router_base import (
+    MediumWeights,
+    Ties,
+    check_medium_weights,
+    check_route_args,
+    index_hits,
+    lowest_among,
+)
 from kvmm.errors import BadInputError
 
 __all__ = ["KvCostRouter", "dynamo_softmax_pick"]

@@ -28,7 +28,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, as_count, as_positive_float
-from kvmm.cluster._router_base import MediumWeights, Ties, check_medium_weights, check_route_args, index_hits, lowest_among
+from kvmm.cluster._router_base import (
+    MediumWeights,
+    Ties,
+    check_medium_weights,
+    check_route_args,
+    index_hits,
+    lowest_among,
+)
 from kvmm.cluster.routers_dynamo import KvCostRouter
 from kvmm.cluster.routers_sglang import PrefixMemory
 from kvmm.errors import BadInputError, DTypeError

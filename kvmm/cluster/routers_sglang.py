@@ -80,7 +80,7 @@ class ApproxPrefixRouter:
     seed: int = 0
     name: ClassVar[str] = "approx-prefix"
     uses_index: ClassVar[bool] = False
-    _memory: "PrefixMemory" = field(default=None, init=False, repr=False, compare=False)
+    _memory: PrefixMemory = field(default=None, init=False, repr=False, compare=False)
     _ties: Ties = field(default=None, init=False, repr=False, compare=False)
     _sent: np.ndarray = field(default=None, init=False, repr=False, compare=False)
 

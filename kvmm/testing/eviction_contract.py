@@ -21,7 +21,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.protocols import EvictionPolicy
 from kvmm.testing.strategies import tier_values
-from kvmm.testing.tiers import sample_values, LOCAL_TIER_KINDS, TierContext, check_managed, snapshot, value, victim_order
+from kvmm.testing.tiers import (
+    LOCAL_TIER_KINDS,
+    TierContext,
+    check_managed,
+    sample_values,
+    snapshot,
+    value,
+    victim_order,
+)
 
 __all__ = ["EvictionPolicyContract", "EvictionPolicyMachine", "ManagedTierMachine"]
 
@@ -150,9 +158,9 @@ class EvictionPolicyContract:
         before = victim_order(policy, 2)
         sized_victims = "incoming_size" in inspect.signature(policy.victims).parameters
         for bad, error in ((-1, BadInputError), (2.5, DTypeError), (True, DTypeError), ("3", DTypeError)):
-            calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]
+            calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]  # noqa: B023 (called at once, inside the loop)
             if sized_victims:
-                calls.append(lambda: policy.victims(1, incoming="c", incoming_size=bad))
+                calls.append(lambda: policy.victims(1, incoming="c", incoming_size=bad))  # noqa: B023 (called at once, inside the loop)
             for call in calls:
                 if self.raises_kvmm_errors:
                     with pytest.raises(error, match="size"):

@@ -15,7 +15,6 @@ from kvmm.policies import EVICTION_POLICIES, FIFOPolicy, LIRSPolicy, TwoQPolicy
 from kvmm.traces import load_mooncake
 from tests.integrations.vllm_replay import replay_vllm
 
-
 # Offline orders (Belady) are refused: tests/integrations/test_vllm_policies.py
 ONLINE = sorted(name for name, cls in EVICTION_POLICIES.items() if not getattr(cls, "offline", False))
 

@@ -35,22 +35,28 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from kvmm.cluster.event_stream import SPECULATIVE_MEDIUM, EventFeed
+from kvmm.cluster.index import BlockIndex
 from kvmm.cluster.routers import checked_route, make_router
 from kvmm.cluster.view import LOAD_FIELDS, ClusterView, RouteRequest
 from kvmm.errors import BadInputError
 from kvmm.policies.admission import WriteAll
-from kvmm.sim.config import SimConfig, TierLevel, make_admission, make_eviction
+from kvmm.sim.config import SimConfig
 from kvmm.sim.demotion import LoggedSimulatedTier
 from kvmm.sim.engine.instance import Instance
 from kvmm.sim.engine.requests import RequestTable
+from kvmm.sim.levels import TierLevel, make_admission, make_eviction
+from kvmm.sim.pooled_store import SegmentedStore, local_level
+from kvmm.sim.results import collect, prompt_tokens
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["simulate_cluster", "SharedLevel", "FabricQueue", "sessions_of"]
 
@@ -90,12 +96,9 @@ class FabricQueue:
         return max(link_done, self.free_at)
 
 
-def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
+def simulate_cluster(cfg: SimConfig, serving: Any, trace: KVTrace, arrival: np.ndarray, ledger_factory: Callable,
                      progress: Callable | None, engine_hook: Callable | None) -> Any:
     """Run the cluster; returns the pooled :class:`~kvmm.sim.SimResult` (see the module docstring)."""
-    from kvmm.sim.results import collect
-    from kvmm.sim.simulator import prompt_tokens
-
     cl = cfg.cluster
     n_inst = cl.instances
     if np.any(np.diff(arrival) < 0):
@@ -319,7 +322,7 @@ class RowFeed:
         rows.kv_utilisation[i] = 1.0 - free / pool.num_blocks  # pool.usage, read once
 
 
-def sessions_of(trace: MooncakeTrace) -> np.ndarray:
+def sessions_of(trace: KVTrace) -> np.ndarray:
     """Each request's conversation id: the ``chat_id`` of the first turn its ``parent_chat_id``
     chain leads to (Bailian traces), or -1 for every request of a trace without those columns.
     Runtime complexity: O(requests)."""
@@ -355,8 +358,6 @@ def _shared_levels(cfg: SimConfig, instances: int, block_bytes: int, logged: boo
     A plain level is one SharedLevel every instance holds; a pooled store's level is one view
     per instance, preceded by the instance's own segment as a level of its own when the store
     has segments on the instances' nodes (reads from it skip the fabric)."""
-    from kvmm.sim.pooled_store import SegmentedStore, local_level
-
     cl = cfg.cluster
     layouts = cl.store or (None,) * len(cl.shared_tiers)
     plain, stores = [], []
@@ -404,9 +405,6 @@ def cluster_control(cfg: SimConfig, instances: int, media: tuple, block_tokens: 
     index = stream = None
     feeds: list = [None] * instances
     if cl.uses_index:
-        from kvmm.cluster.event_stream import SPECULATIVE_MEDIUM, EventFeed
-        from kvmm.cluster.index import BlockIndex
-
         if cl.events is not None and cl.events.speculative_ttl_s is not None:
             media = tuple(media) + (SPECULATIVE_MEDIUM,)
         index = BlockIndex(instances, media=media, max_entries=cl.index_max_entries, max_holders=cl.index_max_holders)

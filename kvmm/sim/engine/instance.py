@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from kvmm.errors import BadInputError
+from kvmm.sim.compression import Compressor
 from kvmm.sim.engine.clock import make_clock
 from kvmm.sim.engine.requests import HeldBlocks, RequestTable
 from kvmm.sim.engine.scheduler import Scheduler
@@ -96,8 +97,6 @@ class Instance:
                               with_tiers=with_tiers, record_ops=record_ops, prefix_cache=prefix_cache, shared=shared,
                               events=tier_events, key_space=key_space)
         if cfg.token_budget is not None and with_tiers:
-            from kvmm.sim.compression import Compressor
-
             self.compressor = Compressor(self.hier.pool, cfg.scorer, cfg.token_budget, cfg.repack_interval,
                                          seed=cfg.priority_seed)
         self.role.check_pool_fits(self)

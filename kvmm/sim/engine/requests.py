@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvmm.sim.hierarchy import pool_keys
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["RequestTable", "HeldBlocks"]
 
@@ -38,7 +38,7 @@ class RequestTable:
     of the requests, drawn with ``priority_seed``, form the high-priority class (0; the rest 1).
     """
 
-    def __init__(self, trace: MooncakeTrace, arrival: np.ndarray, *, priority_share: float = 0.0,
+    def __init__(self, trace: KVTrace, arrival: np.ndarray, *, priority_share: float = 0.0,
                  priority_seed: int = 0) -> None:
         n = trace.num_requests
         self.n = n

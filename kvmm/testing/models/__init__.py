@@ -20,6 +20,8 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -32,5 +34,12 @@ _LAZY = {
     "WeightedModel": "kvmm.testing.models.routers",
 }
 __all__ = [*_LAZY, "siphash"]
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.testing.models.block_allocator import NaiveBlockAllocator
+    from kvmm.testing.models.block_index import NaiveBlockIndex
+    from kvmm.testing.models.ledger import LedgerModel
+    from kvmm.testing.models.routers import ApproxPrefixModel, PrecisePrefixModel, WeightedModel
+    from kvmm.testing.models.token_table import NaiveTokenTable
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), frozenset({"siphash"}))

@@ -257,7 +257,7 @@ class PrecisePrefixModel:
         load = _loads(view)
         score = [_llmd_prefix(hits[i], weights) for i in range(self.n)]
         if self.balance == "linear" and self.load_weight:
-            score = [s - self.load_weight * l for s, l in zip(score, load)]
+            score = [s - self.load_weight * queued for s, queued in zip(score, load)]
         top = max(score)
         return self.ties.pick(_lowest(load, [i for i in range(self.n) if score[i] == top]))
 
