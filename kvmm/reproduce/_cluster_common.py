@@ -16,8 +16,13 @@ import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
+from kvmm.cluster import EventStream
+from kvmm.errors import RunWarning
 from kvmm.report import mean_pm, spread
+from kvmm.sim import ClusterConfig, PooledStore
+from kvmm.sim._sweep import sweep
 from kvmm.sim.config import GiB, SimConfig, TierLevel
+from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.traces.trace import KVTrace
 
 TiB = 1024 * GiB
@@ -56,8 +61,6 @@ def cluster_config(w: KVTrace, n: int = ROUTER_INSTANCES, design: str = "private
     ``design`` (a key of :data:`DESIGNS`), router ``router`` (a label of :data:`ROUTER_SETTINGS`;
     ``seed`` passed to the seeded ones, ignored by the others) and KV event stream ``events``
     (``None``: the exact index)."""
-    from kvmm.cluster import EventStream
-    from kvmm.sim import ClusterConfig, PooledStore
 
     name, params, seeded = ROUTERS[router]
     params = dict(params, seed=seed) if seeded else dict(params)
@@ -103,7 +106,6 @@ class Runs:
         """Run every registered config not run yet (``workers``: pool size, default one per CPU;
         1: in this process).  The tables show what the run warnings say (queues in TTFT, idle
         instances in their own column), so the warnings are silenced, in the workers too."""
-        from kvmm.sim._sweep import sweep
 
         keys = [k for k in self.configs if k not in self.results]
         workers = workers or os.cpu_count() or 2
@@ -125,8 +127,6 @@ class Runs:
 
 def quiet() -> None:
     """Ignore the simulator's overload and run warnings (a pool worker's initializer)."""
-    from kvmm.errors import RunWarning
-    from kvmm.sim.engine import QueueGrowthWarning
 
     warnings.simplefilter("ignore", QueueGrowthWarning)
     warnings.simplefilter("ignore", RunWarning)
@@ -154,7 +154,7 @@ def bundled_dram_credit(r, n: int) -> float:
     (:data:`VM_BUNDLED_RAM_GIB` per node): what would not be billed again if the KV tier used it."""
     c = r.cost
     usd = 0.0
-    for name, count, price, gib_h in zip(c.tier_names, c.tier_counts, c.tier_usd_per_gib_hour, c.tier_gib_hours):
+    for name, _count, price, gib_h in zip(c.tier_names, c.tier_counts, c.tier_usd_per_gib_hour, c.tier_gib_hours):
         if name in ("dram", "pooled-dram"):
             per_node = gib_h / (c.duration_s / 3600) / n  # GiB of this tier on each node
             usd += price * n * min(per_node, VM_BUNDLED_RAM_GIB) * c.duration_s / 3600

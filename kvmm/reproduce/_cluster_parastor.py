@@ -13,8 +13,12 @@ from kvmm.report import mean_pm, plain_number, spread
 from kvmm.reproduce._clock import moved_row, old_clock
 from kvmm.reproduce._cluster_common import TiB, usd_per_m_tokens
 from kvmm.sim.config import GiB, SimConfig, TierLevel
+from kvmm.sim.latency import kv_pool_bytes
 from kvmm.sim.load import offered_seconds
+from kvmm.sim.models import MODELS
 from kvmm.sim.serving import resolve_serving
+from kvmm.tiers.spec import PRESETS, preset
+from kvmm.traces.generators import conversation_trace
 
 PARASTOR_MODEL = "qwen2.5-32b"
 PARASTOR_CONCURRENCY = 7
@@ -28,7 +32,6 @@ PARASTOR_CONTEXT = 65_536  # the claim's context length
 
 def parastor_workloads(quick: bool) -> list:
     """The ParaStor experiment's traces, one per generator seed."""
-    from kvmm.traces.generators import conversation_trace
 
     seeds = PARASTOR_SEEDS[:2] if quick else PARASTOR_SEEDS
     return [conversation_trace(_sessions(quick), turns=(4, 8), arrival_rate_per_s=0.05, system_prompts=10_000,
@@ -67,8 +70,6 @@ def parastor_runs(runs, quick: bool) -> dict:
 
 
 def parastor_table(report, runs, keys: dict, quick: bool) -> dict:
-    from kvmm.sim.latency import kv_pool_bytes
-    from kvmm.tiers.spec import preset
 
     work = keys["work"]
     seeds = PARASTOR_SEEDS[:len(work)]
@@ -110,7 +111,8 @@ def parastor_table(report, runs, keys: dict, quick: bool) -> dict:
              f"0.05/s; {mean_req:.0f} requests, mean prompt {mean_in / 1024:.1f}K tokens), replayed at the generator's "
              "timestamps; lower tiers LRU, written through, 4 TiB.  'capacity' = prompt + output tokens / GPU-busy "
              "seconds, the throughput a card kept busy with this mix sustains; output tok/s is bounded by the arrivals.  "
-             f"Why the DFS matches the DRAM pool here: a 64K context's KV is {PARASTOR_CONTEXT * serving.kv_bytes_per_token / GiB:.0f} "
+             "Why the DFS matches the DRAM pool here: a 64K context's KV is "
+             f"{PARASTOR_CONTEXT * serving.kv_bytes_per_token / GiB:.0f} "
              f"GiB, {load_s:.2f} s from the DFS vs {recompute_s:.1f} s to recompute on the roofline (prefill attention is "
              "quadratic in the context), and a tier read overlaps compute (timely staging), so both tiers deliver the "
              f"same hits{' and the same capacity' if same else ''}; kvmm charges neither the DFS's per-request software path "
@@ -125,7 +127,6 @@ def parastor_table(report, runs, keys: dict, quick: bool) -> dict:
 
 def _price_sentence(res: dict) -> str:
     """What the DFS and the DRAM pool cost per GiB-hour (kvmm/tiers/spec.py) and what that does to the bill."""
-    from kvmm.tiers.spec import PRESETS
 
     dfs, dram = PARASTOR_DESIGNS[1][0], PARASTOR_DESIGNS[2][0]
     p_dfs, p_dram = PRESETS["dfs"].usd_per_gib_hour, PRESETS["pooled-dram"].usd_per_gib_hour
@@ -163,7 +164,8 @@ def parastor_moved_rows(runs, keys: dict, parastor: dict) -> list:
     dfs = PARASTOR_DESIGNS[1][0]
     old_ceiling = _ceiling(keys["work"], lambda tr: old_clock(parastor_config(tr, ()), keep_pool=True))
     parastor["old_ceiling"] = old_ceiling
-    return [moved_row("ParaStor: DFS tier", "capacity vs no offload (x)", old_sum[dfs]["vs_none"], new_sum[dfs]["vs_none"], ".2f"),
+    return [moved_row("ParaStor: DFS tier", "capacity vs no offload (x)", old_sum[dfs]["vs_none"],
+                      new_sum[dfs]["vs_none"], ".2f"),
             moved_row("ParaStor: DFS tier", "capacity vs DRAM pool %", old_sum[dfs]["vs_dram"], new_sum[dfs]["vs_dram"], ".1f",
                       scale=100, difference="pp"),
             moved_row("ParaStor: DFS tier", "TTFT mean s", [r.ttft_mean for r in old_res[dfs]],
@@ -172,7 +174,6 @@ def parastor_moved_rows(runs, keys: dict, parastor: dict) -> list:
 
 
 def ceiling_sentence(old: list, new: list, recompute_s: float) -> str:
-    from kvmm.sim.models import MODELS
 
     o, n = spread(old)[0], spread(new)[0]
     old_s = PARASTOR_CONTEXT / MODELS[PARASTOR_MODEL].prefill_tokens_per_s

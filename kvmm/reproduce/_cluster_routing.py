@@ -7,6 +7,7 @@ Runs are registered on the section's :class:`~kvmm.reproduce._cluster_common.Run
 
 from __future__ import annotations
 
+from kvmm.cluster import EventStream
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.reproduce._cluster_common import (
     AFFINITY,
@@ -125,7 +126,6 @@ def _router_note(res: dict, keys: dict, runs) -> str:
 # --------------------------------------------------------------------------- KV events late and lost
 def event_runs(runs, slices) -> dict:
     """``{(router, delay, drop, ttl): keys over slices}`` and ``{approx router: keys}``."""
-    from kvmm.cluster import EventStream
 
     precise = {}
     for label in EVENT_ROUTERS:
@@ -233,7 +233,8 @@ def draw_routers(axes, routers: dict) -> None:
     labels = list(routers)
     xs = list(range(len(labels)))
     ticks = [k.replace(" (", "\n(") for k in labels]
-    for ax, i, what, colour in ((axes[0], 0, "TTFT p95 (s)", "tab:blue"), (axes[1], 1, "USD / 1k requests (whole bill)", "tab:red")):
+    for ax, i, what, colour in ((axes[0], 0, "TTFT p95 (s)", "tab:blue"),
+                                (axes[1], 1, "USD / 1k requests (whole bill)", "tab:red")):
         mean = [routers[k][i][0] for k in labels]
         std = [routers[k][i][1] for k in labels]
         tops = sorted(m + s for m, s in zip(mean, std))

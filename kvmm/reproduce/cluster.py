@@ -61,6 +61,10 @@ from kvmm.reproduce._cluster_common import (
     window as _window,  # kvmm.reproduce.plan reads it here
 )
 from kvmm.reproduce._cluster_parastor import (
+    PARASTOR_CONCURRENCY,
+    PARASTOR_GPU_KV,
+    PARASTOR_MODEL,
+    ceiling_sentence,
     parastor_moved_rows,
     parastor_runs,
     parastor_table,
@@ -68,14 +72,19 @@ from kvmm.reproduce._cluster_parastor import (
 from kvmm.reproduce._cluster_routing import (
     EVENT_REQUESTS,
     EVENT_REQUESTS_QUICK,
+    EVENT_ROUTERS,
+    EVENT_SETTINGS,
+    SPECULATIVE_TTL_S,
     draw_routers,
     event_runs,
     events_table,
     router_runs,
     router_table,
 )
+from kvmm.sim import ClusterConfig, PooledStore
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.simulator import resolve_trace
+from kvmm.tiers.spec import PRESETS
 
 COUNTS = (4, 8, 16)  # instances of the shared-vs-private table
 ROUTINGS = ("round-robin", AFFINITY)
@@ -151,17 +160,15 @@ def _bundled_sentence() -> str:
 
 def _findings(runs, shared_keys: dict, router_keys: dict, event_keys: dict) -> str:
     """What the section finds, from its runs, in a few sentences (the tables below give the spread)."""
-    from kvmm.reproduce._cluster_routing import (
-        EVENT_ROUTERS,
-        EVENT_SETTINGS,
-        SPECULATIVE_TTL_S,
-    )
 
     n = ROUTER_INSTANCES
     res = {k: runs.many(v) for k, v in shared_keys.items()}
-    pts = lambda rs: 100 * mean_of(rs, hit)
-    p95 = lambda rs: mean_of(rs, lambda r: r.ttft_p95)
-    bill = lambda rs: mean_of(rs, usd_per_k_requests)
+    def pts(rs):
+        return 100 * mean_of(rs, hit)
+    def p95(rs):
+        return mean_of(rs, lambda r: r.ttft_p95)
+    def bill(rs):
+        return mean_of(rs, usd_per_k_requests)
     shared = []
     for routing in ROUTINGS:
         pr, sh = res[(n, routing, "private")], res[(n, routing, "shared")]
@@ -217,13 +224,13 @@ def _gaps(res: dict, routing: str, metric) -> str:
 
 
 def _shared_note(res: dict) -> str:
-    from kvmm.sim import PooledStore
-    from kvmm.tiers.spec import PRESETS
 
     mc = PooledStore.mooncake()
     n = ROUTER_INSTANCES
-    pts = lambda rs: 100 * mean_of(rs, hit)
-    p95 = lambda rs: mean_of(rs, lambda r: r.ttft_p95)
+    def pts(rs):
+        return 100 * mean_of(rs, hit)
+    def p95(rs):
+        return mean_of(rs, lambda r: r.ttft_p95)
     rr_gap = [pts(res[(k, 'round-robin', 'shared')]) - pts(res[(k, 'round-robin', 'private')]) for k in COUNTS]
     aff_gap = [pts(res[(k, AFFINITY, 'shared')]) - pts(res[(k, AFFINITY, 'private')]) for k in COUNTS]
     narrower = sum(a < r for a, r in zip(aff_gap, rr_gap))
@@ -271,7 +278,6 @@ def _shared_note(res: dict) -> str:
 
 # --------------------------------------------------------------------------- write-through vs write-back
 def _fill_config(w, label: str) -> SimConfig:
-    from kvmm.sim import ClusterConfig
 
     dram_kw, pool_kw = next((d, p) for lab, d, p in FILL_SETTINGS if lab == label)
     return SimConfig(workload=w, load=LOAD, model=MODEL, tiers=(TierLevel("dram", capacity_bytes=FILL_DRAM, **dram_kw),),
@@ -325,12 +331,6 @@ def _level(values: tuple, i: int) -> int:
 # --------------------------------------------------------------------------- the physical clock vs the old one
 def _moved(report, runs, old_keys: dict, shared_keys: dict, parastor_keys: dict, parastor: dict, n_slices: int) -> None:
     """Shared vs private at N = 8 under round-robin (every slice) and the ParaStor designs (every seed) on the old clock."""
-    from kvmm.reproduce._cluster_parastor import (
-        PARASTOR_CONCURRENCY,
-        PARASTOR_GPU_KV,
-        PARASTOR_MODEL,
-        ceiling_sentence,
-    )
 
     n = ROUTER_INSTANCES
     rows = []
@@ -341,11 +341,12 @@ def _moved(report, runs, old_keys: dict, shared_keys: dict, parastor_keys: dict,
                            difference="pp"),
                  moved_row(label, "TTFT p95 s", [r.ttft_p95 for r in old], [r.ttft_p95 for r in new])]
     rows += parastor_moved_rows(runs, parastor_keys, parastor)
+    parastor_clock = old_clock_text(PARASTOR_MODEL, pool_gib=PARASTOR_GPU_KV // GiB, max_seqs=PARASTOR_CONCURRENCY)
     report.table(
         f"Cluster: what the physical clock moved (mean ± std over the {n_slices} slices / {len(parastor['work'])} seeds)",
         MOVED_HEADERS, rows,
         note=f"{old_clock_text()}  Shared vs private rows: round-robin.  ParaStor's old clock: "
-             f"{old_clock_text(PARASTOR_MODEL, pool_gib=PARASTOR_GPU_KV // GiB, max_seqs=PARASTOR_CONCURRENCY).split(': ', 1)[1]}  "
+             f"{parastor_clock.split(': ', 1)[1]}  "
              f"{ceiling_sentence(parastor['old_ceiling'], parastor['ceiling'], parastor['recompute_s'])}")
 
 
