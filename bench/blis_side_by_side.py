@@ -438,7 +438,8 @@ def settings_text(args, kv_blocks: int | None, workdir: Path) -> str:
              f"* command: `blis replay {' '.join(blis_args(args))} --trace-header T.yaml --trace-data T.csv "
              f"--metrics-path m.json --results-path r.json --horizon <2 x last arrival + 3600 s> --log error` "
              "(+ `--num-instances 16 --routing-policy round-robin` for the 16-instance run)",
-             f"* KV cache: {kv_blocks} blocks x {BLIS_BLOCK_TOKENS} tokens = {kv_blocks * BLIS_BLOCK_TOKENS if kv_blocks else '?'} "
+             f"* KV cache: {kv_blocks} blocks x {BLIS_BLOCK_TOKENS} tokens = "
+             f"{kv_blocks * BLIS_BLOCK_TOKENS if kv_blocks else '?'} "
              "tokens per instance (auto-calculated, sim/latency/kv_capacity.go CalculateKVBlocks: 80 GiB x "
              "gpu-memory-utilization 0.9 - weights (3-matrix MLP) - activation and non-torch allowances)",
              f"* scheduler: vLLM-V1-style, FCFS, chunked prefill always on (max-num-batched-tokens "
@@ -463,7 +464,8 @@ def settings_text(args, kv_blocks: int | None, workdir: Path) -> str:
     cfg = SimConfig(workload="conversation", **{k: v for k, v in kw.items() if k != "instances"})
     lines += ["### kvmm", "", f"* `SimConfig` keywords set by the harness or --kvmm-set: "
               f"`{ {k: v for k, v in kw.items() if k not in ('model', 'instances')} }` (plus workload=<the trace>, "
-              "max_requests=<its length>, instances=1 or 16)", f"* ModelSpec changes: `{model_changes}`", f"* model: `{cfg.model!r}`",
+              "max_requests=<its length>, instances=1 or 16)", f"* ModelSpec changes: `{model_changes}`",
+              f"* model: `{cfg.model!r}`",
               "* every SimConfig field (instances=1): "]
     for f in dataclasses.fields(cfg):
         if f.name in ("workload", "model"):
@@ -719,7 +721,8 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default="isolated,poisson,mooncake,mooncake16")
     p.add_argument("--kvmm-set", action="append", default=[], metavar="FIELD=VALUE", help="a SimConfig keyword")
     p.add_argument("--kvmm-model-set", action="append", default=[], metavar="FIELD=VALUE", help="a ModelSpec field")
-    p.add_argument("--blis-arg", action="append", default=[], help="an extra blis replay argument (e.g. --blis-arg=--max-num-seqs=128)")
+    p.add_argument("--blis-arg", action="append", default=[],
+                   help="an extra blis replay argument (e.g. --blis-arg=--max-num-seqs=128)")
     p.add_argument("--blis-cache-signal-delay", type=int, default=0,
                    help="blis --cache-signal-delay in us (BLIS's default 50000 copies every instance's prefix-cache "
                         "hash map at each routing decision, sim/cluster/snapshot.go RefreshCacheIfNeeded; round-robin "

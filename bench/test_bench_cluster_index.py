@@ -1,13 +1,14 @@
 """BlockIndex microbenchmarks, each against a plain-Python dict-of-sets index
 (kvmm.testing.models.block_index.NaiveBlockIndex, the reference) in the same run.
 
-Groups: small mixed batches (one event per call, stored and removed on both media, as a
-KV-event stream arrives: ``stored_many`` / ``removed_many`` of one group against ``stored`` /
-``removed``; issue 31 asks the batch calls' fixed cost be no higher), ingest of block events (a scheduler step of BlockStored events, 16 blocks each, over 16
-instances, then the BlockRemoved events of the same blocks: ``stored_many`` + ``removed_many``),
-and batched ``prefix_hits_many`` of 64-block requests over 16 instances that hold shared prefixes
-of random lengths on two media.  Issue 20 asks >= 5 M block events/s and >= 1 M requests/s,
-both >= 20x the dict-of-sets index.
+Groups: small mixed batches (one event per call, stored and removed on both media, as a KV-event
+stream arrives: ``stored_many`` / ``removed_many`` of one group against ``stored`` /
+``removed``: the batch calls' fixed cost must be no higher), ingest of block events (a scheduler
+step of BlockStored events, 16 blocks each, over 16 instances, then the BlockRemoved events of
+the same blocks: ``stored_many`` + ``removed_many``), and batched ``prefix_hits_many`` of
+64-block requests over 16 instances that hold shared prefixes of random lengths on two
+media.  The targets (docs/performance.md): >= 5 M block events/s and >= 1 M requests/s, both >=
+20x the dict-of-sets index.
 """
 
 from __future__ import annotations

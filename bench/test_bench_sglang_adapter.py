@@ -82,7 +82,8 @@ def test_hicache_storage_op(benchmark, sglang, tmp_path, monkeypatch, op, kind):
         targets = [pool.get_dummy_flat_data_page() for _ in keys]
         if op == "batch_get":
             out = benchmark.pedantic(backend.batch_get, args=(keys, targets), rounds=ROUNDS, warmup_rounds=1)
-            assert all(t is not None for t in out) and torch.equal(out[-1].view(torch.uint8), pages[-1].contiguous().view(torch.uint8))
+            assert all(t is not None for t in out)
+            assert torch.equal(out[-1].view(torch.uint8), pages[-1].contiguous().view(torch.uint8))
         else:
             assert benchmark.pedantic(backend.batch_exists, args=(keys,), rounds=ROUNDS * 10, warmup_rounds=1) == PAGES
     if hasattr(backend, "close"):

@@ -1,16 +1,17 @@
 """Stack-distance tracker throughput (id mapping included) and SHARDS accuracy.
 
-Workloads (full scale): the issue-14 case, 3 M references, Zipf 0.95 over 2.5 * 10^5 keys; 10 M
-references, Zipf 0.9 and 1.0 over 10^6 keys; and an agent-shaped trace (synthetic tool-calling
-agents, tiled to 10 M block references).  kvmm rows: the exact
-tracker (one pass gives the miss ratio at *every* capacity) and SHARDS at rate 0.01 (stratified,
-the default, and plain SHARDS-adj), 0.05 and fixed size 32 K (their mean absolute MRC error
-against the exact curve is recorded in ``extra_info`` and printed).  Baselines in the same group: a plain-Python OrderedDict LRU at one capacity (timed
-on a prefix of the stream: it is slow; compare per-reference rates) and, when the ``libcachesim``
-package is installed, libCacheSim's LRU at one capacity (one full pass per capacity), and the
-first committed kvmm kernel (``bench/stack_kernels_v0.py``, commit 5464a2d; same histogram).
-SHARDS error over redraws of the sampled keys: ``test_shards_sampling_error`` (the Zipf 0.95
-trace) and ``test_shards_error_across_streams`` (seven other streams, docs/performance.md).
+Workloads (full scale): the case of docs/performance.md, 3 M references, Zipf 0.95 over 2.5 *
+10^5 keys; 10 M references, Zipf 0.9 and 1.0 over 10^6 keys; and an agent-shaped trace
+(synthetic tool-calling agents, tiled to 10 M block references).  kvmm rows: the exact tracker
+(one pass gives the miss ratio at *every* capacity) and SHARDS at rate 0.01 (stratified, the
+default, and plain SHARDS-adj), 0.05 and fixed size 32 K (their mean absolute MRC error against
+the exact curve is recorded in ``extra_info`` and printed).  Baselines in the same group: a
+plain-Python OrderedDict LRU at one capacity (timed on a prefix of the stream: it is slow;
+compare per-reference rates) and, when the ``libcachesim`` package is installed, libCacheSim's
+LRU at one capacity (one full pass per capacity), and the first committed kvmm kernel
+(``bench/stack_kernels_v0.py``, commit 5464a2d; same histogram).  SHARDS error over redraws of
+the sampled keys: ``test_shards_sampling_error`` (the Zipf 0.95 trace) and
+``test_shards_error_across_streams`` (seven other streams, docs/performance.md).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ costs nothing until a name is used::
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 
 def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict,

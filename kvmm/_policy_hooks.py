@@ -20,7 +20,8 @@ eviction), but how they come back is decided here, once:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Hashable, Iterable
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 from kvmm.protocols import EvictionPolicyBase
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: off a terminal, the longest gap between two lines (seconds); a heartbeat thread keeps it even
 #: while one unit of work (one simulation) takes longer than that
@@ -53,7 +53,7 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self._draw(force=True)
         if self.enabled:
             self._thread = threading.Thread(target=self._heartbeat, name=f"kvmm progress {self.desc}", daemon=True)

@@ -172,7 +172,7 @@ def as_positive_float(x: Any, name: str, *, allow_zero: bool = False) -> float:
     return v
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _iinfo(dtype) -> np.iinfo:
     """``np.iinfo(dtype)``, built once per dtype (it is rebuilt on every call otherwise)."""
     return np.iinfo(dtype)

@@ -10,7 +10,8 @@ array-valued batch methods live on the concrete classes, which stay free to be f
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Hashable, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -263,10 +264,14 @@ class Router(Protocol):
       trace has none).
     * ``view`` (:class:`~kvmm.cluster.ClusterView`): what a router may read, owned by the
       simulator and updated in place between calls: ``num_instances``, ``queue_lengths``
-      (int64, waiting requests per instance), ``running`` (int64, running requests),
+      (int64, waiting + inbound requests per instance), ``running`` (int64, running requests),
       ``kv_utilisation`` (float64 in [0, 1], GPU pool blocks in use / pool blocks), ``index``
       (a :class:`~kvmm.cluster.BlockIndex` or ``None``: ``index.prefix_hits(block_ids)`` gives
-      the longest held prefix per instance and medium) and ``now`` (seconds).
+      the longest held prefix per instance and medium) and ``now`` (seconds); and the load in
+      tokens and blocks (``waiting``, ``inbound``, ``prefill_tokens``, ``running_tokens``,
+      ``running_blocks``, ``queued_blocks``, ``kv_blocks_used``, ``kv_blocks_total``,
+      ``block_tokens``), exact or as of the last metrics scrape (``metrics_interval_s``,
+      ``scraped_at``; docs/cluster.md, "What a router sees").
 
     The simulator calls it through :func:`kvmm.cluster.routers.checked_route`, which turns an
     out-of-range or non-integer answer into a :class:`~kvmm.errors.KvmmError`.

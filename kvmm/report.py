@@ -1,9 +1,8 @@
-"""The report that ``kvmm reproduce`` prints and writes.
+"""The report that ``kvmm reproduce`` prints and writes, and the tables and numbers of every
+file kvmm writes (``kvmm plan``'s plan.md, ``kvmm simulate``'s table).
 
-Each component contributes one *section*: a module with a function
-``reproduce(report: Report) -> None`` that runs its experiment and calls :meth:`Report.table`,
-:meth:`Report.text` and :meth:`Report.figure`.  Sections are listed in :data:`SECTIONS`, so a
-new component adds one line here and nothing else.
+Each section of :mod:`kvmm.reproduce` (listed in :data:`kvmm.reproduce.SECTIONS`) fills one
+:class:`Report` through :meth:`Report.table`, :meth:`Report.text` and :meth:`Report.figure`.
 
 Everything printed also goes into a Markdown file in ``<out>``: ``report.md`` for a full run;
 a partial run writes its own file so it never overwrites the full report: ``report-quick.md``
@@ -12,7 +11,11 @@ Every report starts with its metadata: kvmm version, git commit (when run from a
 date, command-line flags, and whether it is full, partial or quick.  Figures are PNGs beside
 it (written only when matplotlib is installed: the ``plot`` extra), named ``<name>.png`` for the
 full report and ``<report stem>-<name>.png`` otherwise; PNGs the previous file of the same report
-linked and this run did not draw are removed when it is written (no other file is touched).  Plots use plain tick labels (no axis offsets).
+linked and this run did not draw are removed when it is written (no other file is touched).
+Plots use plain tick labels (no axis offsets).
+
+This module sits above the simulator and below plan and reproduce (docs/architecture.md): it
+imports only kvmm's foundation, so ``kvmm --help`` stays light.
 """
 
 from __future__ import annotations
@@ -23,30 +26,30 @@ import math
 import numbers
 import re
 import sys
-import time
+import textwrap
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
+import kvmm
+from kvmm._git import checkout_commit
 from kvmm._progress import Progress
 
-__all__ = ["Report", "SECTIONS", "run_sections", "format_table", "plain_number", "spread", "mean_pm"]
+__all__ = ["Report", "format_table", "plain_number", "spread", "mean_pm"]
 
-#: the section that replays ``kvmm reproduce --trace`` (the others use their own workloads)
-TRACE_SECTION = "allocator"
+#: names that moved to :mod:`kvmm.reproduce` (the registry of sections lives with the sections);
+#: still reachable here for one release, with a DeprecationWarning
+MOVED = ("SECTIONS", "TRACE_SECTION", "run_sections")
 
-#: (section name, module path).  The module defines ``reproduce(report)``.
-SECTIONS: list[tuple[str, str]] = [
-    ("allocator", "kvmm.reproduce.prefix_cache"),
-    ("latency", "kvmm.reproduce.latency"),
-    ("vtoken", "kvmm.reproduce.vtoken"),
-    ("working-set", "kvmm.reproduce.efficientagent"),
-    ("tempokv", "kvmm.reproduce.tempokv"),
-    ("pd", "kvmm.reproduce.pd"),
-    ("triattention", "kvmm.reproduce.triattention"),
-    ("cluster", "kvmm.reproduce.cluster"),
-    ("plan", "kvmm.reproduce.plan"),
-]
+
+def __getattr__(name: str) -> object:
+    if name in MOVED:
+        warnings.warn(f"kvmm.report.{name} moved to kvmm.reproduce.{name}; this alias goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        # by name: kvmm.reproduce sits above this module (docs/architecture.md)
+        return getattr(importlib.import_module("kvmm.reproduce"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -106,7 +109,7 @@ class Report:
 
         Returns the path, or ``None`` (and says so) when matplotlib is not installed.
         """
-        try:
+        try:  # the optional plot extra
             import matplotlib
 
             matplotlib.use("Agg")
@@ -134,8 +137,6 @@ class Report:
 
     def metadata(self) -> str:
         """The Markdown block every report starts with."""
-        import kvmm
-
         rows = [("kvmm version", kvmm.__version__), ("git commit", git_commit() or "none (not run from a checkout)"),
                 ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
                 ("command", " ".join(["kvmm reproduce", *self.flags])), ("run", self.kind),
@@ -159,8 +160,6 @@ def fit_titles(fig, *, fontsize: float = 10.0) -> None:
     """Wrap every axes title of ``fig`` onto as many lines as its axes' width needs, then
     ``tight_layout`` (which makes room for the lines): a long title is never cut off at the
     figure's edge.  Runtime complexity: O(title length) per axes."""
-    import textwrap
-
     for ax in fig.axes:
         title = ax.get_title()
         if not title:
@@ -180,45 +179,20 @@ def git_commit() -> str | None:
     """``HEAD`` of the checkout kvmm is imported from (``+dirty`` with uncommitted changes); for an
     installed (non-editable) copy, the commit it was built from (``kvmm/_build_info.py``, written
     by ``setup.py``); else ``None``."""
-    from kvmm._git import checkout_commit
-
     commit = checkout_commit(Path(__file__).resolve().parent.parent)
     if commit is not None:
         return commit
-    try:
+    try:  # written by setup.py into a built (non-editable) copy only: absent in a checkout
         from kvmm._build_info import GIT_COMMIT
     except ImportError:
         return None
     return GIT_COMMIT
 
 
-def run_sections(report: Report, only: Sequence[str] | None = None) -> list[str]:
-    """Run every registered section (or those named in ``only``); return the names that ran."""
-    names = [n for n, _ in SECTIONS]
-    if only:
-        unknown = [n for n in only if n not in names]
-        if unknown:
-            from kvmm.errors import BadInputError
-
-            raise BadInputError(f"unknown section(s) {unknown}; expected some of {names}")
-    ran = []
-    for name, module_path in SECTIONS:
-        if only and name not in only:
-            continue
-        module = importlib.import_module(module_path)
-        t0 = time.perf_counter()
-        module.reproduce(report)
-        # wall time of the whole section, numba compilation (or cache loading) of its kernels included
-        print(f"({name}: {time.perf_counter() - t0:.1f}s wall, JIT compilation included)", file=report.stream)
-        ran.append(name)
-        report.sections.append(name)
-    return ran
-
-
 def spread(values: Sequence[float]) -> tuple[float, float]:
     """``(mean, std)`` of repeated measurements: the run-to-run spread every reproduction reports,
     with the sample standard deviation (``ddof=1``; 0 for a single value)."""
-    import numpy as np
+    import numpy as np  # on first use: `kvmm --help` imports this module, and numpy costs ~0.15 s
 
     arr = np.asarray(values, dtype=np.float64).ravel()
     return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0

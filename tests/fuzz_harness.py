@@ -10,7 +10,8 @@ failure is a :class:`~kvmm.errors.KvmmError`; after a failure the structure's wh
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, settings

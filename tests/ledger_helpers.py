@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvmm.errors import KvmmError
-from kvmm.testing.ledger_machine import ledger_snapshot as snapshot, same_snapshot as assert_same_snapshot
+from kvmm.testing.ledger_machine import ledger_snapshot as snapshot
+from kvmm.testing.ledger_machine import same_snapshot as assert_same_snapshot
 from kvmm.tiers.spec import TierSpec
 
 __all__ = ["SLOW", "SLOWER", "snapshot", "assert_same_snapshot", "raises_unchanged"]

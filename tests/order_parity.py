@@ -4,7 +4,7 @@ order's rule for storing a miss), the Mooncake block streams and byte-sized Zipf
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest

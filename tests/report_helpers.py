@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 
-from kvmm.report import Report, run_sections
+from kvmm.report import Report
+from kvmm.reproduce import run_sections
 
 
 def run_quick_section(tmp_path_factory, name: str, *, capture_figures: bool = False):

@@ -9,9 +9,8 @@ import pytest
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.errors import BadInputError, DTypeError, KvmmError, ShapeError
 from kvmm.policies import ShardsTracker, StackDistanceTracker
-from kvmm.policies.eviction import EVICTION_POLICIES, make_eviction_policy
+from kvmm.policies.eviction import EVICTION_POLICIES, LRUPolicy, make_eviction_policy
 from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
-from kvmm.policies.eviction import LRUPolicy
 from tests.state_snapshot import state_of
 
 RAGGED = [[1, 2], [3]]

@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from kvmm.allocators import BlockAllocator
-from kvmm.errors import (BadInputError, DoubleFreeError, DTypeError, InvalidIdError, KvmmError,
-                         OutOfBlocksError, ShapeError)
+from kvmm.errors import (
+    BadInputError,
+    DoubleFreeError,
+    DTypeError,
+    InvalidIdError,
+    KvmmError,
+    OutOfBlocksError,
+    ShapeError,
+)
 
 K = np.array([[1, 0], [2, 0], [3, 0]], dtype=np.uint64)
 

@@ -4,8 +4,18 @@ import numpy as np
 import pytest
 
 from kvmm.allocators import BlockAllocator
-from kvmm.allocators.block_allocator import (CACHED, FREE_NEXT, FREE_PREV, KEY_NEXT, META_EVICTIONS, META_HITS,
-                                             META_NUM_CACHED, META_NUM_FREE, META_NUM_KEYS, REF)
+from kvmm.allocators.block_allocator import (
+    CACHED,
+    FREE_NEXT,
+    FREE_PREV,
+    KEY_NEXT,
+    META_EVICTIONS,
+    META_HITS,
+    META_NUM_CACHED,
+    META_NUM_FREE,
+    META_NUM_KEYS,
+    REF,
+)
 
 
 def healthy() -> BlockAllocator:

@@ -5,8 +5,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvmm.compress import (Calibration, RopeConfig, RopeScaling, calibrate, logit_curve, mean_logit_by_distance,
-                           pearson, series_logits)
+from kvmm.compress import (
+    Calibration,
+    RopeConfig,
+    RopeScaling,
+    calibrate,
+    logit_curve,
+    mean_logit_by_distance,
+    pearson,
+    series_logits,
+)
 from kvmm.compress.calibration import FORMAT_VERSION
 from kvmm.errors import BadInputError, CalibrationError, ShapeError
 from tests.naive import rope as naive

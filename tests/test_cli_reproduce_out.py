@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-import kvmm.report
+import kvmm.reproduce
 from kvmm.cli import main
 
 
@@ -13,7 +13,7 @@ def no_section_may_run(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a section ran although --out is unusable")
 
-    monkeypatch.setattr(kvmm.report, "run_sections", refuse)
+    monkeypatch.setattr(kvmm.reproduce, "run_sections", refuse)
 
 
 def _unusable_outs(tmp_path):
@@ -39,6 +39,6 @@ def test_an_unusable_out_folder_fails_first_with_one_line(tmp_path, capsys, no_s
 def test_a_new_nested_out_folder_is_created_before_the_run(tmp_path, monkeypatch):
     seen = []
     out = tmp_path / "new" / "nested"
-    monkeypatch.setattr(kvmm.report, "run_sections", lambda report, only=None: seen.append(out.is_dir()) or [])
+    monkeypatch.setattr(kvmm.reproduce, "run_sections", lambda report, only=None: seen.append(out.is_dir()) or [])
     assert main(["reproduce", "--only", "vtoken", "--no-progress", "--out", str(out)]) == 0
     assert seen == [True] and sorted(p.name for p in out.iterdir()) == ["report-only-vtoken.md"]

@@ -65,3 +65,25 @@ def test_a_router_with_pd_routes_to_the_prefill_instances(capsys):
     row = run_json(capsys, ["--pd", "2x1:rdma400", "--router", "approx-prefix"])
     assert row["policy"] == "pd" and sum(row["requests_per_instance"]) == 300
     assert len(row["requests_per_instance"]) == 2
+
+
+def test_the_readme_cluster_example_leaves_no_instance_idle_and_warns_of_nothing(capsys, recwarn):
+    """The README's `kvmm simulate --instances 16 --router precise-prefix ...` example, exactly as
+    printed there (every staging policy): every instance gets requests, and no RunWarning (an idle
+    instance, a price that matches no tier) is raised or printed."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(kvmm simulate --instances 16 --router precise-prefix .*?)```", readme, re.S).group(1)
+    args = shlex.split(block.replace("\\\n", " "))[1:]
+    assert "--price" in args and "layer3.5:20TiB:lru:write-all" in args
+    assert main(args + ["--no-progress", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
+    assert len(rows) == 5  # one per staging policy
+    for row in rows:
+        assert row["instances"] == 16 and min(row["requests_per_instance"]) > 0, row["requests_per_instance"]
+        assert row["warnings"] == []
+    assert "warning" not in captured.err and not [w for w in recwarn if "instances got no request" in str(w.message)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvmm.sim import CostAccount, Prices, cost_account, parse_prices
 from kvmm.errors import BadInputError, DTypeError, KvmmError
+from kvmm.sim import CostAccount, Prices, cost_account, parse_prices
 from kvmm.sim.models import H200_USD_PER_GPU_HOUR, MODELS, ModelSpec
 from kvmm.tiers.spec import LINK_PRESETS, PRESETS, TierSpec, preset
 

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from kvmm.cluster import BlockIndex
 from kvmm.testing.models.block_index import NaiveBlockIndex

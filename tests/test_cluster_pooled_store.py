@@ -123,6 +123,14 @@ def test_a_segment_evicts_past_its_watermark_down_by_the_fraction():
     store.check()
 
 
+def test_write_flags_of_the_wrong_length_are_refused_in_every_layout():
+    level = TierLevel(TierSpec("pool", 20 * 100, 1e9, 1e9, 0.0))
+    for segments in (1, 2):
+        view = SegmentedStore(level, PooledStore(segments=segments), instances=2, logged=True).view(0)
+        with pytest.raises(BadInputError, match=r"one flag per key \(3\)"):
+            view.access_or_put_size_many(np.arange(3), 100, np.ones(2, dtype=bool))
+
+
 def test_bad_store_settings_are_refused():
     with pytest.raises(BadInputError, match="watermark"):
         PooledStore(watermark=0.5, evict_fraction=0.5)

@@ -38,7 +38,13 @@ class TestApproxPrefix(RouterContract):
 
 class TestApproxPrefixTight(RouterContract):
     make_router = staticmethod(lambda n: make_router("approx-prefix", n, max_blocks=3, balance_abs_threshold=1,
-                                                     cache_threshold=0.0, miss_route="least-loaded"))
+                                                     cache_threshold=0.0))
+
+
+class TestApproxPrefix2025(RouterContract):
+    make_router = staticmethod(lambda n: make_router("approx-prefix", n, rule="sgl-router-2025", max_blocks=3,
+                                                     balance_abs_threshold=1, cache_threshold=0.0,
+                                                     miss_route="least-loaded", seed=5))
 
 
 class TestPrecisePrefix(RouterContract):
@@ -47,7 +53,11 @@ class TestPrecisePrefix(RouterContract):
 
 class TestPrecisePrefixLoadWeighted(RouterContract):
     make_router = staticmethod(lambda n: make_router("precise-prefix", n, load_weight=0.5,
-                                                     medium_weights={"GPU": 1.0, "CPU": 0.8}))
+                                                     medium_weights={"GPU": 1.0, "cpu": 0.5}))
+
+
+class TestPrecisePrefixLoadBlind(RouterContract):
+    make_router = staticmethod(lambda n: make_router("precise-prefix", n, balance="none", tie_break="lowest"))
 
 
 class TestWeighted(RouterContract):
@@ -57,6 +67,27 @@ class TestWeighted(RouterContract):
 class TestWeightedWithoutIndex(RouterContract):
     uses_index = False
     make_router = staticmethod(lambda n: make_router("weighted", n, load_metric="total"))
+
+
+class TestWeightedApproximateProfile(RouterContract):
+    make_router = staticmethod(lambda n: make_router("weighted", n, profile="approximate", seed=3))
+
+
+class TestKvCost(RouterContract):
+    make_router = staticmethod(lambda n: make_router("kv-cost", n))
+
+
+class TestKvCostSampled(RouterContract):
+    make_router = staticmethod(lambda n: make_router("kv-cost", n, router_temperature=0.5,
+                                                     decode_active_request_weight=2.0, seed=11))
+
+
+class TestLeastLoadedRandomTies(RouterContract):
+    make_router = staticmethod(lambda n: make_router("least-loaded", n, tie_break="random", seed=2))
+
+
+class TestSessionRandomTies(RouterContract):
+    make_router = staticmethod(lambda n: make_router("session", n, tie_break="random", seed=2))
 
 
 class TestUserWritten(RouterContract):

@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvmm.cluster import (ROUTERS, ApproxPrefixRouter, ClusterView, PrecisePrefixRouter, RouteRequest, WeightedRouter,
-                          checked_route, make_router)
+from kvmm.cluster import (
+    ROUTERS,
+    ApproxPrefixRouter,
+    ClusterView,
+    PrecisePrefixRouter,
+    RouteRequest,
+    WeightedRouter,
+    checked_route,
+    make_router,
+)
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, KvmmError, ShapeError
 from kvmm.protocols import Router
 
@@ -38,8 +46,8 @@ def req(blocks, session=-1, number=0):
     return RouteRequest(number, float(number), np.array(blocks, dtype=np.int64), 16 * len(blocks), 4, session)
 
 
-def view(n, queue=None, running=None, kv=None, index=None):
-    return ClusterView(n, queue_lengths=queue, running=running, kv_utilisation=kv, index=index)
+def view(n, queue=None, running=None, kv=None, index=None, **extra):
+    return ClusterView(n, queue_lengths=queue, running=running, kv_utilisation=kv, index=index, **extra)
 
 
 def replay(router, steps):
@@ -73,7 +81,10 @@ def test_session_memory_bound_forgets_the_oldest_session():
     assert replay(make_router("session", 2, max_sessions=1), steps) == [0, 1, 1]  # 5 forgotten, placed again
 
 
-def test_approx_prefix_follows_sglang_cache_aware_rules():
+OLD = dict(rule="sgl-router-2025", tie_break="lowest")  # sgl-router before December 2025, ties to the lowest index
+
+
+def test_approx_prefix_2025_rule_follows_sgl_router():
     steps = [
         (req([1, 2, 3, 4]), view(3)),           # nothing remembered: smallest memory (all 0) -> 0
         (req([1, 2, 5, 6]), view(3)),           # 2/4 = 0.5 > 0.3 matched on 0
@@ -82,80 +93,193 @@ def test_approx_prefix_follows_sglang_cache_aware_rules():
         (req([1, 2, 3, 4]), view(3, [100, 0, 0])),  # imbalanced (100 - 0 > 64, 100 > 1.5 * 0): least loaded
         (req([1, 2, 3]), view(3, [5, 2, 0])),   # 0 and 1 both match 3/3; lower load wins -> 1
     ]
-    router = make_router("approx-prefix", 3)
+    router = make_router("approx-prefix", 3, **OLD)
     assert replay(router, steps) == [0, 0, 1, 0, 1, 1]
     assert router._memory.sizes.tolist() == [6, 6, 0] and router.remembered == 12  # distinct (block, instance) pairs
 
 
 def test_approx_prefix_threshold_is_strict():
     steps = [(req([1, 2]), view(2)), (req([1, 3]), view(2))]  # second: match 1/2 = 0.5
-    assert replay(make_router("approx-prefix", 2, cache_threshold=0.5), steps) == [0, 1]  # not > 0.5: smallest
-    assert replay(make_router("approx-prefix", 2, cache_threshold=0.49), steps) == [0, 0]
-    assert replay(make_router("approx-prefix", 2, cache_threshold=0.5, miss_route="least-loaded"),
+    assert replay(make_router("approx-prefix", 2, cache_threshold=0.5, **OLD), steps) == [0, 1]  # not > 0.5: smallest
+    assert replay(make_router("approx-prefix", 2, cache_threshold=0.49, **OLD), steps) == [0, 0]
+    assert replay(make_router("approx-prefix", 2, cache_threshold=0.5, miss_route="least-loaded", **OLD),
                   [(req([1, 2]), view(2)), (req([1, 3]), view(2, [1, 0]))]) == [0, 1]
 
 
 def test_approx_prefix_imbalance_needs_both_thresholds():
-    router = make_router("approx-prefix", 2, balance_abs_threshold=0, balance_rel_threshold=1.5)
+    router = make_router("approx-prefix", 2, balance_abs_threshold=0, balance_rel_threshold=1.5, **OLD)
     steps = [(req([1]), view(2)), (req([1]), view(2, [3, 2])), (req([1]), view(2, [4, 2]))]
     assert replay(router, steps) == [0, 0, 1]  # 3 > 1.5 * 2 is false: still cache-aware; 4 > 3: least loaded
-    router = make_router("approx-prefix", 2, balance_abs_threshold=2, balance_rel_threshold=1.0)
+    router = make_router("approx-prefix", 2, balance_abs_threshold=2, balance_rel_threshold=1.0, **OLD)
     assert replay(router, [(req([1]), view(2)), (req([1]), view(2, [2, 0])), (req([1]), view(2, [3, 0]))]) == [0, 0, 1]
 
 
 def test_approx_prefix_lru_forgets_prefix_tails_first():
-    router = make_router("approx-prefix", 2, max_blocks=2)
+    router = make_router("approx-prefix", 2, max_blocks=2, **OLD)
     steps = [(req([1, 2, 3]), view(2)), (req([1, 2, 3]), view(2)), (req([3]), view(2)), (req([1, 2]), view(2))]
     assert replay(router, steps) == [0, 0, 1, 0]  # (3, 0) was the oldest pair: forgotten; heads 1, 2 kept
     assert router.remembered == 2 and router._memory.sizes.tolist() == [2, 0]
 
 
+def test_approx_prefix_smg_rule_follows_smg():
+    """smg's current rule (least-loaded among the matching instances, a spill gate against the
+    mean load, misses to the smallest (load, requests sent, index)), ties to the lowest index."""
+    steps = [
+        (req([1, 2, 3, 4]), view(3)),               # nothing remembered: miss -> (load, sent, idx) all 0 -> 0
+        (req([1, 2, 5, 6]), view(3)),               # 2/4 > 0.3 on 0; mean 0, no spill -> 0
+        (req([7, 8]), view(3)),                     # miss; sent [2, 0, 0] -> 1
+        (req([9]), view(3)),                        # miss; sent [2, 1, 0] -> 2
+        (req([1, 2, 3, 4]), view(3, [100, 0, 0])),  # hit on 0, but 100 > 1.5 x 33.3 and > 33.3 + 64: spill;
+                                                    # loads [100, 0, 0], sent [2, 1, 1] -> 1 (lowest)
+        (req([1, 2, 3]), view(3, [5, 2, 0])),       # 0 and 1 both hold 3/3 now: the less loaded -> 1
+    ]
+    router = make_router("approx-prefix", 3, tie_break="lowest")
+    assert replay(router, steps) == [0, 0, 1, 2, 1, 1]
+    assert router._sent.tolist() == [2, 3, 1]
+    gate = make_router("approx-prefix", 3, balance_abs_threshold=2, tie_break="lowest")
+    first = [(req([1, 2]), view(3))]
+    assert replay(gate, first + [(req([1, 2]), view(3, [4, 0, 0]))]) == [0, 1]  # 4 > 2.0 and 4 > 3.33: spill
+    gate = make_router("approx-prefix", 3, balance_abs_threshold=2, tie_break="lowest")
+    assert replay(gate, first + [(req([1, 2]), view(3, [3, 1, 1]))]) == [0, 0]  # 3 > 2.5 but 3 <= 3.67: kept
+
+
+def test_approx_prefix_smg_ties_among_matching_instances_are_random_and_seeded():
+    def run(seed):
+        router = make_router("approx-prefix", 4, seed=seed, balance_abs_threshold=0, balance_rel_threshold=1.0)
+        for busy in ([0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]):  # each holder spills to the next
+            router.route(req([1, 2]), view(4, busy))
+        assert router._sent.tolist() == [1, 1, 1, 1]  # now every instance remembers [1, 2]
+        return [router.route(req([1, 2], number=9), view(4)) for _ in range(40)]
+
+    runs = [run(seed) for seed in range(3)]
+    assert runs[0] == run(0)  # the same seed, the same choices
+    assert all(set(r) == {0, 1, 2, 3} for r in runs)  # equal match and load: every instance gets some
+    assert len({tuple(r) for r in runs}) == 3
+
+
 HELD = {(0, "GPU"): {1, 2}, (1, "CPU"): {1, 2, 3}, (2, "GPU"): {1, 2, 3}}
+BLIND = dict(balance="none", tie_break="lowest")
 
 
-def test_precise_prefix_picks_the_longest_prefix_then_lower_load():
-    index = TinyIndex(3, HELD)  # hits for [1, 2, 3, 4]: [[2, 0], [0, 3], [3, 0]]
-    r = make_router("precise-prefix", 3)
+def test_precise_prefix_load_blind_takes_the_best_llmd_prefix_score_then_lower_load():
+    index = TinyIndex(3, HELD)  # hits for [1, 2, 3, 4]: [[2, 0], [0, 3], [3, 0]]; scores 2, 3 x 0.8, 3
+    r = make_router("precise-prefix", 3, **BLIND)
     q = req([1, 2, 3, 4])
-    assert r.route(q, view(3, index=index)) == 1  # 1 and 2 tie at 3 blocks: lowest index
-    assert r.route(q, view(3, [0, 4, 1], index=index)) == 2  # ... lower load first
-    assert make_router("precise-prefix", 3, medium_weights={"GPU": 1.0, "CPU": 0.8}).route(q, view(3, index=index)) == 2
-    assert make_router("precise-prefix", 3, load_weight=1.0).route(q, view(3, [0, 0, 2], index=index)) == 1
-    assert make_router("precise-prefix", 3, load_weight=1.0).route(q, view(3, [0, 2, 0], index=index)) == 2
+    assert r.route(q, view(3, index=index)) == 2  # llm-d's cpu weight 0.8: 2.4 < 3
+    equal = dict(BLIND, medium_weights={"gpu": 1.0, "Cpu": 1.0})  # names case-insensitive
+    assert make_router("precise-prefix", 3, **equal).route(q, view(3, index=index)) == 1  # 1 and 2 tie: lowest
+    assert make_router("precise-prefix", 3, **equal).route(q, view(3, [0, 4, 1], index=index)) == 2  # lower load
+    linear = dict(load_weight=1.0, tie_break="lowest")
+    assert make_router("precise-prefix", 3, **linear).route(q, view(3, [0, 0, 2], index=index)) == 1  # 2.4 > 3 - 2
+    assert make_router("precise-prefix", 3, **linear).route(q, view(3, [0, 2, 0], index=index)) == 2
     assert r.route(req([9]), view(3, [3, 1, 2], index=index)) == 1  # nothing held anywhere: least loaded
 
 
-def test_precise_prefix_with_zero_load_weight_goes_where_the_longest_prefix_is():
-    rng = np.random.default_rng(7)
-    for _ in range(200):
-        n = int(rng.integers(1, 6))
-        held = {(int(i), m): set(rng.integers(0, 6, size=int(rng.integers(0, 6))).tolist())
-                for i in range(n) for m in ("GPU", "CPU")}
-        index = TinyIndex(n, held)
-        q = req(rng.integers(0, 6, size=int(rng.integers(0, 6))).tolist())
-        v = view(n, rng.integers(0, 9, size=n), rng.integers(0, 9, size=n), index=index)
-        choice = checked_route(make_router("precise-prefix", n), q, v)
-        longest = index.prefix_hits(q.block_ids).max(axis=1)
-        assert longest[choice] == longest.max()
+def test_precise_prefix_sums_medium_weights_along_the_prefix_as_llmd_does():
+    """A block counts the best medium holding it: GPU {1, 2} and CPU {1, 2, 3, 4} score
+    2 x 1.0 + 2 x 0.8 = 3.6 (the best single medium would say 3.2)."""
+    held = {(0, "GPU"): {1, 2}, (0, "CPU"): {1, 2, 3, 4}, (1, "GPU"): {1, 2, 3}, (2, "CPU"): {1, 2, 3, 4}}
+    index = TinyIndex(3, held)
+    from kvmm.cluster.routers_llmd import prefix_scores
+
+    hits = index.prefix_hits([1, 2, 3, 4])
+    np.testing.assert_allclose(prefix_scores(hits, np.array([1.0, 0.8])), [3.6, 3.0, 3.2])
+    assert make_router("precise-prefix", 3, **BLIND).route(req([1, 2, 3, 4]), view(3, [1, 0, 0], index=index)) == 0
+
+
+def test_precise_prefix_default_is_dynamos_cost():
+    """The default balances as NVIDIA Dynamo's KV router: equal to kv-cost's decisions."""
+    index = TinyIndex(3, HELD)
+    q = req([1, 2, 3, 4])  # 64 tokens in 16-token blocks
+    busy = view(3, index=index, prefill_tokens=[0, 0, 160], block_tokens=16)  # instance 2 has 10 blocks to prefill
+    assert make_router("precise-prefix", 3).route(q, busy) == make_router("kv-cost", 3).route(q, busy) == 1
+    assert make_router("precise-prefix", 3, **BLIND).route(q, busy) == 2  # the ablation ignores the queue
+    with pytest.raises(BadInputError, match="view.block_tokens is 0"):
+        make_router("precise-prefix", 3).route(q, view(3, index=index))
+
+
+def test_kv_cost_follows_dynamos_cost_by_hand():
+    """Dynamo's cost, worked by hand: 4 blocks of 16 tokens; overlap credited device 1.0 and
+    host 0.75 beyond the device run.
+    instance 0: GPU 2 -> credit 2;           prefill (0 + 64) / 16 = 4 -> 2;    decode 0 + 4 -> cost 6
+    instance 1: CPU 3 -> credit 2.25;        prefill 4 -> 1.75;                  decode 4 -> 5.75
+    instance 2: GPU 3 -> credit 3, but 32 queued tokens: prefill 6 -> 3; running 1 block: decode 5 -> 8"""
+    index = TinyIndex(3, HELD)
+    r = make_router("kv-cost", 3)
+    v = view(3, index=index, prefill_tokens=[0, 0, 32], running_blocks=[0, 0, 1], block_tokens=16)
+    np.testing.assert_allclose(r.costs(req([1, 2, 3, 4]), v, index.prefix_hits([1, 2, 3, 4])), [6.0, 5.75, 8.0])
+    assert r.route(req([1, 2, 3, 4]), v) == 1
+    weighted = make_router("kv-cost", 3, decode_active_request_weight=1.0)  # + 1 per queued or running request
+    assert weighted.route(req([1, 2, 3, 4]), view(3, [0, 1, 0], index=index, prefill_tokens=[0, 0, 32],
+                                                  running_blocks=[0, 0, 1], block_tokens=16)) == 0  # 6 < 6.75
+    no_host = make_router("kv-cost", 3, medium_credits={"cpu": 0.0})
+    assert no_host.route(req([1, 2, 3, 4]), v) == 0  # instance 1 loses its host credit: 8 > 6
+    # a speculative entry (routed, not yet confirmed by an event) is credited as device overlap
+    spec = TinyIndex(2, {(0, "GPU"): {1, 2}, (1, "speculative"): {1, 2}}, media=("GPU", "speculative"))
+    costs = make_router("kv-cost", 2).costs(req([1, 2, 3, 4]), view(2, index=spec, block_tokens=16),
+                                            spec.prefix_hits([1, 2, 3, 4]))
+    np.testing.assert_allclose(costs, [6.0, 6.0])
+
+
+def test_kv_cost_ties_are_random_and_temperature_samples():
+    index = TinyIndex(4, {})
+    v = view(4, index=index, block_tokens=16)
+    picks = {make_router("kv-cost", 4, seed=s).route(req([1]), v) for s in range(40)}
+    assert picks == {0, 1, 2, 3}  # all cost the same: Dynamo picks at random
+    assert {make_router("kv-cost", 4, tie_break="lowest", seed=s).route(req([1]), v) for s in range(5)} == {0}
+    loaded = view(4, index=index, block_tokens=16, prefill_tokens=[0, 160, 320, 480])  # costs 2, 12, 22, 32
+    cold = [make_router("kv-cost", 4, router_temperature=0.01, seed=s).route(req([1]), loaded) for s in range(50)]
+    hot = [make_router("kv-cost", 4, router_temperature=1.0, seed=s).route(req([1]), loaded) for s in range(200)]
+    assert set(cold) == {0}  # a low temperature is nearly the argmin
+    assert set(hot) == {0, 1, 2, 3} and hot.count(0) > hot.count(3)  # a high one spreads, still favouring cheap
+
+
+def test_least_loaded_and_session_take_random_ties():
+    v = view(3, [1, 0, 0])
+    assert {make_router("least-loaded", 3, tie_break="random", seed=s).route(req([1]), v) for s in range(30)} == {1, 2}
+    assert make_router("least-loaded", 3).route(req([1]), v) == 1  # the default stays the lowest index
+    firsts = {make_router("session", 3, tie_break="random", seed=s).route(req([1], session=4), v) for s in range(30)}
+    assert firsts == {1, 2}
 
 
 def test_weighted_sums_normalised_scores():
-    r = make_router("weighted", 3)  # no index: prefix from its own memory
+    r = make_router("weighted", 3, tie_break="lowest")  # no index: prefix from its own memory
     steps = [(req([1, 2]), view(3)),                                 # all equal: 0
              (req([1, 2]), view(3, [2, 0, 1], kv=[0.5, 0, 0])),     # [2+0+.5, 0+1+1, 0+.5+1] -> 0
              (req([1, 2]), view(3, [4, 0, 0], kv=[1.0, 0, 0.5]))]   # [2+0+0, 0+1+1, 0+1+.5]: tie -> 0
     assert replay(r, steps) == [0, 0, 0]
-    assert make_router("weighted", 3, weights={"kv": 1.0}).route(req([1]), view(3, kv=[0.2, 0.1, 0.1])) == 1
-    index = TinyIndex(3, HELD)  # matched [2, 3, 3] of 4; queue [0, 3, 1]: totals [3, 2.5, 3.17]
+    kv_only = make_router("weighted", 3, weights={"kv": 1.0}, tie_break="lowest")
+    assert kv_only.route(req([1]), view(3, kv=[0.2, 0.1, 0.1])) == 1
+    # precise scorer: scores [2, 2.4, 3] over holders {0, 1, 2} -> [0, 0.4, 1]; queue [0, 3, 1] -> [1, 0, 2/3]
+    # totals 2 x prefix + queue + kv: [1 + 1, 0.8 + 0 + 1, 2 + 2/3 + 1] -> 2
+    index = TinyIndex(3, HELD)
     assert r._memory.sizes.tolist() == [2, 0, 0]  # pairs (1, 0), (2, 0): refreshed, not added again
     assert r.route(req([1, 2, 3, 4]), view(3, [0, 3, 1], index=index)) == 2
     assert r._memory.sizes.tolist() == [2, 0, 0]  # with an index the memory is neither read nor written
 
 
+def test_weighted_precise_prefix_is_min_max_over_the_instances_holding_the_first_block():
+    held = {(0, "GPU"): {1}, (1, "GPU"): {1, 2, 3}}  # instance 2 holds nothing: 0, not the minimum
+    r = make_router("weighted", 3, weights={"prefix": 1.0}, tie_break="lowest")
+    assert r.route(req([1, 2, 3]), view(3, index=TinyIndex(3, held))) == 1
+    only = {(2, "CPU"): {1}}  # a single holder scores 1.0 whatever its length
+    assert make_router("weighted", 3, weights={"prefix": 1.0, "load": 0.9}, tie_break="lowest").route(
+        req([1, 2, 3]), view(3, [0, 0, 1], index=TinyIndex(3, only))) == 2  # 1.0 + 0 > 0 + 0.9
+
+
+def test_weighted_profiles_are_llmds():
+    precise, approximate = make_router("weighted", 2), make_router("weighted", 2, profile="approximate")
+    assert precise.weights == {"prefix": 2.0, "load": 1.0, "kv": 1.0} and precise.uses_index
+    assert approximate.weights == {"prefix": 3.0, "load": 2.0, "kv": 2.0} and not approximate.uses_index
+    approximate.route(req([5, 6]), view(2, [0, 1], index=TinyIndex(2, {(1, "GPU"): {5, 6}})))
+    assert approximate._memory.sizes.tolist() == [2, 0]  # it ignored the index, remembered where it sent
+
+
 def test_weighted_load_metric_waiting_or_total():
     v = view(3, [0, 0, 0], running=[5, 0, 0])
-    assert make_router("weighted", 3, weights={"load": 1.0}).route(req([1]), v) == 0  # waiting all equal
-    assert make_router("weighted", 3, weights={"load": 1.0}, load_metric="total").route(req([1]), v) == 1
+    load_only = dict(weights={"load": 1.0}, tie_break="lowest")
+    assert make_router("weighted", 3, **load_only).route(req([1]), v) == 0  # waiting all equal
+    assert make_router("weighted", 3, load_metric="total", **load_only).route(req([1]), v) == 1
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -183,6 +307,25 @@ def test_unknown_router_lists_the_known_ones():
     ("weighted", {"weights": {"prefix": 0.0}}, BadInputError, "all zero"),
     ("weighted", {"weights": {"kv": -1.0}}, BadInputError, "weights\\['kv'\\]"),
     ("weighted", {"load_metric": "p99"}, BadInputError, "load_metric"),
+    ("weighted", {"profile": "fast"}, BadInputError, "profile must be one of \\['approximate', 'precise'\\]"),
+    ("weighted", {"profile": "approximate", "medium_weights": {"gpu": 1.0}}, BadInputError, "does not read the index"),
+    ("weighted", {"medium_weights": {"gpu": 1.0, "GPU": 0.5}}, BadInputError, "names medium 'GPU' twice"),
+    ("approx-prefix", {"rule": "sglang"}, BadInputError, "rule must be one of"),
+    ("approx-prefix", {"miss_route": "smallest"}, BadInputError, "miss_route applies to rule='sgl-router-2025'"),
+    ("precise-prefix", {"balance": "fair"}, BadInputError, "balance must be one of"),
+    ("precise-prefix", {"balance": "linear"}, BadInputError, "needs load_weight"),
+    ("precise-prefix", {"balance": "none", "load_weight": 2.0}, BadInputError, "load_weight applies to balance='linear'"),
+    ("precise-prefix", {"medium_weights": {"gpu": 1.0}}, BadInputError, "balance='dynamo' credits media"),
+    ("precise-prefix", {"balance": "none", "medium_weights": {3: 1.0}}, DTypeError, "medium names"),
+    ("kv-cost", {"overlap_score_credit": 1.5}, BadInputError, "overlap_score_credit"),
+    ("kv-cost", {"host_cache_hit_weight": -0.1}, BadInputError, "host_cache_hit_weight"),
+    ("kv-cost", {"prefill_load_scale": float("inf")}, BadInputError, "prefill_load_scale"),
+    ("kv-cost", {"router_temperature": -1}, BadInputError, "router_temperature"),
+    ("kv-cost", {"medium_credits": {"gpu": 2.0}}, BadInputError, "medium_credits\\['gpu'\\] must be in \\[0, 1.0\\]"),
+    ("kv-cost", {"tie_break": "first"}, BadInputError, "tie_break must be 'random' or 'lowest'"),
+    ("least-loaded", {"tie_break": None}, BadInputError, "tie_break"),
+    ("session", {"seed": -3}, BadInputError, "seed must be >= 0"),
+    ("weighted", {"seed": 1.5}, DTypeError, "seed must be an integer"),
 ])
 def test_bad_options_raise_naming_the_option(name, params, error, match):
     with pytest.raises(error, match=match):
@@ -205,9 +348,12 @@ def test_bad_specs_and_instance_counts():
 def test_precise_prefix_needs_an_index_and_known_media():
     with pytest.raises(BadInputError, match="view.index is None"):
         make_router("precise-prefix", 2).route(req([1]), view(2))
-    r = make_router("precise-prefix", 2, medium_weights={"HBM": 1.0})
-    with pytest.raises(BadInputError, match="'HBM', which the index does not have; its media are \\['GPU', 'CPU'\\]"):
+    r = make_router("precise-prefix", 2, balance="none", medium_weights={"HBM": 1.0})
+    with pytest.raises(BadInputError, match="'hbm', which the index does not have; its media are \\['GPU', 'CPU'\\]"):
         r.route(req([1]), view(2, index=TinyIndex(2, {})))
+    with pytest.raises(BadInputError, match="medium_credits names 'nvme'"):
+        make_router("kv-cost", 2, medium_credits={"NVMe": 0.1}).route(req([1]), view(2, index=TinyIndex(2, {}),
+                                                                                  block_tokens=16))
 
     class WrongShape(TinyIndex):
         def prefix_hits(self, keys):
@@ -309,14 +455,31 @@ def test_the_docs_router_example_runs_and_prints_what_it_says(capsys):
     suite.test_answers_in_range_deterministically_without_mutating()
 
 
-def test_the_docs_table_names_every_router_with_its_defaults():
-    for name, cls in ROUTERS.items():
-        assert f"| `{name}` |" in PAGE
+def test_the_docs_table_names_every_router_with_its_peer_file_and_defaults():
+    rows = {line.split("|")[1].strip(" `"): line for line in PAGE.splitlines() if line.startswith("| `")}
+    assert set(rows) == set(ROUTERS)
+    peers = {"approx-prefix": ("smg-project/smg", "cache_aware.rs", "f8daa8835"),
+             "precise-prefix": ("llm-d/llm-d-kv-cache-manager v0.4.0", "kvblock_scorer.go", "ai-dynamo/dynamo v1.6"),
+             "weighted": ("llm-d/llm-d-inference-scheduler v0.8.0", "defaults.go", "520af478"),
+             "kv-cost": ("ai-dynamo/dynamo v1.6", "default.rs", "config.rs")}
+    for name, needles in peers.items():
+        for needle in needles:
+            assert needle in rows[name], (name, needle)
+        cells = re.split(r"(?<!\\)\|", rows[name])  # a cell may hold an escaped \|
+        assert len(cells) == 7 and len(cells[5].strip()) > 20, cells  # what kvmm does differently
     for default in ("`cache_threshold` (0.3)", "`balance_abs_threshold` (64)", "`balance_rel_threshold` (1.5)",
-                    "`load_weight` (0.0)"):
-        assert default in PAGE
-    r = ApproxPrefixRouter(2)
-    assert (r.cache_threshold, r.balance_abs_threshold, r.balance_rel_threshold) == (0.3, 64, 1.5)
+                    "`overlap_score_credit` (1.0)", "`host_cache_hit_weight` (0.75)", "`disk_cache_hit_weight` (0.25)",
+                    "`prefill_load_scale` (1.0)", "`decode_active_request_weight` (0.0)", "`router_temperature` (0.0)",
+                    '`balance` ("dynamo"', "gpu 1.0, cpu 0.8"):
+        assert default in PAGE, default
+    a, k = ApproxPrefixRouter(2), make_router("kv-cost", 2)
+    assert (a.rule, a.cache_threshold, a.balance_abs_threshold, a.balance_rel_threshold) == ("smg", 0.3, 64, 1.5)
+    assert (k.overlap_score_credit, k.host_cache_hit_weight, k.disk_cache_hit_weight, k.prefill_load_scale,
+            k.decode_active_request_weight, k.router_temperature, k.tie_break) == (1.0, 0.75, 0.25, 1.0, 0.0, 0.0, "random")
+    assert make_router("precise-prefix", 2).balance == "dynamo"
+    assert make_router("precise-prefix", 2, load_weight=4.0).balance == "linear"  # the old spelling still works
+    from kvmm.cluster.routers_llmd import LLMD_MEDIUM_WEIGHTS
+    assert LLMD_MEDIUM_WEIGHTS == {"gpu": 1.0, "cpu": 0.8}
 
 
 def test_kvmm_cluster_exports_load_lazily_without_numba():

@@ -8,8 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from kvmm.sim import ClusterConfig
-from kvmm.sim import GiB, SimConfig, TierLevel, simulate
+from kvmm.sim import ClusterConfig, GiB, SimConfig, TierLevel, simulate
 from kvmm.sim._sweep import sweep
 
 

@@ -1,8 +1,20 @@
 """Every kvmm eviction policy through kvmm.testing.EvictionPolicyContract: the policy alone and
 paired with every kvmm tier (Redis included) through ManagedTier.  A new policy: one line."""
 
-from kvmm.policies import (ARCPolicy, BeladyPolicy, ClockPolicy, FIFOPolicy, LFUPolicy, LIRSPolicy, LRUPolicy,
-                           S3FIFOPolicy, SIEVEPolicy, SLRUPolicy, TwoQPolicy, WTinyLFUPolicy)
+from kvmm.policies import (
+    ARCPolicy,
+    BeladyPolicy,
+    ClockPolicy,
+    FIFOPolicy,
+    LFUPolicy,
+    LIRSPolicy,
+    LRUPolicy,
+    S3FIFOPolicy,
+    SIEVEPolicy,
+    SLRUPolicy,
+    TwoQPolicy,
+    WTinyLFUPolicy,
+)
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 

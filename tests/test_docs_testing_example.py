@@ -7,9 +7,10 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")

@@ -13,11 +13,11 @@ import json
 import pytest
 
 from kvmm.cli import main
+from kvmm.cli.simulate import parse_tier
 from kvmm.errors import BadInputError
 from kvmm.integrations._policy_factory import policy_factory
 from kvmm.policies import EVICTION_POLICIES
 from kvmm.protocols import EvictionPolicy
-from kvmm.sim._cli import parse_tier
 from kvmm.sim.config import make_eviction
 
 # Offline orders (Belady: ``offline = True``) need the future reference stream, which a tier in

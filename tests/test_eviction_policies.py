@@ -8,6 +8,7 @@ import pytest
 from kvmm.errors import BadInputError, KvmmError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy, make_eviction_policy
 
+
 def test_lfu_counts_and_lru_tie_break():
     policy = LFUPolicy()
     for k in "abc":

@@ -7,8 +7,8 @@ import pytest
 
 from kvmm.errors import CapacityExceededError
 from kvmm.policies import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
-from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
 from kvmm.testing.tiers import snapshot
+from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
 
 POLICIES = {
     "lru": (LRUPolicy, "LRU"),

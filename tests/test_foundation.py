@@ -75,7 +75,7 @@ def test_validation_rejects_bad_input_with_clear_messages():
 def test_lazy_subpackages():
     assert kvmm.traces.load_mooncake is not None
     with pytest.raises(AttributeError):
-        kvmm.nonexistent
+        kvmm.nonexistent  # noqa: B018
 
 
 def test_report_writes_markdown(tmp_path, capsys):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from tests.fuzz_harness import FUZZ_SETTINGS, NASTY, Fuzz, arg, run_counted

@@ -4,9 +4,17 @@ policies and token scorers (see tests/fuzz_harness.py)."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kvmm.compress.scorers import H2OScorer, KeyNormScorer, RandomScorer, ScissorhandsScorer, SnapKVScorer, StreamingLLMScorer
+from kvmm.compress.scorers import (
+    H2OScorer,
+    KeyNormScorer,
+    RandomScorer,
+    ScissorhandsScorer,
+    SnapKVScorer,
+    StreamingLLMScorer,
+)
 from kvmm.policies import (
     AdmissionRequest,
     RefillFilter,

@@ -7,7 +7,8 @@ import inspect
 import sys
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.compress.scorers import H2OScorer, RandomScorer, SnapKVScorer, StreamingLLMScorer

@@ -41,7 +41,8 @@ def test_series_equals_model_logits_both_layouts(name):
     model = tiny_model(name)
     ids = torch.randint(0, 64, (48,), generator=torch.Generator().manual_seed(1))
     rope = rope_from_config(model.config)
-    assert rope.layout == "half" and rope.scaling.kind == (CASES[name][2] or {}).get("rope_type", "none").replace("default", "none")
+    rope_type = (CASES[name][2] or {}).get("rope_type", "none").replace("default", "none")
+    assert rope.layout == "half" and rope.scaling.kind == rope_type
     pairs = capture_qk(model, ids)
     logits = attention_logits(model, ids)
     shape = model_shape(model)

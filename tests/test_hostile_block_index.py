@@ -133,7 +133,7 @@ def test_a_raising_call_decides_no_key_width(call):
 def test_batch_calls_refuse_media_that_is_not_a_medium_or_a_list(media):
     for call in ("stored_many", "removed_many"):
         index = filled()
-        refuses(index, BadInputError, "medium", lambda: getattr(index, call)([0], [0, 1], [1], media))
+        refuses(index, BadInputError, "medium", lambda: getattr(index, call)([0], [0, 1], [1], media))  # noqa: B023
 
 
 @pytest.mark.parametrize("args, error", [((None, [0, 1], [1]), DTypeError), (([0], None, [1]), DTypeError),
@@ -142,7 +142,7 @@ def test_batch_calls_refuse_media_that_is_not_a_medium_or_a_list(media):
 def test_batch_calls_check_argument_types(args, error):
     for call in ("stored_many", "removed_many"):
         index = filled()
-        refuses(index, error, "must", lambda: getattr(index, call)(*args, "GPU"))
+        refuses(index, error, "must", lambda: getattr(index, call)(*args, "GPU"))  # noqa: B023 (called at once, inside the loop)
 
 
 def nested(depth):

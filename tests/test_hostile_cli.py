@@ -44,8 +44,8 @@ def test_an_unknown_price_name_is_refused_naming_the_known_ones(command, capsys,
 
 
 def test_price_names_stay_free_outside_the_cli():
-    from kvmm.sim.cost import parse_prices
     from kvmm.errors import BadInputError
+    from kvmm.sim.cost import parse_prices
     from kvmm.tiers.spec import PRESETS
 
     assert parse_prices("my-tier=1/h").tier_usd_per_hour == {"my-tier": 1.0}  # a hand-built spec's name
@@ -88,10 +88,11 @@ def test_a_flag_value_that_looks_like_a_flag_of_the_command_stays_a_flag(capsys)
 
 
 def test_pd_and_fabric_take_the_same_link_names():
-    from kvmm.cluster.fabric import FABRIC_PRESETS, LINK_NAMES, fabric_preset, link_by_name
-    from kvmm.sim._cli import add_arguments, build_configs
-    from kvmm.tiers.spec import LINK_PRESETS
     import argparse
+
+    from kvmm.cli.simulate import add_arguments, build_configs
+    from kvmm.cluster.fabric import FABRIC_PRESETS, LINK_NAMES, fabric_preset, link_by_name
+    from kvmm.tiers.spec import LINK_PRESETS
 
     assert set(LINK_PRESETS) | set(FABRIC_PRESETS) <= set(LINK_NAMES)
     parser = argparse.ArgumentParser()
@@ -113,6 +114,7 @@ def test_progress_total_is_the_real_request_count(tmp_path, monkeypatch, capsys)
     import json
 
     import kvmm._progress as progress_module
+    import kvmm.cli.simulate
     from kvmm.sim.config import SimConfig
     from kvmm.sim.config_json import config_to_json
 
@@ -123,7 +125,7 @@ def test_progress_total_is_the_real_request_count(tmp_path, monkeypatch, capsys)
             totals.append(total)
             super().__init__(total, *args, **kwargs)
 
-    monkeypatch.setattr(progress_module, "Progress", Recorder)
+    monkeypatch.setattr(kvmm.cli.simulate, "Progress", Recorder)
     path = tmp_path / "config.json"
     for max_requests, expected in ((None, 12), (5, 5), (50, 12)):
         cfg = SimConfig(workload=__import__("kvmm.sim.workload", fromlist=["Workload"]).Workload(num_requests=12),

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from kvmm.report import SECTIONS
+from kvmm.reproduce import SECTIONS
 from kvmm.reproduce import latency as L
 from kvmm.sim.latency import HARDWARE, ModelArch, Roofline, hardware
 from kvmm.tiers import PRESETS, preset

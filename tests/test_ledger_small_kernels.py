@@ -4,11 +4,11 @@ then first slot in a state not allowed) and update_kernel (a progress report).""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import math
 
 from kvmm.policies.staging._ledger_kernels import check_claims_kernel, update_kernel
 

@@ -201,8 +201,8 @@ def test_trace_forms_and_bad_traces():
 
 
 def test_the_simulator_and_engine_adapters_refuse_belady():
+    from kvmm.cli.simulate import parse_tier
     from kvmm.integrations._policy_factory import policy_factory
-    from kvmm.sim._cli import parse_tier
     from kvmm.sim.config import TierLevel
 
     with pytest.raises(BadInputError, match="future reference stream"):

@@ -12,7 +12,13 @@ from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
 from kvmm.policies.eviction._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
 from tests.naive.replay import replay_naive
-from tests.order_parity import hypothesis_stream, libcachesim_hits, managed_tier_hits, mooncake_block_streams, zipf_keys_and_sizes
+from tests.order_parity import (
+    hypothesis_stream,
+    libcachesim_hits,
+    managed_tier_hits,
+    mooncake_block_streams,
+    zipf_keys_and_sizes,
+)
 
 ORDERS = {"lru": (LRUPolicy, "LRU"), "fifo": (FIFOPolicy, "FIFO")}
 

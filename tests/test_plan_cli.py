@@ -8,11 +8,11 @@ import pytest
 
 import kvmm.plan.core as core
 from kvmm.cli import main
-from kvmm.sim.cost import Prices
+from kvmm.cli.plan import parse_budget, parse_duration
+from kvmm.cli.simulate import parse_price_flag
 from kvmm.errors import BadInputError
 from kvmm.plan import SLO, TierCandidate
-from kvmm.plan._cli import parse_budget, parse_duration
-from kvmm.sim._cli import parse_price_flag
+from kvmm.sim.cost import Prices
 from tests.plan_helpers import TiB, met_plan, missed_plan
 
 

@@ -32,7 +32,7 @@ def test_every_python_block_runs_and_prints_what_the_page_shows():
 def test_the_cli_example_names_only_flags_kvmm_plan_has():
     import argparse
 
-    from kvmm.plan._cli import add_arguments
+    from kvmm.cli.plan import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvmm.plan import SLO, TierCandidate, plan
 from kvmm.plan._planner import refine_capacities

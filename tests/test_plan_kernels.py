@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvmm.plan import SLO
 from kvmm.plan._kernels import cummax_by_group
@@ -45,9 +46,16 @@ SERVING = {
 }
 
 
-@pytest.mark.parametrize("serving", sorted(SERVING))
-@pytest.mark.parametrize("instances,gpu_prefix_cache,load", [(1, True, 0.6), (1, False, 0.3), (2, True, 0.5)])
-def test_stage1_matches_the_reference(instances, gpu_prefix_cache, load, serving):
+#: (instances, GPU prefix cache, load): the constant and default clocks run every one; the other
+#: setups one each (the reference times every decode step in Python: seconds per case)
+SHAPES = [(1, True, 0.6), (1, False, 0.3), (2, True, 0.5)]
+CASES = [(shape, serving) for serving in ("constant", "roofline") for shape in SHAPES] + [
+    (SHAPES[2], "roofline-threshold"), (SHAPES[0], "roofline-whole"), (SHAPES[1], "roofline-tp2")]
+
+
+@pytest.mark.parametrize("shape,serving", CASES, ids=[f"{s}-{i}-{c}-{lo}" for (i, c, lo), s in CASES])
+def test_stage1_matches_the_reference(shape, serving):
+    instances, gpu_prefix_cache, load = shape
     base = SimConfig(workload="conversation", max_requests=60, load=load, gpu_kv_bytes=4 * GiB,
                      gpu_prefix_cache=gpu_prefix_cache, **SERVING[serving])
     tiers = ["dram:0-12GiB:points=3", "nvme:2GiB-40GiB:points=3", "dfs:0-200GiB:points=2"]

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from kvmm.report import SECTIONS
+from kvmm.reproduce import SECTIONS
 from kvmm.reproduce import plan as section
 from kvmm.tiers.spec import PRESETS
 from tests.report_helpers import markdown_table, run_quick_section

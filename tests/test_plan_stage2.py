@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvmm.plan import SLO, plan
-from kvmm.plan._planner import _reasons, seconds_text
+from kvmm.plan._planner import _reasons
 from kvmm.plan._verify import closest_point, frontier_indices, pick_for_verification, verify_cheapest_first
+from kvmm.plan.writers import seconds_text
 from kvmm.sim import SimConfig, simulate
 from tests.naive import plan as naive
 from tests.plan_helpers import TiB, point
@@ -110,7 +111,7 @@ def test_reasons_never_round_a_miss_onto_the_slo():
 
 
 def test_waves_are_as_wide_as_the_executor():
-    from kvmm.plan._cli import InlineExecutor
+    from kvmm.cli.plan import InlineExecutor
     from kvmm.plan._verify import workers_of
 
     with ThreadPoolExecutor(max_workers=3) as pool:

@@ -8,10 +8,9 @@ import pytest
 
 from kvmm.errors import BadInputError
 from kvmm.plan import SLO, Plan
-from tests.plan_helpers import TiB, point
 from kvmm.plan.writers import draw_frontier, plan_markdown, point_label, write_plan
 from kvmm.sim.config_json import load_config
-from tests.plan_helpers import met_plan, missed_plan
+from tests.plan_helpers import TiB, met_plan, missed_plan, point
 
 
 def table_rows(markdown: str, header_start: str) -> list[list[str]]:

@@ -14,11 +14,41 @@ import pytest
 
 import kvmm.policies
 from kvmm.policies import (  # noqa: F401 - every name of kvmm.policies.__all__ before the split, literally
-    ARCPolicy, AdmissionRequest, BeladyPolicy, ClockPolicy, CommitmentLedger, DistanceHistogram, EVICTION_POLICIES,
-    FIFOPolicy, ImmediateEDFStaging, ImmediateStaging, LFUPolicy, LIRSPolicy, LRUPolicy, OnDemandStaging, REPLAY_ORDERS,
-    RefillFilter, S3FIFOPolicy, SIEVEPolicy, SLRUPolicy, STAGING_POLICIES, SelectiveWriteThrough, ShardsTracker,
-    StackDistanceTracker, StagingPolicy, StoreThreshold, TimelyStaging, TwoQPolicy, WTinyLFUPolicy, WriteAll,
-    admission_mask, distributed_mrc, make_eviction_policy, make_staging_policy, replay)
+    EVICTION_POLICIES,
+    REPLAY_ORDERS,
+    STAGING_POLICIES,
+    AdmissionRequest,
+    ARCPolicy,
+    BeladyPolicy,
+    ClockPolicy,
+    CommitmentLedger,
+    DistanceHistogram,
+    FIFOPolicy,
+    ImmediateEDFStaging,
+    ImmediateStaging,
+    LFUPolicy,
+    LIRSPolicy,
+    LRUPolicy,
+    OnDemandStaging,
+    RefillFilter,
+    S3FIFOPolicy,
+    SelectiveWriteThrough,
+    ShardsTracker,
+    SIEVEPolicy,
+    SLRUPolicy,
+    StackDistanceTracker,
+    StagingPolicy,
+    StoreThreshold,
+    TimelyStaging,
+    TwoQPolicy,
+    WriteAll,
+    WTinyLFUPolicy,
+    admission_mask,
+    distributed_mrc,
+    make_eviction_policy,
+    make_staging_policy,
+    replay,
+)
 from kvmm.policies.eviction.orders import ORDERS, Order
 
 BEFORE_THE_SPLIT = [
@@ -75,11 +105,17 @@ def test_every_name_exported_before_the_split_is_exported_and_resolves():
 def test_the_old_module_paths_that_became_packages_export_their_old_names_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no DeprecationWarning: these paths are the new packages
-        from kvmm.policies.eviction import (ARCPolicy as Arc, BeladyPolicy as Belady, EVICTION_POLICIES as Registry,
-                                            FIFOPolicy as Fifo, LFUPolicy as Lfu, LRUPolicy as Lru,
-                                            make_eviction_policy as make)
-        from kvmm.policies.staging import (STAGING_POLICIES as Strategies, ImmediateEDFStaging as Edf,
-                                           OnDemandStaging as OnDemand, TimelyStaging as Timely)
+        from kvmm.policies.eviction import EVICTION_POLICIES as Registry
+        from kvmm.policies.eviction import ARCPolicy as Arc
+        from kvmm.policies.eviction import BeladyPolicy as Belady
+        from kvmm.policies.eviction import FIFOPolicy as Fifo
+        from kvmm.policies.eviction import LFUPolicy as Lfu
+        from kvmm.policies.eviction import LRUPolicy as Lru
+        from kvmm.policies.eviction import make_eviction_policy as make
+        from kvmm.policies.staging import STAGING_POLICIES as Strategies
+        from kvmm.policies.staging import ImmediateEDFStaging as Edf
+        from kvmm.policies.staging import OnDemandStaging as OnDemand
+        from kvmm.policies.staging import TimelyStaging as Timely
     assert (Arc, Belady, Registry, Fifo, Lfu, Lru, make) == (ARCPolicy, BeladyPolicy, EVICTION_POLICIES, FIFOPolicy,
                                                              LFUPolicy, LRUPolicy, make_eviction_policy)
     assert (Strategies, Edf, OnDemand, Timely) == (STAGING_POLICIES, ImmediateEDFStaging, OnDemandStaging,
@@ -111,7 +147,8 @@ def test_from_an_old_path_import_gives_the_same_objects():
     _forget("kvmm.policies.ledger")
     _forget("kvmm.policies.stack_distance")
     with pytest.warns(DeprecationWarning):
-        from kvmm.policies.ledger import CLAIMED, CommitmentLedger as Ledger
+        from kvmm.policies.ledger import CLAIMED
+        from kvmm.policies.ledger import CommitmentLedger as Ledger
         from kvmm.policies.stack_distance import StackDistanceTracker as Tracker
     from kvmm.policies.staging.ledger import CLAIMED as claimed
     assert Ledger is CommitmentLedger and Tracker is StackDistanceTracker and CLAIMED == claimed

@@ -152,3 +152,14 @@ def test_a_built_copy_outside_the_checkout_reports_the_commit_it_was_built_from(
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(lib / "kvmm" / "__init__.py"), expected]
+
+
+def test_the_section_registry_moved_to_kvmm_reproduce_and_the_old_names_warn():
+    import kvmm.report
+    import kvmm.reproduce
+
+    for name in ("SECTIONS", "TRACE_SECTION", "run_sections"):
+        with pytest.warns(DeprecationWarning, match=f"kvmm.report.{name} moved to kvmm.reproduce.{name}"):
+            assert getattr(kvmm.report, name) is getattr(kvmm.reproduce, name)
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        kvmm.report.not_a_name  # noqa: B018

@@ -77,7 +77,8 @@ def test_pd_says_where_p95_tpot_gets_worse(pd):
 def test_pd_verdict_sentences():
     from kvmm.reproduce.pd import _verdict
 
-    assert _verdict(["a", "b"], ["a", "b"], 2, 1) == "p95 TPOT is worse than colocated on every link.  p95 TTFT is better on every link."
+    assert _verdict(["a", "b"], ["a", "b"], 2, 1) == ("p95 TPOT is worse than colocated on every link.  "
+                                                      "p95 TTFT is better on every link.")
     assert _verdict(["a"], [], 2, 1).startswith("p95 TPOT is worse than colocated on 1 of 2 set-ups (a).")
 
 
@@ -172,8 +173,9 @@ def test_router_plot_is_linear_with_error_bars(tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot")
     from kvmm.reproduce.cluster import draw_routers
 
-    routers = {"round-robin": [(16.5, 3.0), (0.065, 0.003)], "least-loaded": [(7.2, 0.6), (0.064, 0.002)],
-               "precise-prefix (load_weight 0)": [(75.3, 115.1), (0.078, 0.034)], "weighted": [(4.8, 0.7), (0.051, 0.001)]}
+    routers = {"round-robin": [(16.5, 3.0), (1.16, 0.15)], "least-loaded": [(7.2, 0.6), (1.14, 0.12)],
+               "precise-prefix (load-blind ablation)": [(75.3, 115.1), (1.34, 0.34)],
+               "weighted (llm-d precise)": [(4.8, 0.7), (1.12, 0.12)]}
     fig, axes = plt.subplots(1, 2)
     draw_routers(axes, routers)
     for ax in axes:
@@ -191,12 +193,23 @@ def test_error_bars_where_the_text_gives_a_spread(tmp_path_factory):
     fig = report.captured_figures["report-quick-only-cluster-cluster-shared-vs-private.png"]
     (ax,) = fig.axes
     bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
-    assert len(bars) == 2 and ax.get_yscale() == "linear"
+    # private and shared, each under round-robin and under the affinity router
+    assert len(bars) == 4 and ax.get_yscale() == "linear"
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+        "private, precise-prefix (Dynamo)", "private, round-robin", "shared, precise-prefix (Dynamo)", "shared, round-robin"]
+    fig = report.captured_figures["report-quick-only-cluster-cluster-routers.png"]
+    headers, rows = markdown_table(md, "Routers at N = 8")
+    for ax in fig.axes:  # the router table gives a spread per router: one error bar per router in each panel
+        bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+        assert len(bars) == 1 and len(bars[0].lines[2][0].get_segments()) == len(rows)
+    # short cells in every cluster table (labels, numbers, mean ± std), the sentences in the notes
+    long = [c for c in markdown_cells(md.split("## Cluster", 1)[1]) if _words(c) >= MAX_CELL_WORDS]
+    assert not long, long[:3]
     # every simulating section says what the physical clock moved
     headers, rows = markdown_table(md, "Cluster: what the physical clock moved")
     assert headers == ["setting", "metric", "old clock", "physical clock", "change"]
     assert any(r[0] == "ParaStor" and r[1].startswith("ceiling") for r in rows)
-    assert all("±" in r[2] and "±" in r[3] for r in rows if not r[0] == "ParaStor"), rows
+    assert all("±" in r[2] and "±" in r[3] for r in rows if r[0] != "ParaStor"), rows
 
 
 def test_tempokv_and_pd_say_what_the_physical_clock_moved(tempokv, pd):
@@ -211,7 +224,7 @@ def test_section_timings_say_they_include_jit_compilation(tmp_path, monkeypatch)
     import sys
     import types
 
-    import kvmm.report as R
+    import kvmm.reproduce as R
 
     module = types.ModuleType("kvmm_test_fake_section")
     module.reproduce = lambda report: report.text("nothing")

@@ -5,8 +5,15 @@ import copy
 import numpy as np
 import pytest
 
-from kvmm.compress import (H2OScorer, KeyNormScorer, RandomScorer, ScissorhandsScorer, SnapKVScorer,
-                           StreamingLLMScorer, select_victims)
+from kvmm.compress import (
+    H2OScorer,
+    KeyNormScorer,
+    RandomScorer,
+    ScissorhandsScorer,
+    SnapKVScorer,
+    StreamingLLMScorer,
+    select_victims,
+)
 from kvmm.errors import BadInputError, DTypeError, KvmmError, ShapeError
 
 MAKERS = [lambda: H2OScorer(recent_window=1), lambda: ScissorhandsScorer(history_window=2, recent_window=1),

@@ -124,7 +124,8 @@ def test_max_requests_and_time_scale():
 
 @pytest.mark.parametrize("kwargs", [
     dict(policy="eager"), dict(time_scale=0.0), dict(time_scale=-1.0), dict(max_requests=0),
-    dict(stage_efficiency=float("nan")), dict(gpu_kv_bytes=-1), dict(load=0.0), dict(load=0.5, time_scale=2.0), dict(model="gpt-9"),
+    dict(stage_efficiency=float("nan")), dict(gpu_kv_bytes=-1), dict(load=0.0), dict(load=0.5, time_scale=2.0),
+    dict(model="gpt-9"),
     dict(fast_tier="cxl"), dict(workload=3.5), dict(poll_interval_s=0.0), dict(margin_s=-1.0),
     dict(recompute_fallback="yes"), dict(high_priority_share=1.5), dict(priority_seed=-1),
 ])

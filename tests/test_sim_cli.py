@@ -94,10 +94,10 @@ def test_simulate_with_token_compression(capsys):
 def test_simulate_replays_every_trace_format(tmp_path, capsys, fmt, name):
     """A trace saved in another format replays by path (format detected or given) exactly like
     the same trace loaded in memory."""
+    from dataclasses import replace
+
     from kvmm.sim import SimConfig, simulate
     from kvmm.traces import load_trace, save_trace
-
-    from dataclasses import replace
 
     trace = load_trace("conversation").head(40)
     # bailian fixes 16-token blocks: relabelled explicitly (the writer refuses 512-token blocks)
@@ -120,7 +120,7 @@ def test_simulate_rejects_an_unknown_format(capsys):
 
 
 def test_the_cli_staging_names_are_the_simulators():
-    from kvmm.sim._cli import STAGING
+    from kvmm.cli.simulate import STAGING
     from kvmm.sim.config import STAGING_NAMES
 
     assert STAGING == STAGING_NAMES  # the CLI spells them out to stay light to import

@@ -23,7 +23,7 @@ from kvmm.sim.config import make_eviction
 from kvmm.sim.simulator import resolve_trace
 from kvmm.tiers.spec import preset
 from kvmm.traces.mooncake import MooncakeTrace
-from tests.sim_helpers import make_engine, run_engine
+from tests.sim_helpers import make_engine
 
 REQUESTS = 400
 BLOCK_BYTES = 512 * 32 * 8 * 128 * 2 * 2  # llama3-8b: 512 tokens x 128 KiB
@@ -155,7 +155,8 @@ def test_builtin_write_all_equals_a_user_written_one(capacity):
 
 @pytest.mark.parametrize("make, message", [
     (lambda: TierLevel(eviction="mru"), r"unknown eviction policy 'mru'; expected one of \[.*'arc'.*'lirs'.*'lru'"),
-    (lambda: TierLevel(eviction=DuckWriteAll()), r"eviction policy DuckWriteAll lacks \['on_insert', 'on_access', 'on_remove', 'victims'\]"),
+    (lambda: TierLevel(eviction=DuckWriteAll()),
+     r"eviction policy DuckWriteAll lacks \['on_insert', 'on_access', 'on_remove', 'victims'\]"),
     (lambda: TierLevel(admission="write-none"), r"unknown admission policy 'write-none'; expected one of \['refill-filter'"),
     (lambda: TierLevel(admission=object()), r"admission policy object lacks \['admit'\]"),
     (lambda: SimConfig(scorer="h3o"), r"unknown scorer 'h3o'; expected one of \['h2o'"),

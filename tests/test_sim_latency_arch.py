@@ -83,7 +83,8 @@ def test_the_old_simulator_names_are_aliases_and_match_their_model_specs():
     for old in MODELS.values():
         arch = ModelArch.named(old.name)
         assert arch.kv_bytes_per_token() == old.kv_bytes_per_token and arch.num_layers == old.layers
-    assert {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen3-30b-a3b", "deepseek-v3"} == set(ModelArch.names())
+    assert set(ModelArch.names()) == {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen3-30b-a3b",
+                                      "deepseek-v3"}
     with pytest.raises(BadInputError, match="unknown model"):
         ModelArch.named("gpt-5")
 

@@ -9,10 +9,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError
-from kvmm.sim.latency import FEATURES, Fitted, FitReport, Roofline, fit_latency, step_features
+from kvmm.sim.latency import FEATURES, FitReport, Fitted, Roofline, fit_latency, step_features
 from kvmm.sim.latency.fitted import BETA_FEATURES, nnls
 
 TRUE = Fitted(2e-3, {"prefill_tokens": 3e-5, "prefill_attention": 2e-10, "prefill_context": 4e-8,
@@ -65,8 +66,8 @@ def test_aggregated_feature_rows_fit_the_same_model():
     assert np.allclose(fitted.coefficients(), TRUE.coefficients(), rtol=1e-5, atol=1e-15)
 
 
-@given(st.one_of(st.just(0.0), st.floats(1e-9, 1e-2)), st.lists(st.one_of(st.just(0.0), st.floats(1e-10, 1e-3)), min_size=6, max_size=6),
-       st.integers(0, 2**32 - 1))
+@given(st.one_of(st.just(0.0), st.floats(1e-9, 1e-2)),
+       st.lists(st.one_of(st.just(0.0), st.floats(1e-10, 1e-3)), min_size=6, max_size=6), st.integers(0, 2**32 - 1))
 def test_any_fitted_model_is_recovered(alpha, beta, seed):
     true = Fitted(alpha, beta)
     steps = random_steps(np.random.default_rng(seed), 30)
@@ -93,7 +94,8 @@ def test_a_roofline_in_its_linear_regime_is_recovered(model, kwargs, side):
     assert fitted.report.r2 > 1 - 1e-9 and fitted.report.mape < 1e-6
     for new, ctx, dec in random_steps(np.random.default_rng(4), 20, **kwargs):
         dec = dec[:16]
-        if model.step_breakdown(new, ctx, dec)[side] == max(model.step_breakdown(new, ctx, dec)[k] for k in ("compute_s", "memory_s")):
+        breakdown = model.step_breakdown(new, ctx, dec)
+        if breakdown[side] == max(breakdown[k] for k in ("compute_s", "memory_s")):
             assert math.isclose(fitted.step_seconds(new, ctx, dec), model.step_seconds(new, ctx, dec), rel_tol=1e-6)
 
 

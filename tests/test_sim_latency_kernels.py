@@ -7,10 +7,19 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kvmm.sim.latency import (COEF_LEN, ConstantRate, Fitted, Roofline, decode_stretch, decode_stretch_seconds,
-                              step_features, step_split)
+from kvmm.sim.latency import (
+    COEF_LEN,
+    ConstantRate,
+    Fitted,
+    Roofline,
+    decode_stretch,
+    decode_stretch_seconds,
+    step_features,
+    step_split,
+)
 from kvmm.sim.models import MODELS
 from tests.naive import latency as naive
 

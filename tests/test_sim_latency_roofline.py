@@ -9,11 +9,21 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.sim.latency import (COEF_LEN, FEATURES, HARDWARE, ConstantRate, Fitted, LatencyModel, ModelArch, Roofline,
-                              step_features)
+from kvmm.sim.latency import (
+    COEF_LEN,
+    FEATURES,
+    HARDWARE,
+    ConstantRate,
+    Fitted,
+    LatencyModel,
+    ModelArch,
+    Roofline,
+    step_features,
+)
 from kvmm.sim.models import MODELS
 from tests.naive import latency as naive
 

@@ -24,7 +24,13 @@ import pytest
 
 from kvmm.sim import ClusterConfig, GiB, PDConfig, SimConfig, TierLevel, simulate
 
-FIELDS = ['label', 'policy', 'model', 'requests', 'duration_s', 'load', 'output_tokens_per_s', 'ttft_p50', 'ttft_p95', 'ttft_p99', 'ttft_mean', 'tpot_p50', 'tpot_p95', 'ttft_p95_high_priority', 'high_priority_requests', 'protected_byte_seconds', 'protected_byte_seconds_per_request', 'peak_protected_bytes', 'fast_tier_bytes', 'claims', 'ready_in_time', 'ready_late', 'claims_cancelled', 'claims_recomputed', 'slow_hit_token_share', 'gpu_hit_token_share', 'gpu_pool_blocks', 'gpu_lookup_hits', 'gpu_lookup_queries', 'tier_block_hits', 'tier_blocks_offered', 'tier_evictions', 'steps', 'max_waiting', 'max_running', 'tokens_evicted', 'kv_bytes_transferred', 'link_busy_share']
+FIELDS = ['label', 'policy', 'model', 'requests', 'duration_s', 'load', 'output_tokens_per_s', 'ttft_p50',
+          'ttft_p95', 'ttft_p99', 'ttft_mean', 'tpot_p50', 'tpot_p95', 'ttft_p95_high_priority',
+          'high_priority_requests', 'protected_byte_seconds', 'protected_byte_seconds_per_request',
+          'peak_protected_bytes', 'fast_tier_bytes', 'claims', 'ready_in_time', 'ready_late', 'claims_cancelled',
+          'claims_recomputed', 'slow_hit_token_share', 'gpu_hit_token_share', 'gpu_pool_blocks', 'gpu_lookup_hits',
+          'gpu_lookup_queries', 'tier_block_hits', 'tier_blocks_offered', 'tier_evictions', 'steps', 'max_waiting',
+          'max_running', 'tokens_evicted', 'kv_bytes_transferred', 'link_busy_share']
 
 DIGESTS = {
     'default': '4f18c4525e8cfd3fa6e243f62aca6887',
@@ -47,7 +53,8 @@ OLD_CLOCK = dict(model="llama3-8b", latency="constant", chunked_prefill=False, g
 CONFIGS = {
  "default": SimConfig(**OLD_CLOCK),
  "instances4": SimConfig(instances=4, max_requests=3000, **OLD_CLOCK),
- "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"), TierLevel("nvme", admission="refill-filter")], **OLD_CLOCK),
+ "two-tiers-arc": SimConfig(max_requests=3000, tiers=[TierLevel("dram", capacity_bytes=64*GiB, eviction="arc"),
+                                                      TierLevel("nvme", admission="refill-filter")], **OLD_CLOCK),
  "immediate": SimConfig(max_requests=3000, policy="immediate", load=0.9, **OLD_CLOCK),
  "on-demand-synth": SimConfig(workload="synthetic", max_requests=2000, policy="on-demand", **OLD_CLOCK),
  "wt-lru": SimConfig(max_requests=3000, policy="write-through-lru", **OLD_CLOCK),
@@ -66,14 +73,19 @@ def test_result_is_unchanged(name):
 # Engine class, PD's own event heap, the cluster driver in kvmm.cluster): compression, routed
 # instances with write-back tiers and the block index, llm-d's weighted router, routed PD,
 # advance notice with priority classes.  ``pd-routed``'s digest differs from 884814d's only in
-# max_running (34; PD left it 0): every other field is 884814d's.
+# max_running (34; PD left it 0): every other field is 884814d's.  ``cluster-precise-writeback``
+# names precise-prefix's rule of 884814d (the load-blind ablation, ties to the lowest index; its
+# default balances as NVIDIA Dynamo since issue 31) and keeps 884814d's digest.
+# ``cluster-weighted`` changed with llm-d's rule (issue 31): the precise prefix score is min-max
+# normalised over the instances holding the first block and ties are shuffled (seeded), where
+# 884814d took matched / request blocks and the lowest index (884814d's digest: eb4de0bb...).
 MORE_FIELDS = ['demoted_blocks', 'instances', 'requests_per_instance', 'load_imbalance', 'queue_imbalance',
                'index_entries', 'fabric_bytes', 'staging_wait_s_mean', 'staging_wait_s_p95', 'staging_wait_s_total']
 
 SPLIT_DIGESTS = {
     'compress': '8607d92454dc50b84d72834b91cb14f6',
     'cluster-precise-writeback': 'fe27e292b6ab39b8410d85dd1ccdda7b',
-    'cluster-weighted': 'eb4de0bbe980c038862bc450d52934c3',
+    'cluster-weighted': '77b0cd158d3f8fc2ef91b5efc240df18',
     'pd-routed': '10dbc4bca6245fd93422d2775304009f',
     'notice': 'dbd51ab2ba6cf80314cd56d41c48d22f',
 }
@@ -83,6 +95,7 @@ SPLIT_CONFIGS = {
     "cluster-precise-writeback": SimConfig(
         max_requests=2000, tiers=(TierLevel("dram", capacity_bytes=64 * GiB, fill="write-back"),),
         cluster=ClusterConfig(instances=4, router="precise-prefix", fabric="rdma400",
+                              router_params={"balance": "none", "tie_break": "lowest"},  # the rule of 884814d
                               shared_tiers=(TierLevel("layer3.5", capacity_bytes=2 * 1024 * GiB, fill="write-back"),)),
         **OLD_CLOCK),
     "cluster-weighted": SimConfig(max_requests=2000, policy="on-demand", cluster=ClusterConfig(instances=3, router="weighted"),

@@ -7,8 +7,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import pytest
 
 from kvmm.errors import BadInputError
-from kvmm.sim.simulator import GiB, SimConfig, simulate
 from kvmm.sim._sweep import sweep
+from kvmm.sim.simulator import GiB, SimConfig, simulate
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import preset
 

@@ -8,8 +8,8 @@ import pytest
 from kvmm.errors import BadInputError
 from kvmm.sim import SimConfig, Workload
 from kvmm.sim.load import arrival_times, offered_seconds
-from kvmm.sim.serving import resolve_serving
 from kvmm.sim.models import MODELS
+from kvmm.sim.serving import resolve_serving
 
 
 def _window_counts(ts_ms, window_ms=10_000):

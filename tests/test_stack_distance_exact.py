@@ -152,7 +152,8 @@ def test_distance_histogram_scaled_buckets():
     assert hist.working_set(0.4) == 11 and hist.working_set(1.0) == 31
 
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 
 @given(keys=st.lists(st.integers(min_value=0, max_value=25), max_size=120),

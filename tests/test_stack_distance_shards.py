@@ -6,11 +6,20 @@ import math
 import numpy as np
 import pytest
 
-from kvmm.policies import ShardsTracker, StackDistanceTracker
 import kvmm.policies.mrc.shards as shards_module
 from kvmm.errors import BadInputError
-from tests.naive.stack_distance import (MASK64, distinct_estimate, hll_improved_estimate, hll_registers,
-                                        key_with_hash, mix64, shards_fixed_rate, shards_fixed_size, shards_stratified)
+from kvmm.policies import ShardsTracker, StackDistanceTracker
+from tests.naive.stack_distance import (
+    MASK64,
+    distinct_estimate,
+    hll_improved_estimate,
+    hll_registers,
+    key_with_hash,
+    mix64,
+    shards_fixed_rate,
+    shards_fixed_size,
+    shards_stratified,
+)
 from tests.test_stack_distance_exact import agent_stream, zipf_stream
 
 

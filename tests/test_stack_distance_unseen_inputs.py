@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from kvmm.errors import KvmmError
-from kvmm.policies import (AdmissionRequest, RefillFilter, SelectiveWriteThrough, ShardsTracker,
-                           StackDistanceTracker, StoreThreshold, WriteAll)
+from kvmm.policies import (
+    AdmissionRequest,
+    RefillFilter,
+    SelectiveWriteThrough,
+    ShardsTracker,
+    StackDistanceTracker,
+    StoreThreshold,
+    WriteAll,
+)
 
 
 def fenwick_distances(keys):

@@ -80,10 +80,10 @@ def test_replay_policy_counts_hits_like_the_lru_reference():
 
 
 def test_trace_keys_read_any_trace_format(tmp_path):
+    from dataclasses import replace
+
     from kvmm.testing.benchmarks import trace_keys
     from kvmm.traces import load_trace, save_trace
-
-    from dataclasses import replace
 
     path = save_trace(replace(load_trace("synthetic").head(50), block_tokens=16), tmp_path / "chats.jsonl", "bailian")
     assert trace_keys(str(path)) == trace_keys("synthetic", 50)

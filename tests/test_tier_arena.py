@@ -5,8 +5,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvmm.errors import (BadInputError, CapacityExceededError, DTypeError, InvalidIdError, KvmmError,
-                         ShapeError, UnknownKeyError)
+from kvmm.errors import (
+    BadInputError,
+    CapacityExceededError,
+    DTypeError,
+    InvalidIdError,
+    KvmmError,
+    ShapeError,
+    UnknownKeyError,
+)
 from kvmm.tiers import ArenaTier, KVArena
 
 

@@ -11,10 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
-                         UnknownKeyError)
-from kvmm.tiers import MmapTier, mmap_tier
+from kvmm.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    CapacityExceededError,
+    CorruptEntryError,
+    UnknownKeyError,
+)
 from kvmm.testing.tiers import run_forked, snapshot, value
+from kvmm.tiers import MmapTier, mmap_tier
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,12 +5,18 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
-                         CorruptTierError, UnknownKeyError)
+from kvmm.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    CapacityExceededError,
+    CorruptEntryError,
+    CorruptTierError,
+    UnknownKeyError,
+)
 from kvmm.policies import LRUPolicy
+from kvmm.testing.tiers import value
 from kvmm.tiers import ManagedTier, RedisTier
 from tests.redis_server import *  # noqa: F401,F403  (fixtures)
-from kvmm.testing.tiers import value
 
 
 def test_two_clients_share_entries_and_one_capacity(pool, redis_url, redis_prefix):

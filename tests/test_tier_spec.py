@@ -60,8 +60,8 @@ def test_preset_lookup_and_resize():
 
 
 def test_every_tier_speaks_the_protocol(tmp_path):
-    from kvmm.tiers import ManagedTier, MmapTier
     from kvmm.policies import LRUPolicy
+    from kvmm.tiers import ManagedTier, MmapTier
     with MmapTier(tmp_path, 10) as mm:
         for tier in (ArenaTier(10), SimulatedTier(10), mm, ManagedTier(ArenaTier(10), LRUPolicy())):
             assert isinstance(tier, TierBackend)

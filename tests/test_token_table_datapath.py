@@ -1,7 +1,8 @@
 """The real data path: a KV arena in a RAM tier, copied by commit; every live token keeps its bytes."""
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.errors import OutOfBlocksError
@@ -77,7 +78,7 @@ def test_full_repack_then_paged_read_sees_exactly_the_live_tokens():
     rng = np.random.default_rng(0)
     for s in range(5):
         table.add_sequence(s)
-    for step in range(6):
+    for _ in range(6):
         counts = rng.integers(1, 8, size=5)
         lengths = [table.num_tokens(s) for s in range(5)]
         slots = table.append(range(5), counts)
@@ -99,5 +100,7 @@ def test_full_repack_then_paged_read_sees_exactly_the_live_tokens():
         paged = arena.data[blocks].reshape(-1, *ITEM)[:live]  # what an unmodified kernel reads
         want = np.stack([token_bytes(s, i) for i in np.flatnonzero(table.live_mask(s))])
         # attention is order-free over keys: compare as sets of rows
-        key = lambda a: sorted(map(tuple, a.reshape(a.shape[0], -1).tolist()))
-        assert key(paged) == key(want)
+        def rows(a):
+            return sorted(map(tuple, a.reshape(a.shape[0], -1).tolist()))
+
+        assert rows(paged) == rows(want)

@@ -4,8 +4,8 @@ import io
 
 import numpy as np
 
-from kvmm.reproduce import vtoken as rv
 from kvmm.report import Report
+from kvmm.reproduce import vtoken as rv
 
 
 def test_replay_vtoken_never_holds_more_than_naive(tmp_path):

@@ -3,11 +3,10 @@
 import math
 
 import numpy as np
-
 import pytest
 
-from kvmm.reproduce.vtoken import DecodeCostModel, sla_comparison, sla_throughput
 from kvmm.errors import BadInputError, DTypeError
+from kvmm.reproduce.vtoken import DecodeCostModel, sla_comparison, sla_throughput
 
 
 def test_sla_throughput_takes_the_smaller_of_the_memory_and_sla_batches():
@@ -114,6 +113,7 @@ def test_sla_ratios_one_value_per_timing_repetition():
     assert r["ratio"].shape == (5,) and r["ratio_reads_dead"].shape == (5,)
     single = sla_comparison(hand_stats(), 16, m, 40 * 16 * 4800, sla_s=2.5e-3)
     for i in (0, 1, 3, 4):  # the same timings as hand_stats: the same ratios
-        assert r["ratio"][i] == pytest.approx(single["ratio"]) and r["ratio_reads_dead"][i] == pytest.approx(single["ratio_reads_dead"])
+        assert r["ratio"][i] == pytest.approx(single["ratio"])
+        assert r["ratio_reads_dead"][i] == pytest.approx(single["ratio_reads_dead"])
     assert r["ratio"][2] < r["ratio"][0]  # a slower repack costs vToken throughput
     assert r["runs"][2]["repack_cpu_s"] == pytest.approx((1.5e-4 + 2.9e-4 - 2e-4) / 20)

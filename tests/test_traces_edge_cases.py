@@ -38,7 +38,8 @@ def test_accepted_file_variants(tmp_path, data):
 
 
 def test_hash_ids_up_to_2_64_keep_their_64_bit_word(tmp_path):
-    line = b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [18446744073709551615, 9223372036854775808, 3]}\n'
+    line = (b'{"timestamp": 0, "input_length": 1, "output_length": 1, '
+            b'"hash_ids": [18446744073709551615, 9223372036854775808, 3]}\n')
     trace = _load(tmp_path, line + line)
     assert trace.block_ids.dtype == np.int64
     assert trace.block_ids.view(np.uint64)[:3].tolist() == [2**64 - 1, 2**63, 3]

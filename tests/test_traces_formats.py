@@ -8,8 +8,19 @@ import numpy as np
 import pytest
 
 from kvmm.errors import BadInputError, TraceFormatError
-from kvmm.traces import (FORMATS, KVTrace, MooncakeTrace, conversation_turns, detect_format, iter_trace_chunks,
-                         load_bailian, load_lmcache, load_mooncake, load_trace, save_trace)
+from kvmm.traces import (
+    FORMATS,
+    KVTrace,
+    MooncakeTrace,
+    conversation_turns,
+    detect_format,
+    iter_trace_chunks,
+    load_bailian,
+    load_lmcache,
+    load_mooncake,
+    load_trace,
+    save_trace,
+)
 
 # Two conversations in the Qwen-Bailian layout: chat 10 -> 11 -> 13 and chat 12 alone.  Turn 2
 # repeats turn 1's blocks (its prompt holds the previous turn) and adds its own.

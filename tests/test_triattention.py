@@ -13,7 +13,7 @@ SCALINGS = [RopeScaling(), RopeScaling("llama3", factor=8.0, original_max_positi
             RopeScaling("yarn", factor=4.0, original_max_position_embeddings=64)]
 
 
-def _setup(seed, heads=4, kv=2, d=16, n=50, layout="half", scaling=RopeScaling(), with_keys=True):
+def _setup(seed, heads=4, kv=2, d=16, n=50, layout="half", scaling=RopeScaling(), with_keys=True):  # noqa: B008 (frozen)
     rng = np.random.default_rng(seed)
     rope = RopeConfig(d, 10000.0, layout, scaling)
     q = rng.normal(size=(80, heads, d)) + rng.normal(size=(1, heads, d)) * 1.5

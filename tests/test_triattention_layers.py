@@ -78,7 +78,7 @@ def test_prompt_protection_and_slack_trigger():
     rng = np.random.default_rng(3)
     policy = TriAttentionPolicy.from_calibration(cal, budget=10, interval=4, aggregation="global")
     policy.observe(5, keys=rng.normal(size=(6, LAYERS, KV, D)))  # the prompt: 6 protected tokens
-    for t in range(7):  # 13 live: below budget + interval = 14
+    for _ in range(7):  # 13 live: below budget + interval = 14
         policy.observe(5, keys=rng.normal(size=(1, LAYERS, KV, D)))
         assert policy.step(5).size == 0
     policy.observe(5, keys=rng.normal(size=(1, LAYERS, KV, D)))  # 14 live: compress back to 10

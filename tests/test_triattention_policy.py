@@ -68,7 +68,7 @@ def test_evicts_down_to_budget_every_interval_through_the_table():
     np.testing.assert_array_equal(table.calls[0][1], evicted)
     np.testing.assert_array_equal(policy.live_positions(7), expect_keep)
     # 3 more decode steps: not due yet (interval 4) even though over budget
-    for t in range(3):
+    for _ in range(3):
         policy.observe(7, keys=rng.normal(size=(1, KV, D)))
         assert policy.step(7).size == 0
     policy.observe(7, keys=rng.normal(size=(1, KV, D)))

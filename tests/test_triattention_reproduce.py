@@ -1,6 +1,5 @@
 """The "triattention" report section on the bundled trained model's real attention."""
 
-import io
 import subprocess
 import sys
 from pathlib import Path

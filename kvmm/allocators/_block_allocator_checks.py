@@ -20,8 +20,16 @@ import numpy as np
 
 from kvmm._validate import as_array, as_count, as_index_array, as_key_array
 from kvmm.allocators import _block_kernels as kernels
-from kvmm.allocators._block_kernels import (ERR_ALREADY_CACHED, ERR_DOUBLE_FREE, ERR_DUPLICATE, ERR_NOT_HELD, ERR_RANGE,
-                                            REF, STATUS_BITS, STATUS_MASK)
+from kvmm.allocators._block_kernels import (
+    ERR_ALREADY_CACHED,
+    ERR_DOUBLE_FREE,
+    ERR_DUPLICATE,
+    ERR_NOT_HELD,
+    ERR_RANGE,
+    REF,
+    STATUS_BITS,
+    STATUS_MASK,
+)
 from kvmm.errors import BadInputError, DoubleFreeError, InvalidIdError
 
 if TYPE_CHECKING:

@@ -42,13 +42,44 @@ import numpy as np
 
 from kvmm._validate import as_count, as_index_array
 from kvmm.allocators import _block_kernels as kernels
-from kvmm.allocators._block_kernels import (CACHED, ERR_COPY, ERR_OFFSETS, FREE_NEXT, FREE_PREV, KEY_NEXT, KEY_PREV,
-                                            META_EVICTIONS, META_FREE_HEAD, META_FREE_TAIL, META_HITS, META_NUM_CACHED,
-                                            META_NUM_FREE, META_NUM_KEYS, META_QUERIES, META_SEED, META_TABLE_MASK,
-                                            NUM_FIELDS, NUM_META, REF, STATUS_BITS)
-from kvmm.allocators._block_allocator_checks import (as_count_0d, as_salt, block_ids, copy_block_ids, copy_key_array,
-                                                     count_array, csr_offsets, key_array, offsets_array, one_block_id,
-                                                     python_keys, raise_ids, raise_offsets)
+from kvmm.allocators._block_allocator_checks import (
+    as_count_0d,
+    as_salt,
+    block_ids,
+    copy_block_ids,
+    copy_key_array,
+    count_array,
+    csr_offsets,
+    key_array,
+    offsets_array,
+    one_block_id,
+    python_keys,
+    raise_ids,
+    raise_offsets,
+)
+from kvmm.allocators._block_kernels import (
+    CACHED,
+    ERR_COPY,
+    ERR_OFFSETS,
+    FREE_NEXT,
+    FREE_PREV,
+    KEY_NEXT,
+    KEY_PREV,
+    META_EVICTIONS,
+    META_FREE_HEAD,
+    META_FREE_TAIL,
+    META_HITS,
+    META_NUM_CACHED,
+    META_NUM_FREE,
+    META_NUM_KEYS,
+    META_QUERIES,
+    META_SEED,
+    META_TABLE_MASK,
+    NUM_FIELDS,
+    NUM_META,
+    REF,
+    STATUS_BITS,
+)
 from kvmm.allocators._hashing import derive_tenant_key, hash_block_keys, hash_many_block_keys, secret_words
 from kvmm.errors import BadInputError, DTypeError, OutOfBlocksError, ShapeError
 

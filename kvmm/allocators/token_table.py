@@ -50,7 +50,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -343,7 +343,8 @@ class TokenTable:
         tokens are all dead are always included (they cost no move).  Safe to call from a
         background thread: under the lock it reads the per-block counters to find the rows with
         sparse blocks and copies only those rows' blocks (the arrays whole when those hold half
-        the pool or more), then plans on the copy in a GIL-free kernel (rows whose blocks are all dense are planned from the counters alone).  Runtime
+        the pool or more), then plans on the copy in a GIL-free kernel (rows whose blocks are all
+        dense are planned from the counters alone).  Runtime
         complexity: O(R + B) under the lock, plus O(Bs * block_size + Bs log Bs + moves) for B
         held blocks of which Bs belong to sequences with sparse blocks, R rows.
         """

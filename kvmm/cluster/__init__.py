@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from typing import TYPE_CHECKING
 
 from kvmm._lazy import lazy_exports
 
@@ -30,6 +31,7 @@ _LAZY = {
     "ApproxPrefixRouter": "kvmm.cluster.routers",
     "PrecisePrefixRouter": "kvmm.cluster.routers",
     "WeightedRouter": "kvmm.cluster.routers",
+    "KvCostRouter": "kvmm.cluster.routers",
     "EventStream": "kvmm.cluster.event_stream",
     "EventFeed": "kvmm.cluster.event_stream",
     "FabricSpec": "kvmm.cluster.fabric",
@@ -49,6 +51,26 @@ MOVED = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.cluster.event_stream import EventFeed, EventStream
+    from kvmm.cluster.events import apply_vllm_batch, decode_vllm_batch
+    from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec, fabric_preset
+    from kvmm.cluster.index import BlockIndex
+    from kvmm.cluster.routers import (
+        INDEX_ROUTERS,
+        ROUTERS,
+        ApproxPrefixRouter,
+        KvCostRouter,
+        LeastLoadedRouter,
+        PrecisePrefixRouter,
+        RoundRobinRouter,
+        SessionRouter,
+        WeightedRouter,
+        checked_route,
+        make_router,
+    )
+    from kvmm.cluster.view import ClusterView, RouteRequest
 
 _lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY, globals())
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kvmm.errors import BadInputError, KvmmError
-from kvmm.traces.vllm_events import _batch
+from kvmm.traces.vllm_events import _batch, _msgpack
 
 __all__ = ["decode_vllm_batch", "apply_vllm_batch"]
 
@@ -120,8 +120,6 @@ def _runs(ops: list[tuple], key_width: int) -> list[tuple]:
 def _builtins(batch: Any) -> Any:
     """Bytes (msgpack), text (JSON) or a msgspec struct as plain lists, dicts and scalars."""
     if isinstance(batch, (bytes, bytearray, memoryview)):
-        from kvmm.traces.vllm_events import _msgpack
-
         try:
             return _msgpack().unpackb(bytes(batch), raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad bytes
@@ -136,7 +134,7 @@ def _builtins(batch: Any) -> Any:
             raise BadInputError("not a JSON KV event batch: it is nested too deeply; expected [ts, events, "
                                 "dp_rank] with flat events") from None
     if hasattr(type(batch), "__struct_fields__"):  # a msgspec Struct (vLLM's KVEventBatch itself)
-        import msgspec
+        import msgspec  # no dependency of kvmm: whoever passes one of its structs has it
 
         return msgspec.to_builtins(batch)
     return batch

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, MAX_UNITS, as_array, as_count, as_index_array
 from kvmm.cluster import _index_kernels as K
+from kvmm.cluster._index_checks import check_index
+from kvmm.cluster._index_snapshot import checked_snapshot
+from kvmm.cluster.events import apply_vllm_batch
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, KvmmError, ShapeError, UnknownKeyError
 
 __all__ = ["BlockIndex"]
@@ -27,7 +31,8 @@ class BlockIndex:
 
     ``key_width``: 1 for trace block ids (1-D int64; uint64 taken as its int64 view), 2 for the
     ``(n, 2)`` uint64 keys of :class:`~kvmm.allocators.BlockAllocator`; ``None``: the first
-    successful store of a key decides (a lookup or a call that raises decides nothing).  ``max_entries``: entry budget with LRU eviction.
+    successful store of a key decides (a lookup or a call that raises decides nothing).
+    ``max_entries``: entry budget with LRU eviction.
     ``max_holders``: at most this many (instance, medium) holders per key, the most recently
     stored ones (llm-d's in-memory index keeps 10 pods per key, ``podCacheSize``); ``None``: no cap.
 
@@ -234,8 +239,6 @@ class BlockIndex:
         ``unknown_events``).  Runtime complexity: O(blocks) (plus O(entries) per clear, and for
         a strict batch where a removal follows another kind of event, see the docs).
         """
-        from kvmm.cluster.events import apply_vllm_batch
-
         return apply_vllm_batch(self, instance, batch, lenient=lenient)
 
     # ----------------------------------------------------------------- tests
@@ -251,8 +254,6 @@ class BlockIndex:
         array is checked first (names, dtypes, shapes, the invariants between them): a dict that
         is not such a snapshot is a :class:`BadInputError` and nothing changes.
         Runtime complexity: O(capacity x num_media x words + table size)."""
-        from kvmm.cluster._index_snapshot import checked_snapshot
-
         s = checked_snapshot(self, snap)
         self.keys, self.holder_bits, self.links = s["keys"], s["holders"], s["links"]
         self.live, self.free_rows, self.table, self.meta = s["live"], s["free_rows"], s["table"], s["meta"]
@@ -262,8 +263,6 @@ class BlockIndex:
     def check(self) -> None:
         """Assert every invariant of the arrays.  Expensive (tests).  Runtime complexity:
         O(capacity x num_media x words + table size)."""
-        from kvmm.cluster._index_checks import check_index
-
         check_index(self)
 
     # ----------------------------------------------------------------- internals

@@ -114,7 +114,7 @@ class Calibration:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, **expect: int) -> "Calibration":
+    def load(cls, path: str | Path, **expect: int) -> Calibration:
         """Read a file written by :meth:`save`; ``expect`` as in :meth:`check_compatible`.
 
         Raises :class:`CalibrationError` for another format version, missing or inconsistent

@@ -128,7 +128,7 @@ def capture_qk(model: Any, input_ids: Any) -> list[tuple[np.ndarray, np.ndarray]
 
 def attention_logits(model: Any, input_ids: Any) -> list[np.ndarray]:
     """The model's own pre-softmax, pre-mask logits ``q_rot . k_rot / sqrt(d)``, ``(heads, T, T)`` per layer."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # the optional hf extra (torch is loaded by now)
 
     ids = _as_ids(input_ids)
     logits: dict[int, np.ndarray] = {}
@@ -205,7 +205,7 @@ def _attention_modules(model: Any) -> list[Any]:
     return mods
 
 
-def _as_ids(input_ids: Any) -> "torch.Tensor":
+def _as_ids(input_ids: Any) -> torch.Tensor:
     """One sequence of token ids as a ``(1, T)`` long tensor; float ids raise (not truncated to a token)."""
     arr = np.asarray(input_ids)
     if not (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[0] == 1)) or arr.size == 0:

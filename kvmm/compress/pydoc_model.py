@@ -36,7 +36,7 @@ def corpus_split() -> tuple[bytes, bytes]:
     tail of the alphabet of topics) is held out.  Deterministic for a given CPython version's
     documentation text.
     """
-    from pydoc_data.topics import topics
+    from pydoc_data.topics import topics  # CPython's documentation text (~700 kB): loaded on use only
 
     text = "\n\n".join(topics[name] for name in sorted(topics)).encode("utf-8")
     cut = int(len(text) * (1 - HELDOUT_FRACTION))
@@ -58,7 +58,7 @@ def heldout_ids(length: int, start: int = 0) -> np.ndarray:
 
 def load_model(model_dir: Path | str | None = None) -> Any:
     """The trained ``LlamaForCausalLM`` in float32, eval mode (needs torch and transformers)."""
-    try:
+    try:  # the optional hf extra
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as exc:  # pragma: no cover - exercised only without the extra

@@ -28,8 +28,9 @@ transformers' ``modeling_rope_utils`` (``_compute_llama3_parameters``,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class RopeScaling:
             as_positive_float(self.attention_factor, "attention_factor")
 
     @classmethod
-    def from_hf(cls, params: Mapping[str, Any] | None, max_position_embeddings: int | None = None) -> "RopeScaling":
+    def from_hf(cls, params: Mapping[str, Any] | None, max_position_embeddings: int | None = None) -> RopeScaling:
         """Build from a transformers ``rope_scaling`` / ``rope_parameters`` dict (either spelling).
 
         ``rope_type`` (or the older ``type``) ``default`` -> none; ``linear``, ``llama3``, ``yarn``
@@ -239,7 +240,7 @@ class RopeConfig:
         sin[:, re_idx] = sin[:, im_idx] = np.sin(angles) * a
         return cos, sin
 
-    def with_layout(self, layout: str) -> "RopeConfig":
+    def with_layout(self, layout: str) -> RopeConfig:
         """The same RoPE with another layout (frequencies unchanged)."""
         return RopeConfig(self.head_dim, self.theta, layout, self.scaling)
 
@@ -247,7 +248,7 @@ class RopeConfig:
         return {"head_dim": self.head_dim, "theta": self.theta, "layout": self.layout, "scaling": self.scaling.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RopeConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> RopeConfig:
         return cls(int(data["head_dim"]), float(data["theta"]), str(data["layout"]), RopeScaling(**dict(data["scaling"])))
 
     # ------------------------------------------------------------------ helpers

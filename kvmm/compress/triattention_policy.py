@@ -103,7 +103,7 @@ class TriAttentionPolicy:
 
     @classmethod
     def from_calibration(cls, calibration: Calibration, *, layers: Any = None, offsets: Any = None,
-                         normalize: bool = True, norm_term: bool = True, **options: Any) -> "TriAttentionPolicy":
+                         normalize: bool = True, norm_term: bool = True, **options: Any) -> TriAttentionPolicy:
         """One scorer per layer of ``calibration`` (or of ``layers``, in that order); ``options`` go to the policy."""
         if not isinstance(calibration, Calibration):
             raise BadInputError(f"calibration must be a Calibration, got {type(calibration).__name__}")
@@ -287,7 +287,7 @@ class TriAttentionPolicy:
         """Held mask ``(n, L, G)`` -> per selection group ``(groups, n)`` (any head of the group)."""
         return _rows(np.moveaxis(held, 0, -1).any(axis=_GROUP_AXES[self.aggregation]))
 
-    def _expand(self, groups: np.ndarray, state: "_SequenceState") -> np.ndarray:
+    def _expand(self, groups: np.ndarray, state: _SequenceState) -> np.ndarray:
         """Per-group mask ``(groups, n)`` -> per-head mask ``(n, L, G)``."""
         layers, kv = state.keys.shape[1:3]
         n = groups.shape[1]
@@ -296,7 +296,7 @@ class TriAttentionPolicy:
         full = np.broadcast_to(groups.reshape(*kept_dims, n), (layers, kv, n))
         return np.ascontiguousarray(np.moveaxis(full, -1, 0))
 
-    def _as_keys(self, keys: Any, state: "_SequenceState | None", seq_id: int) -> np.ndarray:
+    def _as_keys(self, keys: Any, state: _SequenceState | None, seq_id: int) -> np.ndarray:
         d = self.rope.head_dim
         arr = as_vectors(keys)
         if self.num_layers == 1 and arr.ndim in (2, 3):
@@ -315,7 +315,7 @@ class TriAttentionPolicy:
             raise BadInputError("keys contain NaN or inf; expected finite key vectors")
         return arr
 
-    def _state(self, seq_id: int) -> "_SequenceState":
+    def _state(self, seq_id: int) -> _SequenceState:
         try:
             return self._seqs[seq_id]
         except KeyError:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import copy
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kvmm.errors import BadInputError
 from kvmm.protocols import AdmissionPolicy, EvictionPolicy, EvictionPolicyBase

@@ -11,7 +11,8 @@ instead of dropping them silently.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["unhonoured_settings", "warn_unhonoured_policies"]
 

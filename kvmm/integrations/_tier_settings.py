@@ -10,9 +10,12 @@ bare tier, which refuses a write when full).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from kvmm.errors import BadInputError
+from kvmm.policies.eviction import EVICTION_POLICIES, make_eviction_policy
+from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
 
 #: tier kinds the adapters build
 TIER_KINDS = ("mmap", "redis", "arena")
@@ -22,9 +25,6 @@ def build_tier(settings: dict[str, Any], *, what: str, redis_prefix: str) -> Any
     """A kvmm tier (a :class:`~kvmm.tiers.ManagedTier` unless ``eviction`` is ``none``) from
     ``settings``; ``what`` names the settings in errors (``"kvmm plugin setting"``), and
     ``redis_prefix`` is the default key prefix of a Redis tier."""
-    from kvmm.policies.eviction import make_eviction_policy
-    from kvmm.tiers import ArenaTier, ManagedTier, MmapTier, RedisTier
-
     kind = choice(settings.get("tier"), TIER_KINDS, f"{what} tier")
     eviction = choice(settings.get("eviction", "lru"), online_orders() + ("none",), f"{what} eviction")
     capacity = settings.get("capacity_bytes")
@@ -51,8 +51,6 @@ def build_tier(settings: dict[str, Any], *, what: str, redis_prefix: str) -> Any
 
 def online_orders() -> tuple[str, ...]:
     """The registered eviction orders a tier can run (Belady, which needs the future, is not one)."""
-    from kvmm.policies.eviction import EVICTION_POLICIES
-
     return tuple(name for name, cls in EVICTION_POLICIES.items() if not cls.offline)  # every order declares it
 
 

@@ -20,7 +20,8 @@ list merges the two by rank.  A committed chunk raised to a request rank leaves 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 
 class LruRanks:

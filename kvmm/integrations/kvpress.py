@@ -55,9 +55,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without kvpress
                       f"(see README, 'Use with kvpress'); import failed with: {exc}") from exc
 
 from kvmm._validate import as_count, as_fraction
+from kvmm.compress import TriAttentionPolicy, TriAttentionScorer
 from kvmm.compress.calibration import Calibration
 from kvmm.compress.hf import rope_from_config
-from kvmm.compress import TriAttentionPolicy, TriAttentionScorer
 from kvmm.errors import BadInputError, ShapeError
 from kvmm.integrations._press_settings import warn_unhonoured_policies
 from kvmm.protocols import TokenScorer
@@ -113,7 +113,7 @@ class KvmmPress(ScorerPress):
         self._rope = None
 
     @classmethod
-    def triattention(cls, calibration: Calibration, compression_ratio: float = 0.0, **scorer_kwargs: Any) -> "KvmmPress":
+    def triattention(cls, calibration: Calibration, compression_ratio: float = 0.0, **scorer_kwargs: Any) -> KvmmPress:
         """One :class:`~kvmm.compress.TriAttentionScorer` per layer of ``calibration``."""
         if not isinstance(calibration, Calibration):
             raise BadInputError(f"calibration must be a Calibration, got {type(calibration).__name__}")

@@ -56,8 +56,9 @@ import functools
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -325,7 +326,7 @@ class KvmmCachePolicy(BaseCachePolicy):
         # The policy's candidates of the last get_evict_candidates: popping one is an eviction.
         self._candidates: set = set()
 
-    def init_mutable_mapping(self) -> "_PolicyMapping":
+    def init_mutable_mapping(self) -> _PolicyMapping:
         return _PolicyMapping(self)
 
     def update_on_hit(self, key: Any, cache_dict: Any) -> None:

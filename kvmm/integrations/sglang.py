@@ -66,14 +66,20 @@ import hashlib
 import json
 import logging
 import threading
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 try:
     import torch
-    from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig, PoolHitPolicy, PoolName,
-                                                      PoolTransferResult)
+    from sglang.srt.mem_cache.hicache_storage import (
+        HiCacheStorage,
+        HiCacheStorageConfig,
+        PoolHitPolicy,
+        PoolName,
+        PoolTransferResult,
+    )
 except ImportError as exc:  # pragma: no cover - exercised only without SGLang
     raise ImportError(
         "kvmm.integrations.sglang needs SGLang's HiCache storage module (tested with sglang==0.5.23). "

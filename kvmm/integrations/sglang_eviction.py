@@ -41,7 +41,8 @@ Importing this module imports SGLang's ``evict_policy``; ``import kvmm`` never d
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 try:
     from sglang.srt.mem_cache.evict_policy import EvictionStrategy
@@ -144,6 +145,7 @@ def register_eviction_strategies() -> list[str]:
     eviction policies (``sglang.srt.mem_cache.utils._EVICTION_POLICY_FACTORIES``, read by
     ``RadixCache``) and to the choices of ``--radix-eviction-policy``; returns the names.
     Idempotent.  It acts in the calling process only (see README, 'Use inside SGLang')."""
+    # the optional sglang extra (a user of the other adapters need not install it)
     from sglang.srt.arg_groups import choices
     from sglang.srt.mem_cache import utils as mem_cache_utils
 

@@ -10,6 +10,8 @@ compiles nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -22,5 +24,8 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.plan.core import SLO, Plan, PlanPoint, TierCandidate, plan, simulation_key
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

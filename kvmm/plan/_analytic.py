@@ -62,6 +62,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvmm.plan._kernels import cummax_by_group
+from kvmm.plan._replay import pair_statistics
+from kvmm.policies import StackDistanceTracker
+from kvmm.sim.load import arrival_times
+
 __all__ = ["Stream", "block_stream", "GridModel", "build_model", "SHARDS_MIN_REFS", "SHARDS_RATE"]
 
 SHARDS_MIN_REFS = 20_000_000
@@ -87,11 +92,9 @@ class Stream:
 
 
 def block_stream(trace, serving, cfg) -> Stream:
-    """The references of ``trace`` (a MooncakeTrace) with their token weights, SHARDS-sampled
+    """The references of ``trace`` (a :class:`~kvmm.traces.KVTrace`) with their token weights, SHARDS-sampled
     when long.  ``cfg`` scales the arrivals (load / time_scale) with ``serving``'s clock
     (:func:`kvmm.sim.load.arrival_times`).  Runtime complexity: O(refs)."""
-    from kvmm.sim.load import arrival_times
-
     n = trace.num_requests
     offsets = np.asarray(trace.block_offsets, dtype=np.int64)
     counts = np.diff(offsets)
@@ -119,8 +122,6 @@ def block_stream(trace, serving, cfg) -> Stream:
 def stack_distances(stream: Stream, instances: int) -> tuple[np.ndarray, np.ndarray]:
     """``(per-instance distances, global distances)`` of every reference (int64, ``INF`` cold),
     scaled by ``1 / rate``.  Requests go to instance ``r mod instances``.  O(refs log refs)."""
-    from kvmm.policies.mrc.stack_distance import StackDistanceTracker
-
     def run(ids: np.ndarray) -> np.ndarray:
         d = StackDistanceTracker(initial_keys=max(1024, min(ids.shape[0], 1 << 22))).access(ids, return_distances=True)
         d = d.astype(np.int64)
@@ -186,7 +187,6 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
     gpu_bin = -1
     if gpu_blocks is not None:  # the GPU pool is one of type 0's grid points
         gpu_bin = int(np.searchsorted(per_type[0][0], gpu_blocks))
-    from kvmm.plan._replay import pair_statistics
 
     ht0 = np.minimum(per_type[0][3], (stream.input_len - 1)[:, None].astype(np.float64))
     ht1 = np.minimum(per_type[1][3], (stream.input_len - 1)[:, None].astype(np.float64))
@@ -205,8 +205,6 @@ def build_model(stream: Stream, instances: int, grids: list, gpu_blocks: int | N
 
 def _run_bins(b: np.ndarray, req: np.ndarray) -> np.ndarray:
     """The running maximum of ``b`` within each request (references are grouped by request)."""
-    from kvmm.plan._kernels import cummax_by_group
-
     return cummax_by_group(b, req)
 
 

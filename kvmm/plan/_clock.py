@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from kvmm.errors import BadInputError
+from kvmm.sim.latency.fitted import fit_latency
+
 __all__ = ["ReplayClock", "replay_clock", "fit_stand_in", "sample_steps", "FIT_STEPS"]
 
 #: step compositions sampled to fit a stand-in for a model without coefficients()
@@ -58,9 +61,6 @@ def fit_stand_in(latency: Any, trace: Any, serving: Any, steps: int = FIT_STEPS)
     """A :class:`~kvmm.sim.latency.Fitted` fitted to ``latency.step_seconds`` on
     :func:`sample_steps` (relative errors; absolute when the model returns 0 for some step).
     Raises BadInputError when the model returns something that is not a finite number >= 0."""
-    from kvmm.errors import BadInputError
-    from kvmm.sim.latency import fit_latency
-
     rows = []
     for new, ctx, dec in sample_steps(trace, serving, steps):
         try:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
+
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.config import SimConfig, TierLevel
 
 __all__ = ["point_config", "default_base"]
 
 
 def default_base(trace: Any) -> Any:
     """The base config when the caller gives none: the simulator's defaults on ``trace``."""
-    from kvmm.sim.config import SimConfig
-
     return SimConfig(workload=trace)
 
 
@@ -19,8 +21,6 @@ def point_config(base: Any, candidates: Sequence[Any], capacities: Sequence[int]
     """``base`` with ``tiers`` = the private candidates and, when a candidate is shared (or the base
     is a cluster), a ``ClusterConfig`` of ``instances`` holding the shared ones.  A tier at 0 bytes
     is left out (absent).  Runtime complexity: O(tiers)."""
-    from kvmm.sim.config import SimConfig, TierLevel
-
     if base is None:
         base = SimConfig()
     private, shared = [], []
@@ -30,8 +30,6 @@ def point_config(base: Any, candidates: Sequence[Any], capacities: Sequence[int]
         level = TierLevel(cand.kind, eviction=cand.eviction, admission=cand.admission, capacity_bytes=int(cap))
         (shared if cand.shared else private).append(level)
     if shared or base.cluster is not None:
-        from kvmm.sim.cluster_config import ClusterConfig
-
         cluster = base.cluster if base.cluster is not None else ClusterConfig(instances=instances)
         cluster = replace(cluster, instances=instances, shared_tiers=tuple(shared))
         return replace(base, tiers=tuple(private), cluster=cluster, instances=1)

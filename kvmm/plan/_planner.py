@@ -42,16 +42,37 @@ import math
 import os
 import time
 from collections.abc import MutableMapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kvmm._validate import MAX_INSTANCES, short_repr
 from kvmm.errors import BadInputError
-from kvmm.plan._verify import (closest_point, frontier_indices, pareto, pick_for_verification, simulate_configs,
-                               verify_cheapest_first, workers_of)
+from kvmm.plan._analytic import block_stream, build_model, stack_distances
+from kvmm.plan._clock import replay_clock
+from kvmm.plan._configs import point_config
+from kvmm.plan._kernels import grid_kernel
+from kvmm.plan._verify import (  # noqa: F401 (pareto: tests and bench import it from here)
+    closest_point,
+    frontier_indices,
+    pareto,
+    pick_for_verification,
+    simulate_configs,
+    verify_cheapest_first,
+    workers_of,
+)
 from kvmm.plan.core import GIB, SLO, Plan, PlanPoint, TierCandidate, finite_number
+from kvmm.plan.writers import seconds_text
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.config import SimConfig
+from kvmm.sim.cost import Prices, cost_account, parse_prices
+from kvmm.sim.serving import resolve_serving
+from kvmm.sim.simulator import resolve_trace
+from kvmm.tiers.spec import preset
+from kvmm.traces.mooncake import BUNDLED_TRACES
 
 __all__ = ["run_plan", "analytic_grid", "refine_capacities", "REFINE_ROUNDS", "REFINE_POINTS"]
 
@@ -116,8 +137,6 @@ def _verify(picked: list, slo: SLO, executor: Any, say: Any, simulated: Any) -> 
     process pool for the whole stage (its workers load the simulator's kernels once)."""
     own = None
     if executor is None and len(picked) > 1 and (os.cpu_count() or 1) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
         executor = own = ProcessPoolExecutor(max_workers=min(len(picked), os.cpu_count() or 1))
     done = [0]
 
@@ -179,13 +198,6 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int, *, capac
     a dict kept between calls on the same base, candidates and instances (the trace, the serving
     setup, the block stream and its stack distances are computed once).  Runtime complexity:
     one stack-distance pass over the trace (none with a filled cache) + O(u0 u1 replay steps + G T)."""
-    from kvmm.plan._analytic import block_stream, build_model, stack_distances
-    from kvmm.plan._clock import replay_clock
-    from kvmm.plan._configs import point_config
-    from kvmm.plan._kernels import grid_kernel
-    from kvmm.sim.serving import resolve_serving
-    from kvmm.sim.simulator import resolve_trace
-
     if capacities is None:
         capacities = [c.capacities() for c in cands]
     # the simulator reads private levels before shared ones: evaluate in that order, report in the given one
@@ -247,8 +259,6 @@ def analytic_grid(base: Any, cands: tuple, prices: Any, instances: int, *, capac
 def tier_usd_per_hour(cand: TierCandidate, caps: np.ndarray, prices: Any, instances: int) -> np.ndarray:
     """Hourly price of the candidate at each capacity (x instances when private; 0 bytes: absent,
     free) with the cost account's prices (:meth:`Prices.tier_prices`).  O(points)."""
-    from kvmm.tiers.spec import preset
-
     per_gib, per_hour = prices.tier_prices(preset(cand.kind))
     count = 1 if cand.shared else instances
     caps = np.asarray(caps, dtype=np.float64)
@@ -269,9 +279,6 @@ def staging_costs(base: Any, cands: tuple) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per staged byte and latency of each candidate as the engine stages from it:
     ``stage_efficiency x`` read bandwidth capped by the fast tier's write bandwidth; a shared
     level through the cluster's fabric link (kvmm.sim.engine.cluster)."""
-    from kvmm.sim.cluster_config import ClusterConfig
-    from kvmm.tiers.spec import preset
-
     fabric = base.cluster.fabric if base.cluster is not None else ClusterConfig().fabric
     spb, lat = np.zeros(len(cands)), np.zeros(len(cands))
     for i, c in enumerate(cands):
@@ -286,9 +293,6 @@ def staging_costs(base: Any, cands: tuple) -> tuple[np.ndarray, np.ndarray]:
 
 def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, instances: int) -> PlanPoint:
     """The PlanPoint of combination ``j``, priced with :func:`kvmm.sim.cost.cost_account`."""
-    from kvmm.sim.cost import cost_account
-    from kvmm.tiers.spec import preset
-
     caps = tuple(int(grid["caps"][i][grid["index"][j, i]]) for i in range(len(cands)))
     serving = grid["serving"]
     pairs = [(base.fast_tier, instances)]
@@ -308,21 +312,6 @@ def _point(grid: dict, j: int, slo: SLO, base: Any, cands: tuple, prices: Any, i
 
 def _tokens(trace: Any) -> int:
     return int(np.maximum(trace.input_length, 1).sum() + np.maximum(trace.output_length, 1).sum())
-
-
-def seconds_text(x: float, bound: float | None = None) -> str:
-    """``x`` seconds to 3 significant digits, more when that would round it onto ``bound`` or
-    past it (7.005 s beside a 7 s SLO reads 7.005, never 7; 11.952 s beside 12 s reads 11.95).
-    O(1)."""
-    text = f"{x:.3g}"
-    if bound is None or not math.isfinite(x):
-        return text
-    for digits in range(3, 18):
-        text = f"{x:.{digits}g}"
-        shown = float(text)
-        if (shown <= bound) == (x <= bound) and (shown != bound or x == bound):
-            return text
-    return repr(float(x))
 
 
 def _reasons(slo: SLO, chosen: Any, closest: Any, verified: list, frontier: list, kept: int, total: int, *,
@@ -391,11 +380,6 @@ def overload_line(verified: list) -> str | None:
 def _resolved(trace: Any) -> Any:
     """A trace file given by a relative path, as an absolute one (so the written config.json
     replays from any folder); bundled names, absolute paths and trace objects as they are."""
-    import os.path
-    from pathlib import Path
-
-    from kvmm.traces.mooncake import BUNDLED_TRACES
-
     if isinstance(trace, str) and trace in BUNDLED_TRACES:
         return trace
     if isinstance(trace, (str, os.PathLike)) and Path(trace).is_file():
@@ -404,10 +388,6 @@ def _resolved(trace: Any) -> Any:
 
 
 def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, base, progress):
-    from kvmm.sim.cost import Prices, parse_prices
-    from kvmm.sim.config import SimConfig
-    from kvmm.tiers.spec import preset
-
     if isinstance(slo, (int, float)) and not isinstance(slo, bool):
         slo = SLO(slo)  # SLO checks the number (an int beyond float range included)
     if not isinstance(slo, SLO):
@@ -417,7 +397,8 @@ def _checked(trace, slo, tiers, prices, instances, budget, verify, neighbours, b
     try:
         cands = tuple(t if isinstance(t, TierCandidate) else TierCandidate.parse(t) for t in tiers)
     except TypeError:
-        raise BadInputError(f"tiers must be a list of TierCandidate (or 'dram:0-4TiB' texts), got {type(tiers).__name__}") from None
+        raise BadInputError(f"tiers must be a list of TierCandidate (or 'dram:0-4TiB' texts), got "
+                            f"{type(tiers).__name__}") from None
     if not cands:
         raise BadInputError("no tier candidates; expected at least one, e.g. TierCandidate.parse('dram:0-4TiB')")
     kinds = [c.kind for c in cands]

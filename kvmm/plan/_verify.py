@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
+from kvmm.plan.core import simulation_key
+from kvmm.sim._sweep import sweep
 
 __all__ = ["pareto", "frontier_indices", "pick_for_verification", "verify_cheapest_first", "closest_point",
            "shortfall", "NEAR", "simulate_configs", "workers_of"]
@@ -75,8 +79,8 @@ def pick_for_verification(cost: np.ndarray, latency: np.ndarray, meets: np.ndarr
     with an estimate that no point already picked has: ``estimates`` is a (G, k) array of what
     the analytic stage says of each point (the planner: TTFT, TPOT and the hit share per tier),
     ``latency`` alone when None; points repeating a picked row (e.g. a larger pool past the
-    trace's reuse: the same hits, the same estimate) only when no distinct one remains.  Deterministic: ties in cost go to the faster point, then the
-    lower index.  Runtime complexity: O(G log G)."""
+    trace's reuse: the same hits, the same estimate) only when no distinct one remains.
+    Deterministic: ties in cost go to the faster point, then the lower index.  Runtime complexity: O(G log G)."""
     front = [int(j) for j in front]
     on_front = set(front)
 
@@ -204,9 +208,6 @@ def simulate_configs(configs: list, executor: Any, say: Any, simulated: Any = No
     """The SimResult of every config, in order: those in ``simulated`` (keyed by
     :func:`~kvmm.plan.core.simulation_key`) reused, the others swept (each distinct config
     once) and added to it.  ``say("verify", done, total)`` counts from ``done_before``."""
-    from kvmm.plan.core import simulation_key
-    from kvmm.sim import sweep
-
     total = len(configs) if total is None else total
     keys = [simulation_key(c) for c in configs] if simulated is not None else list(range(len(configs)))
     known = {k: simulated[k] for k in keys if k in simulated} if simulated is not None else {}

@@ -9,13 +9,19 @@ Plain dataclasses, validated on construction (a bad value is a one-line
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kvmm._validate import MAX_UNITS, short_repr
 from kvmm.errors import BadInputError
+from kvmm.plan._configs import point_config
+from kvmm.sim.config import check_admission, check_eviction
+from kvmm.sim.config_json import config_to_json
+from kvmm.tiers.spec import PRESETS
 
 __all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan", "simulation_key"]
 
@@ -69,8 +75,6 @@ class TierCandidate:
     admission: str = "write-all"
 
     def __post_init__(self) -> None:
-        from kvmm.tiers.spec import PRESETS
-
         if not isinstance(self.kind, str) or self.kind not in PRESETS:
             raise BadInputError(f"tier kind {self.kind!r} is not a tier preset; expected one of {sorted(PRESETS)}")
         for name in ("min_bytes", "max_bytes"):
@@ -82,13 +86,13 @@ class TierCandidate:
             raise BadInputError(f"tier {self.kind}: empty capacity range {self.min_bytes}-{self.max_bytes} bytes; "
                                 "expected 0 <= min <= max and max > 0")
         if isinstance(self.points, bool) or not isinstance(self.points, int) or not 1 <= self.points <= MAX_POINTS:
-            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got {short_repr(self.points)}")
+            raise BadInputError(f"tier {self.kind}: points must be an integer in [1, {MAX_POINTS}], got "
+                                f"{short_repr(self.points)}")
         if self.min_bytes != self.max_bytes and self.points < 2:
             raise BadInputError(f"tier {self.kind}: a range {self.min_bytes}-{self.max_bytes} needs points >= 2 "
                                 "(both ends are sampled); give min == max for a fixed tier")
         if not isinstance(self.shared, bool):
             raise BadInputError(f"tier {self.kind}: shared must be a bool, got {self.shared!r}")
-        from kvmm.sim.config import check_admission, check_eviction
 
         for check, value, what in ((check_eviction, self.eviction, "eviction"), (check_admission, self.admission, "admission")):
             if not isinstance(value, str):
@@ -99,7 +103,7 @@ class TierCandidate:
                 raise BadInputError(f"tier {self.kind}: {error}") from None
 
     @classmethod
-    def parse(cls, text: str) -> "TierCandidate":
+    def parse(cls, text: str) -> TierCandidate:
         """The CLI spelling ``KIND:MIN-MAX[:shared][:points=N][:eviction=NAME][:admission=NAME]``.
 
         Sizes take a unit (``B``, ``KiB``..``PiB``, ``KB``..``PB``); a bare number before the
@@ -251,7 +255,6 @@ class PlanPoint:
         if not self.candidates:
             raise BadInputError("this PlanPoint carries no tier candidates, so it cannot build a SimConfig; "
                                 "expected a point made by kvmm.plan.plan()")
-        from kvmm.plan._configs import point_config
 
         return point_config(self.base, self.candidates, self.capacities, self.instances)
 
@@ -331,6 +334,8 @@ def plan(trace: Any, *, slo: SLO, tiers: Any, prices: Any = None, instances: int
     + 2 x neighbours`` simulations, cheapest first, stopping at the first that meets the SLO
     (fewer when ``simulated`` holds some).
     """
+    # the planner loads numba (its kernels) and imports this module: on first use, so that
+    # `import kvmm.plan` and the plan's data (SLO, TierCandidate) compile nothing
     from kvmm.plan._planner import run_plan
 
     return run_plan(trace, slo=slo, tiers=tiers, prices=prices, instances=instances, budget=budget, verify=verify,
@@ -341,10 +346,6 @@ def simulation_key(config: Any) -> str:
     """The key of ``config`` in :func:`plan`'s ``simulated`` mapping: its
     :func:`~kvmm.sim.config_json.config_to_json` dict as JSON text with sorted keys (equal
     configs, equal keys).  Runtime complexity: O(size of the config; an inline trace's arrays)."""
-    import json
-
-    from kvmm.sim.config_json import config_to_json
-
     return json.dumps(config_to_json(config), sort_keys=True)
 
 

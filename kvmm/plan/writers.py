@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from kvmm.errors import BadInputError
+from kvmm.report import format_table, plain_number
+from kvmm.sim.config_json import save_config
 
 GIB = 2**30
 
@@ -61,8 +64,6 @@ def write_plan(plan: Any, out_dir, *, stream=None, command: str | None = None) -
     written: dict[str, Path] = {}
     config_point = _config_point(plan)
     if config_point is not None:
-        from kvmm.sim.config_json import save_config
-
         config = plan.config if plan.chosen is not None and plan.config is not None else config_point.config()
         written["config.json"] = save_config(config, out / "config.json")
     png = draw_frontier(plan, out / "frontier.png")
@@ -151,7 +152,7 @@ def plan_markdown(plan: Any, *, figure: bool = True, config_written: bool = True
 def draw_frontier(plan: Any, path, *, ax=None) -> Path | None:
     """Draw the frontier figure into ``path`` (or onto ``ax`` and return ``None``); ``None``
     without matplotlib.  Runtime complexity: O(frontier + verified points)."""
-    try:
+    try:  # the optional plot extra
         import matplotlib
 
         if ax is None:
@@ -237,8 +238,6 @@ def _tier_columns(points: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def _breakdown(point: Any, title: str) -> str:
-    from kvmm.report import format_table
-
     names = list(point.tier_usd_per_hour) + [n for n in point.tier_gib if n not in point.tier_usd_per_hour]
     rows = [(name, "" if name not in point.tier_gib else round(point.tier_gib[name], 1),
              round(point.tier_usd_per_hour.get(name, 0.0), 4)) for name in names]
@@ -251,8 +250,6 @@ def _breakdown(point: Any, title: str) -> str:
 
 
 def _frontier_table(plan: Any) -> str:
-    from kvmm.report import format_table
-
     columns = _tier_columns(_points(plan))
     chosen = plan.chosen
     rows = []
@@ -265,13 +262,11 @@ def _frontier_table(plan: Any) -> str:
                      _yes(p.meets_slo_est), _yes(p.meets_slo_sim), mark))
     if not rows:
         return "The frontier is empty (no capacity combination within the budget).\n"
-    return format_table(["#", *[n + suffix for n, suffix in columns], "hit ratio per tier", "est p95 TTFT s", "sim p95 TTFT s", "USD / h",
-                         "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
+    return format_table(["#", *[n + suffix for n, suffix in columns], "hit ratio per tier", "est p95 TTFT s",
+                         "sim p95 TTFT s", "USD / h", "USD / M tok", "meets SLO (est)", "meets SLO (sim)", ""], rows)
 
 
 def _errors_table(errors: Sequence[dict], columns: Sequence[tuple[str, str]], on_frontier: Sequence[bool]) -> str:
-    from kvmm.report import format_table
-
     rows = []
     for e, on in zip(errors, on_frontier):
         rel = e.get("rel_error")
@@ -305,8 +300,6 @@ def _yes(flag) -> str:
 
 
 def _gib_text(gib: float) -> str:
-    from kvmm.report import plain_number
-
     if gib == 0:
         return "0"
     return f"{plain_number(gib / 1024)} TiB" if gib >= 1024 else f"{plain_number(gib)} GiB"
@@ -315,8 +308,6 @@ def _gib_text(gib: float) -> str:
 def _seconds(value: float, bound: float | None = None) -> str:
     """``value`` seconds in ms or s; beside a ``bound`` (the SLO) with as many digits as it takes
     never to read as on the other side of it (7.0004 s beside 7 s)."""
-    from kvmm.report import plain_number
-
     scale, unit = (1000.0, "ms") if value < 1.0 else (1.0, "s")
     text = plain_number(value * scale)
     if bound is not None and math.isfinite(value):
@@ -325,15 +316,11 @@ def _seconds(value: float, bound: float | None = None) -> str:
         except ValueError:
             shown = value * scale
         if (shown <= bound * scale) != (value <= bound) or (shown == bound * scale and value != bound):
-            from kvmm.plan._planner import seconds_text
-
             text = seconds_text(value * scale, bound * scale)
     return f"{text} {unit}"
 
 
 def _usd(value: float) -> str:
-    from kvmm.report import plain_number
-
     return f"${plain_number(value)}"
 
 
@@ -345,3 +332,18 @@ def _slo_text(slo: Any) -> str:
 def _timings_text(plan: Any) -> str:
     t = plan.timings_s or {}
     return ", ".join(f"{stage} {t[stage]:.2f} s" for stage in t) + "." if t else ""
+
+
+def seconds_text(x: float, bound: float | None = None) -> str:
+    """``x`` seconds to 3 significant digits, more when that would round it onto ``bound`` or
+    past it (7.005 s beside a 7 s SLO reads 7.005, never 7; 11.952 s beside 12 s reads 11.95).
+    O(1)."""
+    text = f"{x:.3g}"
+    if bound is None or not math.isfinite(x):
+        return text
+    for digits in range(3, 18):
+        text = f"{x:.{digits}g}"
+        shown = float(text)
+        if (shown <= bound) == (x <= bound) and (shown != bound or x == bound):
+            return text
+    return repr(float(x))

@@ -18,6 +18,7 @@ release with a DeprecationWarning (:mod:`kvmm.policies._moved`).
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kvmm._lazy import lazy_exports
 from kvmm.policies import _moved
@@ -63,9 +64,50 @@ _LAZY = {
     "make_staging_policy": "kvmm.policies.staging.staging",
 }
 
+_SUBPACKAGES = frozenset({"eviction", "staging", "mrc", "admission"})
+
 __all__ = sorted(_LAZY)
 
-_exported, __dir__ = lazy_exports(__name__, _LAZY, globals(), frozenset({"eviction", "staging", "mrc", "admission"}))
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.policies import admission, eviction, mrc, staging
+    from kvmm.policies.admission import (
+        AdmissionRequest,
+        RefillFilter,
+        SelectiveWriteThrough,
+        StoreThreshold,
+        WriteAll,
+        admission_mask,
+    )
+    from kvmm.policies.eviction._replay import REPLAY_ORDERS, replay
+    from kvmm.policies.eviction.arc import ARCPolicy
+    from kvmm.policies.eviction.belady import BeladyPolicy
+    from kvmm.policies.eviction.clock import ClockPolicy
+    from kvmm.policies.eviction.fifo import FIFOPolicy
+    from kvmm.policies.eviction.lfu import LFUPolicy
+    from kvmm.policies.eviction.lirs import LIRSPolicy
+    from kvmm.policies.eviction.lru import LRUPolicy
+    from kvmm.policies.eviction.orders import EVICTION_POLICIES, make_eviction_policy
+    from kvmm.policies.eviction.s3fifo import S3FIFOPolicy
+    from kvmm.policies.eviction.sieve import SIEVEPolicy
+    from kvmm.policies.eviction.slru import SLRUPolicy
+    from kvmm.policies.eviction.twoq import TwoQPolicy
+    from kvmm.policies.eviction.wtinylfu import WTinyLFUPolicy
+    from kvmm.policies.mrc.distributed import distributed_mrc
+    from kvmm.policies.mrc.shards import ShardsTracker
+    from kvmm.policies.mrc.stack_distance import DistanceHistogram, StackDistanceTracker
+    from kvmm.policies.staging.ledger import CommitmentLedger
+    from kvmm.policies.staging.staging import (
+        STAGING_POLICIES,
+        ImmediateEDFStaging,
+        ImmediateStaging,
+        OnDemandStaging,
+        StagingPolicy,
+        TimelyStaging,
+        make_staging_policy,
+    )
+
+
+_exported, __dir__ = lazy_exports(__name__, _LAZY, globals(), _SUBPACKAGES)
 _moved.install()
 
 

@@ -63,7 +63,7 @@ class StoreThreshold:
     offer included), i.e. skip blocks seen fewer times.  ``k = 1`` is write-all."""
 
     k: int = 2
-    _counter: "_KeyCounter" = field(default=None, init=False, repr=False, compare=False)
+    _counter: _KeyCounter = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.k = as_count(self.k, "k", minimum=1)
@@ -82,7 +82,7 @@ class SelectiveWriteThrough:
     tier ``hits`` times (``request.gpu_hit``; without it no block counts as hit)."""
 
     hits: int = 2
-    _counter: "_KeyCounter" = field(default=None, init=False, repr=False, compare=False)
+    _counter: _KeyCounter = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.hits = as_count(self.hits, "hits", minimum=1)

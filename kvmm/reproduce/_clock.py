@@ -1,4 +1,4 @@
-"""What the simulating report sections share about the simulator's clock (issue 30, item 9).
+"""What the simulating report sections share about the simulator's clock (docs/latency.md).
 
 Every section that simulates runs on the physical clock (``SimConfig``'s defaults: Roofline step
 times of the model on an H200, vLLM V1 chunked-prefill scheduling, the GPU KV pool from memory)
@@ -11,9 +11,11 @@ changed) and prints both in a compact "what the physical clock moved" table
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvmm.report import mean_pm, plain_number, spread
+from kvmm.sim.models import MODELS
+from kvmm.sim.serving import resolve_serving
 
 __all__ = ["OLD_CLOCK", "old_clock", "clock_text", "old_clock_text", "moved_row", "MOVED_HEADERS"]
 
@@ -38,8 +40,6 @@ def old_clock(cfg, *, keep_pool: bool = False):
 
 def clock_text(cfg) -> str:
     """One paragraph: the physical clock's modelling assumptions as ``cfg`` resolves them."""
-    from kvmm.sim.serving import resolve_serving
-
     s = resolve_serving(cfg)
     if s.latency_name != "roofline":
         return f"Clock: {s.latency_name} ({s.latency!r})."
@@ -49,20 +49,20 @@ def clock_text(cfg) -> str:
             f"a GPU KV pool of {s.gpu_kv_bytes / GiB:.1f} GiB per instance (set by this section, not from memory)")
     return (f"Clock (physical, docs/latency.md): Roofline step times of {s.name} on {s.tp} x {hw.name} "
             f"({plain_number(hw.bf16_flops / 1e12)} TFLOP/s bf16 at MFU {plain_number(r.mfu_prefill)} prefill / "
-            f"{plain_number(r.mfu_decode)} decode{' (assumed: the H100 calibration of BLIS)' if 'mfu_prefill' in hw.assumed else ''}, "
+            f"{plain_number(r.mfu_decode)} decode"
+            f"{' (assumed: the H100 calibration of BLIS)' if 'mfu_prefill' in hw.assumed else ''}, "
             f"{plain_number(hw.hbm_bytes_per_s / 1e12)} TB/s HBM, bf16 weights and "
             "KV): a step takes max(compute, memory) + all-reduces; decode reads every sequence's KV, so steps slow "
             "down as contexts grow; prefill attention is quadratic in the context; no launch overhead.  Scheduling "
             f"as vLLM V1: {'chunked prefill' if s.chunked_prefill else 'whole prefills'}, "
-            f"{s.max_num_batched_tokens:,} tokens and {s.max_num_seqs:,} sequences per step, decodes first.  {pool[0].upper() + pool[1:]}.  "
+            f"{s.max_num_batched_tokens:,} tokens and {s.max_num_seqs:,} sequences per step, decodes first.  "
+            f"{pool[0].upper() + pool[1:]}.  "
             f"GPU-hours at ${plain_number(s.gpu_usd_per_hour)}/h.")
 
 
 def old_clock_text(model: str = "llama3-8b", *, pool_gib: int = 96, max_seqs: int | None = None) -> str:
     """One sentence: what the old clock assumed for ``model`` (its name in kvmm.sim.models.MODELS),
     with the pool and sequence cap the section used (``max_seqs=None``: the model's own)."""
-    from kvmm.sim.models import MODELS
-
     m = MODELS[_OLD_NAME.get(model, model)]
     return (f"Old clock: {m.name}'s constant rates (kvmm/sim/models.py, assumed for an H200): prefill at "
             f"{m.prefill_tokens_per_s:,.0f} tokens/s whatever the context, a decode step of (1 + "

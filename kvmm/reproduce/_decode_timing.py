@@ -38,7 +38,7 @@ BIG_HEADS = (32, 8, 128)  # query heads, KV heads, head_dim (Llama-3-8B-class la
 
 
 def report_decode_timing(report, model, *, quick: bool, claim: str) -> None:
-    import torch
+    import torch  # the optional hf extra: the triattention section calls this only when it loaded the model
 
     lengths = (1024, 4096) if quick else (2048, 8192, 32768)
     min_rep = MIN_REPETITION_S if quick else 4 * MIN_REPETITION_S
@@ -105,7 +105,7 @@ def _time_kernel(torch, model, n, min_rep):
 
 
 def _time_model_step(torch, model, n, min_rep):
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # the optional hf extra (as torch above)
 
     config = model.config
     kv_heads = config.num_key_value_heads

@@ -10,6 +10,8 @@ import numpy as np
 
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.sim.latency.roofline import Roofline
+from kvmm.sim.latency.step import linear_step_seconds
 from kvmm.tiers.spec import PRESETS, preset
 
 __all__ = ["DecodeCostModel", "RooflineDecodeCost", "sla_throughput", "sla_comparison", "sla_ratios", "repetitions"]
@@ -26,7 +28,8 @@ def repetitions(st: dict) -> list[dict]:
     return out
 
 
-def sla_ratios(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_ratios(st: dict, block_size: int, model: DecodeCostModel | RooflineDecodeCost, kv_budget_bytes: float,
+               sla_s: float) -> dict:
     """:func:`sla_comparison` per timing repetition: ``{key: array over repetitions}`` for the ratios."""
     runs = [sla_comparison(one, block_size, model, kv_budget_bytes, sla_s) for one in repetitions(st)]
     return {key: np.array([r[key] for r in runs]) for key in ("ratio", "ratio_reads_dead")} | {"runs": runs}
@@ -145,8 +148,6 @@ class RooflineDecodeCost:
                      per_request_extra_s: float = 0.0) -> float:
         """One decode step of ``batch`` requests reading ``read_tokens`` slots each (a mean: may be
         fractional), plus the extra per-step and per-request costs; 0 for an empty batch."""
-        from kvmm.sim.latency.step import linear_step_seconds
-
         if batch <= 0:
             return 0.0
         x = np.array([1.0, 0.0, 0.0, 0.0, batch, batch * read_tokens, batch], dtype=np.float64)
@@ -176,8 +177,6 @@ class RooflineDecodeCost:
 
 @functools.lru_cache(maxsize=16)
 def _roofline(model: str, hardware: str):
-    from kvmm.sim.latency import Roofline
-
     return Roofline(model, hardware)
 
 
@@ -200,7 +199,8 @@ def sla_throughput(fixed_s: float, per_request_s: float, memory_batch: int, sla_
     return dict(batch=batch, bound=bound, step_s=step_s, tokens_per_s=batch / step_s if batch else 0.0)
 
 
-def sla_comparison(st: dict, block_size: int, model: "DecodeCostModel | RooflineDecodeCost", kv_budget_bytes: float, sla_s: float) -> dict:
+def sla_comparison(st: dict, block_size: int, model: DecodeCostModel | RooflineDecodeCost, kv_budget_bytes: float,
+                   sla_s: float) -> dict:
     """SLA-bound throughput of naive evict and vToken from one :func:`replay`'s statistics.
 
     Per request: the memory bound uses the peak blocks held per request (as the concurrency

@@ -22,8 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from kvmm.tiers.spec import TierSpec, preset
+from kvmm.policies import (
+    AdmissionRequest,
+    RefillFilter,
+    SelectiveWriteThrough,
+    StackDistanceTracker,
+    StoreThreshold,
+    WriteAll,
+)
 from kvmm.report import plain_number
+from kvmm.reproduce.orders import QUICK_WS_FRACTIONS, WS_FRACTIONS, report_orders
+from kvmm.tiers.spec import TierSpec, preset
+from kvmm.traces import agent_trace, load_mooncake
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "TierReplayResult", "replay_two_tier", "reproduce"]
 
@@ -53,7 +63,8 @@ class ModelSpec:
     def prefill_flops(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """FLOPs to prefill token positions ``[start, end)`` (attention over all earlier tokens)."""
         n = end - start
-        return 2.0 * self.params * n + 2.0 * self.layers * self.hidden * (end.astype(np.float64) ** 2 - start.astype(np.float64) ** 2)
+        squares = end.astype(np.float64) ** 2 - start.astype(np.float64) ** 2
+        return 2.0 * self.params * n + 2.0 * self.layers * self.hidden * squares
 
 
 @dataclass(frozen=True)
@@ -94,11 +105,9 @@ class TierReplayResult:
 
 def replay_two_tier(trace, policy, *, gpu_blocks: int, host_blocks: int, model: ModelSpec, gpu: GpuSpec,
                     host: TierSpec, decode_batch: int = 16) -> TierReplayResult:
-    """Replay ``trace`` (a MooncakeTrace) through GPU + host LRU tiers with ``policy`` (an
+    """Replay ``trace`` (a :class:`~kvmm.traces.KVTrace`) through GPU + host LRU tiers with ``policy`` (an
     AdmissionPolicy, or None for no host tier).  Runtime complexity: O(blocks) plus one policy
     call per request."""
-    from kvmm.policies.admission import AdmissionRequest
-
     ids = np.unique(trace.block_ids, return_inverse=True)[1].reshape(-1).astype(np.int64)
     n_keys = int(ids.max()) + 1 if ids.size else 0
     gpu_lru = _Lru(n_keys, gpu_blocks)
@@ -221,9 +230,6 @@ PAPER = {
 
 
 def reproduce(report) -> None:
-    from kvmm.policies import RefillFilter, SelectiveWriteThrough, StackDistanceTracker, StoreThreshold, WriteAll
-    from kvmm.traces import agent_trace, load_mooncake
-
     report.heading("working-set: reuse working set, MRC and host-tier admission (EfficientAgent)")
     quick = report.quick
     model, gpu = MODELS["qwen3-32b"], GPUS["h200"]
@@ -288,22 +294,28 @@ def reproduce(report) -> None:
     waits = tool_wait_seconds(trace.num_requests)
     small = min(fractions)
     big = max(fractions)
-    small_cut = 1 - results[(small, "refill filter (adaptive)")].recomputed_tokens / max(results[(small, "write-all")].recomputed_tokens, 1)
-    worse = results[(big, "always filter")].recomputed_tokens / max(results[(big, "write-all")].recomputed_tokens, 1)
-    worse_any = results[(big, "always filter, size only")].recomputed_tokens / max(results[(big, "write-all")].recomputed_tokens, 1)
+    def recomputed(fraction, policy) -> int:
+        return results[(fraction, policy)].recomputed_tokens
+
+    small_cut = 1 - recomputed(small, "refill filter (adaptive)") / max(recomputed(small, "write-all"), 1)
+    worse = recomputed(big, "always filter") / max(recomputed(big, "write-all"), 1)
+    worse_any = recomputed(big, "always filter, size only") / max(recomputed(big, "write-all"), 1)
     worse_time = results[(big, "always filter, size only")].total_s / results[(big, "write-all")].total_s
-    adaptive_big = results[(big, "refill filter (adaptive)")].recomputed_tokens / max(results[(big, "write-all")].recomputed_tokens, 1)
+    adaptive_big = recomputed(big, "refill filter (adaptive)") / max(recomputed(big, "write-all"), 1)
     report.table("EfficientAgent figures: paper vs kvmm simulation", ["figure", "paper", "kvmm"], [
         ["recomputed prompt tokens cut, host = est. working set (vs GPU only)", "93 %",
          _cut(at_ws.recomputed_tokens, base.recomputed_tokens)],
         ["GPU time cut, tool waits excluded, host = est. WS (vs GPU only)", "-",
          _cut(at_ws.total_s, base.total_s)],
-        [f"end-to-end time cut, + {waits / 3600:.1f} h of tool waits, host = est. WS (vs GPU only)", "39 %", _cut(at_ws.total_s + waits, base.total_s + waits)],
-        [f"recomputation cut by the filter in a small tier ({plain_number(small)} x WS, vs write-all)", "35 %", f"{100 * small_cut:.0f} %"],
+        [f"end-to-end time cut, + {waits / 3600:.1f} h of tool waits, host = est. WS (vs GPU only)", "39 %",
+         _cut(at_ws.total_s + waits, base.total_s + waits)],
+        [f"recomputation cut by the filter in a small tier ({plain_number(small)} x WS, vs write-all)", "35 %",
+         f"{100 * small_cut:.0f} %"],
         [f"always-filter / write-all recomputation, large tier ({plain_number(big)} x WS)", "4.3x", f"{worse:.2f}x"],
         ["always-filter (size only) / write-all recomputation, large tier", "4.3x", f"{worse_any:.2f}x"],
         ["always-filter (size only) / write-all modelled time, large tier", "-", f"{worse_time:.2f}x"],
-        [f"adaptive filter / write-all recomputation, large tier ({plain_number(big)} x WS)", "~1x (avoids it)", f"{adaptive_big:.2f}x"],
+        [f"adaptive filter / write-all recomputation, large tier ({plain_number(big)} x WS)", "~1x (avoids it)",
+         f"{adaptive_big:.2f}x"],
     ], note="Paper: SWE-bench Verified coding agents on real GPUs, end to end including tool execution; here: a "
             "synthetic agent trace and a cost model, not tuned to match. End to end here = the modelled GPU time "
             "plus every request's tool wait at the trace generator's expected value (log-normal, median 4 s), "
@@ -375,8 +387,6 @@ def reproduce(report) -> None:
     report.figure("working_set_mrc", draw)
 
     # every eviction order (and Belady) on the same block streams, capacities around the WS
-    from kvmm.reproduce.orders import QUICK_WS_FRACTIONS, WS_FRACTIONS, report_orders
-
     report_orders(report, streams, section="working-set", fractions=QUICK_WS_FRACTIONS if quick else WS_FRACTIONS)
 
 
@@ -414,8 +424,6 @@ def tool_wait_seconds(num_requests: int) -> float:
     step of a task has no tool call after it in the trace, so this slightly over-counts, by at
     most one wait per task).  Runtime complexity: O(1).
     """
-    from kvmm.traces import agent_trace
-
     params = inspect.signature(agent_trace).parameters
     median = float(params["tool_wait_median_s"].default)
     sigma = float(params["tool_wait_sigma"].default)

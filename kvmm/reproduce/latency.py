@@ -32,6 +32,10 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.report import plain_number
+from kvmm.sim.latency.accelerators import HARDWARE, kv_pool_bytes
+from kvmm.sim.latency.arch import ModelArch
+from kvmm.sim.latency.roofline import Roofline
+from kvmm.tiers import PRESETS, preset
 
 __all__ = ["reproduce", "decode_table", "prefill_table", "break_even", "recompute_seconds", "load_seconds",
            "CONTEXTS", "BATCHES", "CHUNK", "SETUPS", "MAX_PREFIX", "MODEL"]
@@ -55,8 +59,6 @@ BANDWIDTH_PREFIXES = (16, 256, 1024, 8192, 65536)
 
 
 def _roofline(model: str, hardware, tp: int = 1):
-    from kvmm.sim.latency import Roofline
-
     return Roofline(model, hardware, tp)
 
 
@@ -74,8 +76,6 @@ def decode_table(model: str = MODEL, contexts=CONTEXTS, batches=BATCHES) -> list
     each reading ``context`` tokens), ``fits`` per context (the batch's KV within the GPU's KV
     pool from memory), ``bound`` per context (``"compute"`` or ``"memory"``).  Runtime
     O(hardware x batches x contexts x batch)."""
-    from kvmm.sim.latency import HARDWARE, ModelArch, kv_pool_bytes
-
     arch = ModelArch.named(model)
     out = []
     for hw in HARDWARE.values():
@@ -94,8 +94,6 @@ def decode_table(model: str = MODEL, contexts=CONTEXTS, batches=BATCHES) -> list
 
 def prefill_table(model: str = MODEL, chunk: int = CHUNK, contexts=CHUNK_CONTEXTS) -> list[dict]:
     """One dict per hardware: ``ms`` of a ``chunk``-token prefill chunk after each context."""
-    from kvmm.sim.latency import HARDWARE
-
     return [{"hardware": hw.name, "ms": [1e3 * _roofline(model, hw).step_seconds([chunk], [c], []) for c in contexts]}
             for hw in HARDWARE.values()]
 
@@ -131,8 +129,6 @@ def break_even(tier, model: str, hardware: str, tp: int, *, marginal: bool = Fal
     which loading wins for every longer prefix up to max_prefix (None: never), "short": the
     longest n up to which loading also wins for every shorter prefix (0: not at n = 1),
     "label": the table cell}``.  Runtime O(max_prefix)."""
-    from kvmm.sim.latency import ModelArch
-
     n = np.arange(1, max_prefix + 1)
     wins = load_seconds(tier, ModelArch.named(model).kv_bytes_per_token(), n) < \
         recompute_seconds(_roofline(model, hardware, tp), n, marginal=marginal)
@@ -151,17 +147,12 @@ def break_even(tier, model: str, hardware: str, tp: int, *, marginal: bool = Fal
 def break_even_bandwidth(model: str, hardware: str, tp: int, n: int, *, marginal: bool = False) -> float:
     """The read bandwidth (bytes/s) at which loading ``n`` tokens' KV takes as long as
     recomputing them, latency aside: ``n x kv_bytes_per_token / recompute(n)``."""
-    from kvmm.sim.latency import ModelArch
-
     seconds = float(recompute_seconds(_roofline(model, hardware, tp), np.array([n]), marginal=marginal)[0])
     return n * ModelArch.named(model).kv_bytes_per_token() / seconds
 
 
 # --------------------------------------------------------------------------- the section
 def reproduce(report) -> None:
-    from kvmm.sim.latency import HARDWARE, ModelArch
-    from kvmm.tiers import PRESETS, preset
-
     arch = ModelArch.named(MODEL)
     r200 = _roofline(MODEL, "H200")
     report.heading("latency: the simulator's physical clock (roofline step times, recompute vs load)")
@@ -249,8 +240,6 @@ def reproduce(report) -> None:
 
 def _mfu_sources() -> str:
     """Which accelerators' MFUs are calibrated (BLIS) and which are assumed (Hardware.assumed)."""
-    from kvmm.sim.latency import HARDWARE
-
     assumed = [hw.name for hw in HARDWARE.values() if "mfu_prefill" in hw.assumed]
     calibrated = [hw.name for hw in HARDWARE.values() if "mfu_prefill" not in hw.assumed]
     return (f"BLIS's calibrated values for {', '.join(calibrated)}; assumed for {', '.join(assumed)} (the H100's, or "
@@ -270,7 +259,9 @@ def _break_even_note(marginal: bool, specs: dict, kv: dict) -> str:
 def _draw_steps(axes, decode, prefill, hw_names) -> None:
     """Left: decode step time vs context per hardware (colour) and batch (line style); right:
     the prefill chunk's time vs the context before it."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import (
+        FuncFormatter,  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+    )
 
     colours = {name: f"C{i}" for i, name in enumerate(hw_names)}
     styles = dict(zip(BATCHES, ("-", "--", ":")))

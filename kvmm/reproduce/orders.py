@@ -1,4 +1,4 @@
-"""Miss ratio vs capacity of every eviction order on block streams (issue 23), for the report.
+"""Miss ratio vs capacity of every eviction order on block streams (docs/eviction_orders.md), for the report.
 
 Used by the ``working-set`` section (the bundled Mooncake traces' block streams, capacities as
 multiples of each trace's working set) and the ``allocator`` section (its own streams at its pool
@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from kvmm.errors import BadInputError
+from kvmm.policies import REPLAY_ORDERS, StackDistanceTracker, replay
 from kvmm.report import plain_number
 
 __all__ = ["WS_FRACTIONS", "QUICK_WS_FRACTIONS", "WS_HIT_FRACTION", "report_orders", "table_orders",
@@ -44,16 +47,12 @@ WS_HIT_FRACTION = 0.9
 
 def table_orders() -> list[str]:
     """The orders in table order: every registered replay order, sorted, ``belady`` last."""
-    from kvmm.policies import REPLAY_ORDERS
-
     return sorted(REPLAY_ORDERS, key=lambda name: (name == "belady", name))
 
 
 def working_set(keys: np.ndarray) -> int:
     """The working set of a block stream: the working-set section's WS 90 %.  Runtime complexity:
     O(n log n) (the stack-distance tracker)."""
-    from kvmm.policies import StackDistanceTracker
-
     tracker = StackDistanceTracker()
     tracker.access(keys)
     return int(tracker.working_set(WS_HIT_FRACTION))
@@ -73,9 +72,6 @@ def order_miss_ratios(keys: np.ndarray, capacities: Sequence[int],
     ``fingerprints``: filled with ``{order: (hash of which references hit, ...) per capacity}``,
     so two orders with equal columns can be told to hit on the very same references.
     Runtime complexity: O(orders x capacities x n)."""
-    from kvmm.errors import BadInputError
-    from kvmm.policies import replay
-
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     n = keys.size
     out = {}
@@ -132,12 +128,16 @@ def report_orders(report, streams: Mapping[str, np.ndarray], *, section: str, fr
             ["capacity (blocks)", "capacity / WS"] + orders + ([extra_label] if column is not None else []), rows,
             note=(f"WS 90 % = {ws:,} blocks (smallest LRU capacity with 90 % of the unlimited-cache hits). "
                   "Miss ratios include cold misses; each order with libCacheSim's default options "
-                  "(kvmm.policies.replay); - where an order cannot run at that capacity" + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
+                  "(kvmm.policies.replay); - where an order cannot run at that capacity"
+                  + ("; belady is the offline optimum. " if "belady" in orders else ". ") +
                   f"{len(orders) * len(caps)} replays in {seconds:.2f} s (kernels compiled before timing)."
                   + identical_note(prints, name, keys)))
 
     def draw(axes):
-        from matplotlib.ticker import FuncFormatter, NullFormatter
+        from matplotlib.ticker import (  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+            FuncFormatter,
+            NullFormatter,
+        )
 
         for ax, (name, res) in zip(np.atleast_1d(axes), results.items()):
             for order, ratios in res["miss"].items():

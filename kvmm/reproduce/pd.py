@@ -20,6 +20,8 @@ sentence whether p95 TPOT gets worse than colocated on every link.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kvmm.reproduce._clock import MOVED_HEADERS, clock_text, moved_row, old_clock, old_clock_text
 from kvmm.sim.config import GiB, PDConfig, SimConfig
 from kvmm.sim.load import decode_seconds, offered_seconds
@@ -48,7 +50,8 @@ def configs(trace, base: SimConfig, links) -> list[tuple[str, str, SimConfig]]:
     out = [("colocated", "-", base.with_(instances=INSTANCES))]
     for name in links:
         for overlap in (True, False):
-            out.append((f"{p}P x {d}D", f"{name}{' (layer-wise)' if overlap else ''}", base.with_(pd=PDConfig(p, d, name, overlap))))
+            out.append((f"{p}P x {d}D", f"{name}{' (layer-wise)' if overlap else ''}",
+                        base.with_(pd=PDConfig(p, d, name, overlap))))
     return out
 
 
@@ -127,8 +130,6 @@ def _moved(report, trace, base: SimConfig, results: list, quick: bool) -> None:
 def _draw_latency(axes, results) -> None:
     """TTFT (s) and TPOT (ms), p50 and p95, one bar pair per serving set-up (colocated, then each
     link with and without layer-wise overlap)."""
-    import numpy as np
-
     labels = [name for name, _ in results]
     y = np.arange(len(labels))
     panels = ((axes[0], "TTFT (s)", lambda r: (r.ttft_p50, r.ttft_p95)),

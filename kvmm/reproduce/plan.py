@@ -1,9 +1,9 @@
-"""Report section "plan": `kvmm plan` on the bundled conversation trace (issue 21, item 3).
+"""Report section "plan": `kvmm plan` on the bundled conversation trace (docs/plan.md).
 
 Two experiments, every assumption stated in the report text:
 
-1. the planner (:func:`kvmm.plan.plan`) on the conversation trace with the issue's candidate
-   tiers (per-node DRAM, a shared Layer 3.5 pool, per-node NVMe) for 8 instances, at two
+1. the planner (:func:`kvmm.plan.plan`) on the conversation trace with ``kvmm plan``'s default
+   candidate tiers (per-node DRAM, a shared Layer 3.5 pool, per-node NVMe) for 8 instances, at two
    p95 TTFT objectives: the frontier, the verified points, the decision and its reasons;
 2. the first seed article's question for this trace: a budget spent on per-node DRAM, on a
    shared Layer 3.5 pool (ContextCube) or on DFS offload (ParaStor), *at equal cost*: each
@@ -23,15 +23,25 @@ import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
+from kvmm.plan import SLO, TierCandidate, plan
+from kvmm.plan._configs import point_config
+from kvmm.plan.progress import StageProgress
+from kvmm.plan.writers import draw_frontier, plan_summary, point_label
 from kvmm.report import mean_pm, plain_number, spread
+from kvmm.reproduce.cluster import _window
+from kvmm.sim import ClusterConfig
+from kvmm.sim._sweep import sweep
 from kvmm.sim.config import GiB, SimConfig
 from kvmm.sim.engine import QueueGrowthWarning
+from kvmm.sim.serving import resolve_serving
+from kvmm.sim.simulator import resolve_trace
+from kvmm.tiers.spec import PRESETS
 
 TiB = 1024 * GiB
 MODEL = "llama-3.1-8b"  # on the default H200, roofline clock, chunked prefill (kvmm.sim.serving)
 LOAD = 0.7
 INSTANCES = 8
-#: the candidate tiers of experiment 1 (the issue's example)
+#: the candidate tiers of experiment 1 (``kvmm plan``'s defaults: kvmm.cli.plan.DEFAULT_TIERS)
 TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 #: experiment 2: (label, tier kind, shared) of the three designs the seed article compares
 DESIGNS = (("per-node DRAM", "dram", False), ("shared Layer 3.5 pool", "layer3.5", True), ("DFS offload", "dfs", True))
@@ -46,8 +56,6 @@ QUICK_BUDGETS = (0.5,)
 
 
 def reproduce(report) -> None:
-    from kvmm.sim.simulator import resolve_trace
-
     quick = report.quick
     trace = resolve_trace("conversation", None)
     plan_requests = 600 if quick else None  # full: the whole trace
@@ -61,7 +69,8 @@ def reproduce(report) -> None:
         f"({_gib(serving.gpu_kv_bytes)} of 512-token blocks) with prefix caching, the protected CXL staging tier "
         f"(100 GiB) and timely staging; arrivals rescaled to load {LOAD} over all the GPUs.  Tier specs: "
         "kvmm/tiers/spec.py (figures marked assumed there are assumed); shared tiers are read over the rdma400 fabric.  "
-        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at ${plain_number(serving.gpu_usd_per_hour)} per "
+        f"Prices: the documented defaults (docs/cost.md): {serving.hardware.name} at "
+        f"${plain_number(serving.gpu_usd_per_hour)} per "
         "GPU-hour, DRAM at its cloud list price, NVMe, Layer 3.5 and DFS per GiB-hour as kvmm/tiers/spec.py derives "
         "them (the Layer 3.5 price is assumed: ContextCube publishes none).")
     # one pool for every simulation of the section: its workers load the simulator's kernels once
@@ -74,11 +83,7 @@ def reproduce(report) -> None:
 
 # --------------------------------------------------------------------------- experiment 1
 def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
-    from kvmm.plan import SLO, TierCandidate, plan
-    from kvmm.plan._cli import StageProgress
-    from kvmm.plan.writers import plan_summary, point_label
-
-    points = 8 if quick else 32  # full: the issue's 32 points per tier (32,768 combinations)
+    points = 8 if quick else 32  # full: 32 points per tier (32,768 combinations), TierCandidate's default
     tiers = [TierCandidate.parse(f"{t}:points={points}") for t in TIERS]
     base = SimConfig(workload="conversation", max_requests=n_requests, load=LOAD, model=MODEL)
     plans = []
@@ -98,7 +103,8 @@ def _frontiers(report, n_requests: int, quick: bool, pool) -> list:
         report.table(
             f"Frontier at p95 TTFT <= {plain_number(slo_s)} s ({requests}, {INSTANCES} instances, "
             f"{result.points_evaluated:,} capacity combinations of {' x '.join(str(t.points) for t in tiers)})",
-            ["#", "capacities", f"hit ratio per tier ({' / '.join(t.kind for t in tiers)})", "est p95 TTFT s", "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
+            ["#", "capacities", f"hit ratio per tier ({' / '.join(t.kind for t in tiers)})", "est p95 TTFT s",
+             "sim p95 TTFT s", "USD / h", "USD / M tok", ""],
             rows,
             note="\n".join(plan_summary(result)) + "\n\n" + "\n".join(f"- {r}" for r in result.reasons)
                  + "\n\nhit ratio per tier: share of the trace's blocks served by each tier in the analytic "
@@ -131,8 +137,6 @@ def _slos(quick: bool) -> tuple[float, float]:
 
 def _serving():
     """What the section's runs serve with (kvmm.sim.serving.resolve_serving)."""
-    from kvmm.sim.serving import resolve_serving
-
     return resolve_serving(SimConfig(model=MODEL))
 
 
@@ -150,10 +154,6 @@ def _mark(plan, point) -> str:
 
 # --------------------------------------------------------------------------- experiment 2
 def _equal_cost(report, trace, quick: bool, pool) -> None:
-    from kvmm.reproduce.cluster import _window
-    from kvmm.sim._sweep import sweep
-    from kvmm.tiers.spec import PRESETS
-
     slice_len = 400 if quick else 4010
     n_slices = 2 if quick else 3
     budgets = QUICK_BUDGETS if quick else BUDGETS_USD_PER_HOUR
@@ -201,17 +201,14 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
              "its longest prefix is held, less 4 blocks per queued or running request).  Without affinity a private "
              "tier only helps a request that lands where its prefix was computed; with it, the GPU pools themselves "
              "hit more (the hit ratio counts GPU hits too), so compare each design with the no-KV-tier row of the "
-             f"same routing to see what the tier adds.  A private tier smaller than the GPU pool ({_gib(_serving().gpu_kv_bytes)}) holds "
+             "same routing to see what the tier adds.  A private tier smaller than the GPU pool "
+             f"({_gib(_serving().gpu_kv_bytes)}) holds "
              "nothing the pool does not (the levels are inclusive).  Every tier is LRU, written through with every "
              "prefilled block.  hit ratio = share of prompt tokens found in the GPU pool + read from the lower tier.")
 
 
 def _design_config(w, routing: str, label: str, kind, shared: bool, capacity: int) -> SimConfig:
     """The SimConfig of one design on slice ``w``: the planner's own point config (kvmm.plan._configs)."""
-    from kvmm.sim import ClusterConfig
-    from kvmm.plan import TierCandidate
-    from kvmm.plan._configs import point_config
-
     base = SimConfig(workload=w, load=LOAD, model=MODEL)
     if routing == "prefix-aware":
         base = base.with_(cluster=ClusterConfig(instances=INSTANCES, router=PREFIX_ROUTER[0],
@@ -244,8 +241,6 @@ def _capacity_text(capacity: int, label: str) -> str:
 
 
 def _plot(report, plans: list) -> None:
-    from kvmm.plan.writers import draw_frontier
-
     if not plans:
         return
 

@@ -26,6 +26,8 @@ from kvmm.allocators import prefix_secret
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import OutOfBlocksError
 from kvmm.report import plain_number
+from kvmm.reproduce.orders import report_orders
+from kvmm.traces import load_trace
 
 __all__ = ["replay", "reproduce", "POOL_FRACTIONS", "WINDOW"]
 
@@ -77,8 +79,6 @@ def replay(block_offsets: np.ndarray, block_ids: np.ndarray, num_blocks: int, *,
 
 
 def reproduce(report) -> None:
-    from kvmm.traces import load_trace
-
     if report.trace is not None:  # kvmm reproduce --trace PATH [--format FMT]
         traces = [load_trace(report.trace, report.trace_format)]
         report.heading(f"allocator: prefix-cache hit ratio vs pool size ({traces[0].name}, {traces[0].source_format})")
@@ -123,8 +123,6 @@ def reproduce(report) -> None:
     report.figure("allocator_hit_ratio", draw)
 
     # every eviction order (and Belady) on the same block streams at the same pool sizes
-    from kvmm.reproduce.orders import report_orders
-
     report_orders(report, streams, section="allocator",
                   capacities={name: [pool for _, pool, *_ in rows] for name, rows in curves.items()},
                   extra={name: {pool: 1.0 - h for _, pool, h, *_ in rows} for name, rows in curves.items()},

@@ -17,8 +17,9 @@ in the slack sweep):
 Experiments: the bundled Mooncake conversation trace at loads 0.6, 0.8 and 0.95 (arrivals
 rescaled, no randomness: one run each), and on a seeded shared-prefix workload (three seeds,
 mean ± std) the scenarios bursty arrivals (a Markov-modulated Poisson process) at loads 0.6, 0.8
-and 0.95, a slow remote tier (the ``dfs`` preset) and staging bandwidth at 50 % of nominal.  The goal checked per cell: >= 50 % less protected byte-time than immediate staging
-with p95 TTFT within 5 % of the best baseline.  The recompute fallback is off everywhere.
+and 0.95, a slow remote tier (the ``dfs`` preset) and staging bandwidth at 50 % of nominal.  The
+goal checked per cell: >= 50 % less protected byte-time than immediate staging with p95 TTFT
+within 5 % of the best baseline.  The recompute fallback is off everywhere.
 
 Where early staging can pay: on those workloads a hit is found when its request arrives, so no
 policy can start a copy before then; with an idle engine every policy starts it at arrival, and
@@ -43,13 +44,14 @@ from __future__ import annotations
 
 import warnings
 
-
 from kvmm.report import mean_pm, plain_number, spread
 from kvmm.reproduce._clock import MOVED_HEADERS, clock_text, moved_row, old_clock, old_clock_text
 from kvmm.sim.config import GiB, SimConfig, TierLevel
 from kvmm.sim.engine import QueueGrowthWarning
 from kvmm.sim.simulator import simulate
 from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import preset
+from kvmm.traces import agent_trace
 
 POLICIES = ("on-demand", "immediate", "timely", "write-through-lru")
 BASELINES = ("on-demand", "immediate", "write-through-lru")
@@ -116,7 +118,8 @@ def reproduce(report) -> None:
                          f"{r.ready_in_time}/{r.claims}" if r.claims else "-", r.max_waiting))
         rows.append((ld, "goal", "", "", "", _goal(res), "", "", ""))
     report.table(
-        f"Protected byte-time and TTFT on the Mooncake conversation trace (first {n_trace} requests; deterministic, one run per cell)",
+        f"Protected byte-time and TTFT on the Mooncake conversation trace (first {n_trace} requests; deterministic, "
+        "one run per cell)",
         ["load", "staging", "TTFT p50 s", "TTFT p95 s", "staging wait s (mean per claim)", "protected GiB*s / req",
          "peak protected GiB", "ready in time / claims", "max queue"], rows,
         note=f"Paper: {PAPER_REDUCTION} less byte-time than immediate staging.  goal: timely's byte-time reduction vs "
@@ -223,7 +226,8 @@ def _moved(report, trace_res, wl_res, loads, seeds, n_trace, n_wl, cells) -> Non
         note=f"{old_clock_text()}  Each clock rescales the arrivals to the load by its own work estimate.  The goal is met "
              f"at {goals['old']} of {len(loads)} loads on the old clock and at {goals['new']} of {len(loads)} on the "
              f"physical one; the reduction falls inside the paper's {PAPER_REDUCTION} at {in_paper['old']} of them on "
-             f"the old clock and {in_paper['new']} on the physical one.  The scenario's reduction is the mean ± std of the per-seed reductions (the scenario table's "
+             f"the old clock and {in_paper['new']} on the physical one.  The scenario's reduction is the mean ± std of "
+             "the per-seed reductions (the scenario table's "
              "goal row compares the means over seeds).")
 
 
@@ -242,9 +246,10 @@ def _draw_tradeoff(axes, trace_res, loads) -> None:
     (conversation trace): down and left is better.  Left: the three staging policies on linear
     axes zoomed on their points; right: every policy on a log byte-time axis labelled at 1-2-5
     steps (write-through LRU holds two orders of magnitude more)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    from kvmm.report import plain_number
+    from matplotlib.ticker import (  # the optional plot extra: Report.figure calls this only when matplotlib is installed
+        FuncFormatter,
+        LogLocator,
+    )
 
     markers = dict(zip(POLICIES, "osD^v"))
     for ax, policies, log in ((axes[0], [p for p in POLICIES if p != "write-through-lru"], False), (axes[1], POLICIES, True)):
@@ -285,8 +290,6 @@ EDF_CASES = (("100 GiB fast tier, one class", 100, 0.0), ("4 GiB fast tier, one 
 def _edf_table(report, n_trace: int) -> None:
     """Where the grant order of immediate staging matters: only a short fast tier with use order
     unlike claim order (priority classes jump the queue) separates FIFO from EDF."""
-    from kvmm.tiers.spec import preset
-
     rows = []
     for label, gib, share in EDF_CASES:
         res = {p: simulate(SimConfig(workload="conversation", max_requests=n_trace, load=0.8, policy=p,
@@ -302,7 +305,8 @@ def _edf_table(report, n_trace: int) -> None:
         f"Immediate staging, FIFO vs earliest-deadline-first grants (conversation trace, first {n_trace} requests, load 0.8)",
         ["fast tier", "staging", "TTFT p95 s", "TTFT p95 s (high priority)", "staging wait s (mean)", "protected GiB*s / req",
          "peak protected GiB", "FIFO vs EDF"], rows,
-        note="High priority: '-' where there is no high-priority class.  Both ask for capacity at claim time; they grant in a different order only when the fast tier is full "
+        note="High priority: '-' where there is no high-priority class.  Both ask for capacity at claim time; they "
+             "grant in a different order only when the fast tier is full "
              "(claims wait for capacity) and the order of use differs from the order of claims.  With one FCFS queue "
              "use order is claim order, so EDF = FIFO even on a short tier; with priority classes EDF grants the "
              "jumping requests first.  The other tables therefore show immediate (FIFO) only.")
@@ -321,8 +325,6 @@ NOTICES = (0.0, 1.0, 2.0, 4.0)
 
 
 def _agent_tables(report, quick: bool) -> None:
-    from kvmm.traces import agent_trace
-
     seeds = SEEDS[:1] if quick else SEEDS
     agents = dict(AGENTS, tasks=AGENTS["num_agents"]) if quick else AGENTS  # quick: half the tasks, same density
     margins = MARGINS[::4] if quick else MARGINS
@@ -341,8 +343,10 @@ def _agent_tables(report, quick: bool) -> None:
             f"tool waits x{AGENT_SIM['time_scale']}; {sample.requests} requests for seed {seeds[0]}), GPU pool "
             f"{AGENT_SIM['gpu_kv_bytes'] // GiB} GiB (smaller than the agents' contexts), NVMe lower tier, CXL fast tier; "
             f"mean ± std over seeds {list(seeds)}")
-    for title, rows_of in ((f"slack knob margin_s swept for every policy, notice {plain_number(NOTICE_S)} s", [(m, NOTICE_S) for m in margins]),
-                           ("advance notice notice_s swept, margin 0", sorted({(0.0, nt) for nt in notices}, key=lambda k: k[1]))):
+    sweeps = ((f"slack knob margin_s swept for every policy, notice {plain_number(NOTICE_S)} s",
+               [(m, NOTICE_S) for m in margins]),
+              ("advance notice notice_s swept, margin 0", sorted({(0.0, nt) for nt in notices}, key=lambda k: k[1])))
+    for title, rows_of in sweeps:
         rows = []
         for m, nt in rows_of:
             per = {p: _agent_columns([res[(m, nt, s, p)] for s in seeds]) for p in POLICIES}

@@ -34,12 +34,20 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
-from kvmm.compress.scorers import (H2OScorer, KeyNormScorer, RandomScorer, SnapKVScorer, StreamingLLMScorer,
-                                   select_victims)
+from kvmm.compress.pydoc_model import heldout_ids, load_model
+from kvmm.compress.scorers import (
+    H2OScorer,
+    KeyNormScorer,
+    RandomScorer,
+    SnapKVScorer,
+    StreamingLLMScorer,
+    select_victims,
+)
 from kvmm.compress.triattention import TriAttentionScorer
 from kvmm.compress.triattention_policy import AGGREGATIONS, TriAttentionPolicy
 from kvmm.errors import BackendUnavailableError
 from kvmm.report import mean_pm, plain_number, spread
+from kvmm.reproduce._decode_timing import report_decode_timing
 
 #: Where the baselines come from (printed in the report).
 BASELINES = "kvmm.compress.scorers (H2OScorer, SnapKVScorer, StreamingLLMScorer, KeyNormScorer, RandomScorer)"
@@ -59,9 +67,8 @@ def workload(quick: bool) -> dict:
 
 def reproduce(report) -> None:
     report.heading("TriAttention: RoPE trig-series KV compression (bundled trained model, real attention)")
-    try:
+    try:  # kvmm.compress.hf needs the optional hf extra (torch, transformers)
         from kvmm.compress import hf
-        from kvmm.compress.pydoc_model import heldout_ids, load_model
     except (ImportError, BackendUnavailableError) as exc:
         report.text(f"Skipped: this section needs the hf extra (torch, transformers): {exc}")
         return
@@ -113,7 +120,6 @@ def reproduce(report) -> None:
              "behaviour, layer i's scores deciding every layer's evictions. recent only = the last B tokens.")
     report.figure("triattention_recall", lambda ax: _draw_recall(ax, recalls, cal.num_layers),
                   size=(7.0, 1.4 + 0.38 * len(_method_order(cal.num_layers))))
-    from kvmm.reproduce._decode_timing import report_decode_timing
 
     report_decode_timing(report, model, quick=report.quick, claim=PAPER["speedup"])
 

@@ -36,12 +36,21 @@ import numpy as np
 
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.allocators.token_table import TokenTable
-from kvmm.report import mean_pm, plain_number
+from kvmm.compress.pydoc_model import corpus_split, heldout_ids, load_model
 from kvmm.compress.scorers import H2OScorer, RandomScorer, ScissorhandsScorer, select_victims
 from kvmm.errors import BackendUnavailableError
-from kvmm.reproduce._vtoken_cost import (DecodeCostModel, RooflineDecodeCost, repetitions, sla_comparison,  # noqa: F401
-                                         sla_ratios, sla_throughput)
-from kvmm.reproduce._vtoken_sla import GIB, KV_BUDGETS_GIB, SLA_MS, fmt_ratio as _fmt_ratio, fmt_repack as _fmt_repack, report_sla
+from kvmm.report import mean_pm, plain_number
+from kvmm.reproduce._vtoken_cost import (  # noqa: F401
+    DecodeCostModel,
+    RooflineDecodeCost,
+    repetitions,
+    sla_comparison,
+    sla_ratios,
+    sla_throughput,
+)
+from kvmm.reproduce._vtoken_sla import GIB, KV_BUDGETS_GIB, SLA_MS, report_sla
+from kvmm.reproduce._vtoken_sla import fmt_ratio as _fmt_ratio
+from kvmm.reproduce._vtoken_sla import fmt_repack as _fmt_repack
 
 __all__ = ["DecodeCostModel", "RooflineDecodeCost", "ModelAttention", "SyntheticAttention", "replay", "repetitions", "reproduce",
            "sla_comparison", "sla_ratios", "sla_throughput", "workload"]
@@ -113,8 +122,7 @@ class ModelAttention:
     """
 
     def __init__(self, lengths, seed: int) -> None:
-        from kvmm.compress import hf
-        from kvmm.compress.pydoc_model import corpus_split, heldout_ids, load_model
+        from kvmm.compress import hf  # the optional hf extra (torch, transformers): callers catch its absence
 
         model = load_model()
         span = len(corpus_split()[1])
@@ -413,7 +421,7 @@ def _per_request(st: dict, name: str) -> float:
     return st[name]["block_steps"] / st[name]["steps"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warm_up(block_size: int) -> np.ndarray:
     """Run every TokenTable kernel once on a tiny table (loads numba's cache before timing).
 

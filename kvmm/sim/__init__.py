@@ -9,18 +9,20 @@ see docs/compose.md.  Imports are lazy so ``import kvmm.sim`` compiles nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
     "SimConfig": "kvmm.sim.config",
-    "TierLevel": "kvmm.sim.config",
+    "TierLevel": "kvmm.sim.levels",
     "PDConfig": "kvmm.sim.config",
     "GiB": "kvmm.sim.config",
     "SimResult": "kvmm.sim.results",
     "simulate": "kvmm.sim.simulator",
     "QueueGrowthWarning": "kvmm.sim.engine.instance",
     "ClusterConfig": "kvmm.sim.cluster_config",
-    "PooledStore": "kvmm.sim.pooled_store",
+    "PooledStore": "kvmm.sim.cluster_config",
     "Prices": "kvmm.sim.cost",
     "parse_prices": "kvmm.sim.cost",
     "cost_account": "kvmm.sim.cost",
@@ -43,5 +45,29 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.sim._sweep import sweep
+    from kvmm.sim.cluster_config import ClusterConfig, PooledStore
+    from kvmm.sim.config import GiB, PDConfig, SimConfig
+    from kvmm.sim.cost import CostAccount, Prices, cost_account, parse_prices
+    from kvmm.sim.engine.instance import QueueGrowthWarning
+    from kvmm.sim.latency import (
+        HARDWARE,
+        ConstantRate,
+        Fitted,
+        Hardware,
+        LatencyModel,
+        ModelArch,
+        Roofline,
+        fit_latency,
+    )
+    from kvmm.sim.levels import TierLevel
+    from kvmm.sim.load import offered_seconds
+    from kvmm.sim.models import MODELS, ModelSpec
+    from kvmm.sim.results import SimResult
+    from kvmm.sim.serving import Serving, resolve_serving
+    from kvmm.sim.simulator import simulate
+    from kvmm.sim.workload import Workload
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

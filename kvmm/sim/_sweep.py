@@ -10,8 +10,9 @@ in the order of ``configs``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from kvmm.errors import BadInputError
 from kvmm.sim.simulator import SimConfig, SimResult, simulate

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kvmm.allocators.token_table import TokenTable
+from kvmm.compress import scorers as S
 from kvmm.compress.eviction import evict_to_budget
 from kvmm.errors import OutOfBlocksError
 
@@ -38,8 +39,6 @@ def make_scorer(scorer: Any) -> Any:
     """A fresh scorer for one run: by name, or a deep copy of the given object."""
     if not isinstance(scorer, str):
         return copy.deepcopy(scorer)
-    from kvmm.compress import scorers as S
-
     return {"h2o": S.H2OScorer, "scissorhands": S.ScissorhandsScorer, "snapkv": S.SnapKVScorer,
             "streamingllm": S.StreamingLLMScorer, "random": S.RandomScorer}[scorer]()
 

@@ -1,4 +1,5 @@
-"""Configuration of the composed serving simulator: :class:`SimConfig`, :class:`TierLevel`.
+"""Configuration of the composed serving simulator: :class:`SimConfig`, :class:`PDConfig` (and
+:class:`~kvmm.sim.levels.TierLevel`, defined in :mod:`kvmm.sim.levels`, re-exported here).
 
 Everything here is plain, frozen, picklable data (so :func:`kvmm.sim.sweep` can ship configs to
 other processes).  Policies are given by registered name or as any object that satisfies the
@@ -15,79 +16,44 @@ object is deep-copied for every run, so one config can be simulated twice with t
 
 from __future__ import annotations
 
-import copy
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kvmm._validate import MAX_INSTANCES, MAX_INT64, MAX_UNITS, as_count, as_fraction, as_positive_float
+from kvmm.cluster.fabric import link_by_name
 from kvmm.errors import BadInputError
-from kvmm.protocols import EvictionPolicyBase
+from kvmm.protocols import TokenScorer
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.cost import Prices
+from kvmm.sim.latency.accelerators import Hardware
+from kvmm.sim.latency.arch import ModelArch
+from kvmm.sim.latency.step import LatencyModel
+from kvmm.sim.levels import (  # noqa: F401 (re-exported: TierLevel and its policy checks lived here)
+    ADMISSION_NAMES,
+    FILL_NAMES,
+    TierLevel,
+    as_tier_levels,
+    check_admission,
+    check_eviction,
+    check_name_or_protocol,
+    make_admission,
+    make_eviction,
+)
+from kvmm.sim.models import ModelSpec
+from kvmm.sim.serving import resolve_serving
 from kvmm.sim.workload import Workload
-from kvmm.tiers._base import resolve_spec
 from kvmm.tiers.spec import TierSpec, preset
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["SimConfig", "TierLevel", "PDConfig", "GiB", "ADMISSION_NAMES", "STAGING_NAMES", "SCORER_NAMES", "FILL_NAMES"]
 
 GiB = 1 << 30
 
-#: registered admission names (kvmm.policies.admission); "refill-filter" gets the tier's capacity in blocks
-ADMISSION_NAMES = ("write-all", "store-threshold", "selective", "refill-filter")
 #: staging policies the simulator runs (kvmm.policies.staging, plus the write-through LRU baseline)
 STAGING_NAMES = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
-#: how a lower level is written (TierLevel.fill)
-FILL_NAMES = ("write-through", "write-back")
 #: token scorers by name (kvmm.compress.scorers; built by kvmm.sim.compression.make_scorer)
 SCORER_NAMES = ("h2o", "scissorhands", "snapkv", "streamingllm", "random")
-
-
-@dataclass(frozen=True)
-class TierLevel:
-    """One lower tier of the hierarchy: a :class:`TierSpec` (or preset name) plus its policies.
-
-    ``eviction``: a name in :data:`kvmm.policies.EVICTION_POLICIES` (``"lru"``, ``"fifo"``,
-    ``"lfu"``, ``"arc"``, ``"clock"``, ``"s3fifo"``, ``"sieve"``, ``"2q"``, ``"lirs"``, ``"slru"``,
-    ``"wtinylfu"``: docs/eviction_orders.md) or any EvictionPolicy object; not ``"belady"`` (nor a BeladyPolicy), which
-    needs the tier's future reference stream (a BadInputError says so).  ``admission``: a name in
-    :data:`ADMISSION_NAMES` or any AdmissionPolicy object.  ``capacity_bytes`` resizes the spec.
-
-    ``fill``: how the level is written.  ``"write-through"`` (the default): every prefilled
-    request offers its blocks, the admission policy picks which are written.  ``"write-back"``:
-    nothing is written at prefill; blocks evicted from the level above (the GPU prefix cache
-    for the first level, the victims of the previous level otherwise) are demoted into it (the
-    admission policy picks among them), as LMCache's and SGLang HiCache's ``write_back`` do.
-    ``inclusive`` (write-back only): ``False`` makes the level exclusive: a block read from it
-    into the GPU leaves it (it lives in one level at a time).
-    """
-
-    spec: Any = "nvme"
-    eviction: Any = "lru"
-    admission: Any = "write-all"
-    capacity_bytes: int | None = None
-    fill: str = "write-through"
-    inclusive: bool = True
-
-    def __post_init__(self) -> None:
-        spec = resolve_spec(self.spec, self.capacity_bytes)
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "capacity_bytes", spec.capacity_bytes)
-        check_eviction(self.eviction)
-        check_admission(self.admission)
-        if self.fill not in FILL_NAMES:
-            raise BadInputError(f"unknown fill {self.fill!r}; expected one of {list(FILL_NAMES)}")
-        if not isinstance(self.inclusive, bool):
-            raise BadInputError(f"inclusive must be a bool, got {self.inclusive!r}")
-        if not self.inclusive and self.fill != "write-back":
-            raise BadInputError("an exclusive level (inclusive=False) needs fill='write-back': write-through "
-                                "writes every prefilled block to the level, which keeps it inclusive")
-
-    @property
-    def write_back(self) -> bool:
-        return self.fill == "write-back"
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
 
 @dataclass(frozen=True)
@@ -100,7 +66,7 @@ class PDConfig:
 
     prefill_instances: int = 1
     decode_instances: int = 1
-    link: Any = "rdma400"
+    link: str | TierSpec = "rdma400"
     layerwise_overlap: bool = True
 
     def __post_init__(self) -> None:
@@ -108,8 +74,6 @@ class PDConfig:
         as_count(self.decode_instances, "decode_instances", minimum=1, maximum=MAX_INSTANCES)
         link = self.link
         if isinstance(link, str):
-            from kvmm.cluster.fabric import link_by_name
-
             link = link_by_name(link)  # a link or a fabric preset name: --pd and --fabric share names
         if not isinstance(link, TierSpec):
             raise BadInputError(f"PDConfig.link must be a TierSpec or a link preset name, got {type(self.link).__name__}")
@@ -130,26 +94,27 @@ def _default_tiers() -> tuple:
 class SimConfig:
     """One simulation: workload, load, model, the memory hierarchy and the staging policy.
 
-    ``workload``: a bundled trace name (``"conversation"``, ``"synthetic"``), a Mooncake JSONL
-    path, a :class:`Workload` or a :class:`MooncakeTrace`.  ``load``: target utilisation, the
+    ``workload``: a bundled trace name (``"conversation"``, ``"synthetic"``), a trace file path (any
+    format :func:`kvmm.traces.load_trace` reads), a :class:`Workload` or a loaded
+    :class:`~kvmm.traces.KVTrace`.  ``load``: target utilisation, the
     arrivals are rescaled so that the offered work (see :func:`kvmm.sim.load.offered_seconds`)
     divided by the span of the arrivals equals it; ``None`` replays the trace's timestamps
     (times ``time_scale``).  Picklable.
     """
 
-    workload: Any = "conversation"
+    workload: str | os.PathLike | Workload | KVTrace = "conversation"
     max_requests: int | None = None  # replay only the first N requests
     load: float | None = 0.7  # target utilisation (None: trace timestamps x time_scale)
     time_scale: float = 1.0  # multiply inter-arrival times (only with load=None)
     # what serves (kvmm.sim.serving, docs/latency.md): a model name (kvmm.sim.latency.ModelArch.named),
     # a ModelArch or a ModelSpec (constant rates); the GPU (kvmm.sim.latency.HARDWARE); tensor parallelism
-    model: Any = "llama-3.1-8b"
-    hardware: Any = "H200"
+    model: str | ModelArch | ModelSpec = "llama-3.1-8b"
+    hardware: str | Hardware = "H200"
     tp: int = 1
     # the step clock: "roofline" | "constant" (the old rates) | "fitted" (fit_latency(latency_table)) |
     # any LatencyModel object; None: roofline, or constant for a ModelSpec
-    latency: Any = None
-    latency_table: Any = None  # with latency="fitted": a CSV of measured steps
+    latency: str | LatencyModel | None = None
+    latency_table: str | os.PathLike | None = None  # with latency="fitted": a CSV of measured steps
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     # the scheduler (vLLM V1): token budget per step and sequence cap (None: vLLM's defaults for the
@@ -164,7 +129,7 @@ class SimConfig:
     gpu_kv_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     gpu_prefix_cache: bool = True  # finished requests' blocks stay cached in the pool (vLLM prefix caching)
-    tiers: tuple = field(default_factory=_default_tiers)  # lower tiers, fastest first
+    tiers: Sequence[TierLevel | TierSpec | str] = field(default_factory=_default_tiers)  # lower tiers, fastest first
     fast_tier: TierSpec = field(default_factory=lambda: preset("cxl", 100 * GiB))  # protected staging tier
     policy: str = "timely"  # staging: see STAGING_NAMES
     stage_efficiency: float = 0.85  # achieved / nominal lower-tier bandwidth when staging
@@ -178,13 +143,13 @@ class SimConfig:
     recompute_fallback: bool = False  # recompute a hit whose staging would finish later than recomputing it
     high_priority_share: float = 0.0  # share of requests in the high-priority class (they jump the queue)
     priority_seed: int = 0  # seeds the draw of each request's class
-    pd: Any = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.engine.pd)
+    pd: PDConfig | None = None  # a PDConfig: prefill/decode disaggregation (kvmm.sim.engine.pd)
     token_budget: int | None = None  # decode-time token compression: live tokens kept per request
-    scorer: Any = "h2o"  # with token_budget: a scorer name (SCORER_NAMES) or TokenScorer object
+    scorer: str | TokenScorer = "h2o"  # with token_budget: a scorer name (SCORER_NAMES) or TokenScorer object
     repack_interval: int = 64  # with token_budget: decode tokens between compressions
     label: str = ""
-    cluster: Any = None  # a kvmm.cluster.ClusterConfig: routed instances, shared tiers, a fabric
-    prices: Any = None  # a kvmm.cluster.Prices for the cost account (None: the documented defaults)
+    cluster: ClusterConfig | None = None  # routed instances, shared tiers, a fabric (kvmm.sim.ClusterConfig)
+    prices: Prices | None = None  # the cost account's prices (kvmm.sim.Prices; None: the documented defaults)
 
     def __post_init__(self) -> None:
         if self.max_requests is not None:
@@ -205,8 +170,6 @@ class SimConfig:
         as_count(self.instances, "instances", minimum=1, maximum=MAX_INSTANCES)
         if self.gpu_kv_bytes is not None:
             as_count(self.gpu_kv_bytes, "gpu_kv_bytes", minimum=1, maximum=MAX_UNITS)
-        from kvmm.sim.serving import resolve_serving
-
         resolve_serving(self)  # every serving field checked together (names, weights that fit, ...)
         if not isinstance(self.gpu_prefix_cache, bool):
             raise BadInputError(f"gpu_prefix_cache must be a bool, got {self.gpu_prefix_cache!r}")
@@ -233,8 +196,6 @@ class SimConfig:
         check_scorer(self.scorer)
         as_count(self.repack_interval, "repack_interval", minimum=1, maximum=MAX_INT64)
         if self.cluster is not None:
-            from kvmm.sim.cluster_config import ClusterConfig
-
             if not isinstance(self.cluster, ClusterConfig):
                 raise BadInputError(f"cluster must be a kvmm.cluster.ClusterConfig or None, got {type(self.cluster).__name__}")
             if self.instances != 1:
@@ -250,87 +211,25 @@ class SimConfig:
                                         f"got {self.cluster.instances}")
                 if self.cluster.shared_tiers:
                     raise BadInputError("PD mode models no lower tiers; expected no shared_tiers with pd=")
+                if self.cluster.metrics_interval_s:
+                    raise BadInputError("PD mode routes on exact loads (no metrics scrape is modelled there); "
+                                        "expected metrics_interval_s=0 with pd=")
         if self.prices is not None:
-            from kvmm.sim.cost import Prices
-
             if not isinstance(self.prices, Prices):
                 raise BadInputError(f"prices must be a kvmm.cluster.Prices or None, got {type(self.prices).__name__}")
         if self.pd is not None and not isinstance(self.pd, PDConfig):
             raise BadInputError(f"pd must be a PDConfig or None, got {type(self.pd).__name__}")
-        if not isinstance(self.workload, (str, Workload, MooncakeTrace)) and not hasattr(self.workload, "__fspath__"):
-            raise BadInputError(f"workload must be a trace name, a path, a Workload or a MooncakeTrace, got {type(self.workload).__name__}")
+        if not isinstance(self.workload, (str, Workload, KVTrace)) and not hasattr(self.workload, "__fspath__"):
+            raise BadInputError(f"workload must be a trace name, a path, a Workload or a KVTrace, got "
+                                f"{type(self.workload).__name__}")
 
-    def with_(self, **changes) -> "SimConfig":
+    def with_(self, **changes) -> SimConfig:
         return replace(self, **changes)
 
 
-def as_tier_levels(value: Any, what: str) -> tuple:
-    """A TierLevel, or a sequence of TierLevels (or specs / preset names, each made a TierLevel), as a tuple."""
-    if isinstance(value, TierLevel):
-        return (value,)
-    try:
-        return tuple(t if isinstance(t, TierLevel) else TierLevel(t) for t in value)
-    except TypeError:
-        raise BadInputError(f"{what} must be a sequence of TierLevel, got {type(value).__name__}") from None
-
-
-# ---------------------------------------------------------------------- policy resolution
-def check_eviction(policy: Any) -> None:
-    """A registered eviction name (any case) or an object with the EvictionPolicy methods."""
-    from kvmm.policies.eviction import EVICTION_POLICIES
-
-    if (isinstance(policy, str) and policy.lower() == "belady") or (isinstance(policy, EvictionPolicyBase) and policy.offline):
-        raise BadInputError("eviction policy 'belady' needs the tier's own future reference stream, which a tier "
-                            "inside the simulator cannot know (it depends on the tiers above it and on admission); "
-                            "replay a trace with kvmm.policies.replay('belady', keys, capacity) or "
-                            "BeladyPolicy.from_trace(keys) instead")
-    check_name_or_protocol(policy.lower() if isinstance(policy, str) else policy, "eviction policy", EVICTION_POLICIES,
-                           ("on_insert", "on_access", "on_remove", "victims"), "EvictionPolicy")
-
-
-def check_admission(policy: Any) -> None:
-    """A registered admission name or an object with ``admit(request)``."""
-    check_name_or_protocol(policy, "admission policy", ADMISSION_NAMES, ("admit",), "AdmissionPolicy")
-
-
-def check_scorer(scorer: Any) -> None:
+# ---------------------------------------------------------------------- policy checks
+def check_scorer(scorer: object) -> None:
     """A registered scorer name or an object with ``observe`` and ``scores`` (the TokenScorer Protocol)."""
     check_name_or_protocol(scorer, "scorer", SCORER_NAMES, ("observe", "scores"), "TokenScorer")
 
 
-def check_name_or_protocol(value: Any, kind: str, names: Any, methods: tuple[str, ...], protocol: str) -> None:
-    """``value`` is one of the registered ``names`` or an object whose ``methods`` are callable
-    (the ``protocol``); else a :class:`BadInputError` saying which it is not."""
-    if isinstance(value, str):
-        if value not in names:
-            raise BadInputError(f"unknown {kind} {value!r}; expected one of {sorted(names)} or an object with "
-                                f"{', '.join(methods)}")
-        return
-    missing = [m for m in methods if not callable(getattr(value, m, None))]
-    if missing:
-        raise BadInputError(f"{kind} {type(value).__name__} lacks {missing}; expected a name or an object of the {protocol} Protocol "
-                            f"({', '.join(methods)})")
-
-
-def make_eviction(policy: Any) -> Any:
-    """A fresh policy for one run: by name, or a deep copy of the given object."""
-    if isinstance(policy, str):
-        from kvmm.policies.eviction import make_eviction_policy
-
-        return make_eviction_policy(policy)
-    return copy.deepcopy(policy)
-
-
-def make_admission(policy: Any, capacity_blocks: int) -> Any:
-    """A fresh admission policy for one run (``refill-filter`` sized to the tier in blocks)."""
-    if not isinstance(policy, str):
-        return copy.deepcopy(policy)
-    from kvmm.policies import admission as A
-
-    if policy == "write-all":
-        return A.WriteAll()
-    if policy == "store-threshold":
-        return A.StoreThreshold()
-    if policy == "selective":
-        return A.SelectiveWriteThrough()
-    return A.RefillFilter(capacity_blocks=capacity_blocks)

@@ -20,7 +20,6 @@ file names only what it changes) and an unknown one is a one-line :class:`BadInp
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 from dataclasses import MISSING, fields
@@ -30,7 +29,22 @@ from typing import Any
 import numpy as np
 
 from kvmm._validate import as_index_array, short_repr, strict_json
+from kvmm.cluster.event_stream import EventStream
+from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 from kvmm.errors import BadInputError
+from kvmm.sim.cluster_config import ClusterConfig, PooledStore
+from kvmm.sim.config import PDConfig, SimConfig
+from kvmm.sim.cost import Prices
+from kvmm.sim.latency.accelerators import Hardware
+from kvmm.sim.latency.arch import ModelArch
+from kvmm.sim.latency.fitted import Fitted
+from kvmm.sim.latency.roofline import Roofline
+from kvmm.sim.latency.step import ConstantRate
+from kvmm.sim.levels import TierLevel
+from kvmm.sim.models import MODELS, ModelSpec
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import LINK_PRESETS, PRESETS, TierSpec, preset
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["config_to_json", "config_from_json", "save_config", "load_config", "FORMAT", "VERSION"]
 
@@ -44,7 +58,6 @@ MAX_CONFIG_BYTES = 1 << 30
 def config_to_json(cfg) -> dict:
     """The config as a JSON-ready dict (``json.dumps`` writes it).  Runtime complexity: O(size of
     the config; an inline trace's arrays)."""
-    from kvmm.sim.config import SimConfig
 
     if not isinstance(cfg, SimConfig):
         raise BadInputError(f"config_to_json takes a SimConfig, got {type(cfg).__name__}")
@@ -59,7 +72,6 @@ def config_to_json(cfg) -> dict:
 def config_from_json(data: dict):
     """The :class:`SimConfig` a :func:`config_to_json` dict (or a hand-written subset) describes.
     Runtime complexity: O(size of the dict)."""
-    from kvmm.sim.config import SimConfig
 
     if not isinstance(data, dict):
         raise BadInputError(f"a SimConfig JSON must be an object, got {type(data).__name__}")
@@ -115,8 +127,6 @@ def _name_only(value: Any, what: str) -> str:
 
 
 def _spec(spec, what: str) -> dict:
-    from kvmm.tiers.spec import PRESETS
-
     if spec.name in PRESETS and PRESETS[spec.name].with_capacity(spec.capacity_bytes) == spec:
         return {"preset": spec.name, "capacity_bytes": spec.capacity_bytes}
     return {f.name: _scalar(getattr(spec, f.name), f"{what}.{f.name}") for f in fields(spec)}
@@ -140,9 +150,6 @@ def _levels(levels, what: str) -> list:
 
 
 def _workload(value, what: str) -> dict:
-    from kvmm.sim.workload import Workload
-    from kvmm.traces.trace import KVTrace
-
     if isinstance(value, str):
         return {"trace": value}
     if isinstance(value, Workload):
@@ -157,9 +164,6 @@ def _workload(value, what: str) -> dict:
 
 
 def _model(value, what: str) -> Any:
-    from kvmm.sim.latency import ModelArch
-    from kvmm.sim.models import MODELS
-
     if isinstance(value, str):
         return value
     if isinstance(value, ModelArch):
@@ -191,7 +195,6 @@ def _hardware(value, what: str) -> Any:
 def _latency(value, what: str) -> Any:
     """A latency model: its name, or the built-in object's parameters (a user's own object has
     no JSON form)."""
-    from kvmm.sim.latency import ConstantRate, Fitted, Roofline
 
     if value is None or isinstance(value, str):
         return value
@@ -211,8 +214,6 @@ def _latency(value, what: str) -> Any:
 def _pd(value, what: str) -> Any:
     if value is None:
         return None
-    from kvmm.tiers.spec import LINK_PRESETS
-
     return {"prefill_instances": value.prefill_instances, "decode_instances": value.decode_instances,
             "link": _named(value.link, LINK_PRESETS, f"{what}.link"), "layerwise_overlap": value.layerwise_overlap}
 
@@ -220,8 +221,6 @@ def _pd(value, what: str) -> Any:
 def _cluster(value, what: str) -> Any:
     if value is None:
         return None
-    from kvmm.cluster.fabric import FABRIC_PRESETS
-
     return {"instances": value.instances, "router": _name_only(value.router, f"{what}.router"),
             "router_params": {k: _scalar(v, f"{what}.router_params[{k!r}]") for k, v in value.router_params},
             "shared_tiers": _levels(value.shared_tiers, f"{what}.shared_tiers"),
@@ -229,7 +228,8 @@ def _cluster(value, what: str) -> Any:
             "index": value.index, "index_max_entries": value.index_max_entries,
             "index_max_holders": value.index_max_holders,
             "events": None if value.events is None else dataclasses.asdict(value.events),
-            "store": [None if s is None else dataclasses.asdict(s) for s in value.store]}
+            "store": [None if s is None else dataclasses.asdict(s) for s in value.store],
+            "metrics_interval_s": value.metrics_interval_s}
 
 
 def _prices(value, what: str) -> Any:
@@ -260,8 +260,6 @@ def _check_keys(data: Any, allowed, what: str) -> None:
 
 
 def _spec_from(data: Any, what: str):
-    from kvmm.tiers.spec import TierSpec, preset
-
     if isinstance(data, dict) and "preset" in data:
         _check_keys(data, ("preset", "capacity_bytes"), what)
         capacity = data.get("capacity_bytes")
@@ -281,8 +279,6 @@ def _named_from(data: Any, presets: dict, cls, what: str):
 
 
 def _level_from(data: Any, what: str):
-    from kvmm.sim.config import TierLevel
-
     _check_keys(data, ("spec", "eviction", "admission", "fill", "inclusive"), what)
     data = dict(data)
     spec = _spec_from(data.pop("spec", {"preset": "nvme"}), f"{what}.spec")
@@ -296,9 +292,6 @@ def _levels_from(data: Any, what: str) -> tuple:
 
 
 def _workload_from(data: Any, what: str):
-    from kvmm.sim.workload import Workload
-    from kvmm.traces.trace import KVTrace
-
     _check_keys(data, ("trace", "path", "generated", "inline"), what)
     if len(data) != 1:
         raise BadInputError(f"{what}: expected exactly one of trace, path, generated, inline")
@@ -350,8 +343,6 @@ def _column_from(data: Any, what: str) -> np.ndarray:
 
 
 def _model_from(data: Any, what: str):
-    from kvmm.sim.models import MODELS, ModelSpec
-
     if isinstance(data, dict) and "arch" in data:
         _check_keys(data, ("arch",), what)
         return _arch_from(data["arch"], f"{what}.arch")
@@ -359,8 +350,6 @@ def _model_from(data: Any, what: str):
 
 
 def _arch_from(data: Any, what: str):
-    from kvmm.sim.latency import ModelArch
-
     if not isinstance(data, dict):
         raise BadInputError(f"{what} must be an object of ModelArch fields, got {type(data).__name__}")
     _check_keys(data, [f.name for f in fields(ModelArch)], what)
@@ -371,8 +360,6 @@ def _arch_from(data: Any, what: str):
 
 
 def _hardware_from(data: Any, what: str):
-    from kvmm.sim.latency import Hardware
-
     if isinstance(data, str):
         return data
     if not isinstance(data, dict):
@@ -387,8 +374,6 @@ def _hardware_from(data: Any, what: str):
 
 
 def _latency_from(data: Any, what: str):
-    from kvmm.sim.latency import ConstantRate, Fitted, Roofline
-
     if data is None or isinstance(data, str):
         return data
     if not isinstance(data, dict) or len(data) != 1 or next(iter(data)) not in ("fitted", "constant", "roofline"):
@@ -411,19 +396,10 @@ def _latency_from(data: Any, what: str):
 
 
 def _pd_from(data: Any, what: str):
-    from kvmm.sim.config import PDConfig
-    from kvmm.tiers.spec import LINK_PRESETS, TierSpec
-
     return _fields_from(data, PDConfig, what, link=lambda d, w: _named_from(d, LINK_PRESETS, TierSpec, w))
 
 
 def _cluster_from(data: Any, what: str):
-    from kvmm.sim.cluster_config import ClusterConfig
-    from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
-
-    from kvmm.cluster.event_stream import EventStream
-    from kvmm.sim.pooled_store import PooledStore
-
     def stores(d, w):
         if not isinstance(d, list):
             raise BadInputError(f"{w}: expected a list with a PooledStore's fields (or null) per shared level")
@@ -435,8 +411,6 @@ def _cluster_from(data: Any, what: str):
 
 
 def _prices_from(data: Any, what: str):
-    from kvmm.sim.cost import Prices
-
     return _fields_from(data, Prices, what)
 
 

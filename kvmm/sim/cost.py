@@ -19,8 +19,8 @@ Prices come from the specs (``TierSpec.usd_per_gib_hour`` / ``usd_per_hour``,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
 
 from kvmm._validate import MAX_INT64, as_count, as_positive_float
 from kvmm.errors import BadInputError, DTypeError

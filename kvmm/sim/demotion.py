@@ -10,7 +10,8 @@ is needed by a plain write-through hierarchy, which uses the unlogged
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 

@@ -1,7 +1,8 @@
 """One serving instance's KV memory, composed from kvmm's own structures.
 
 * **GPU pool**: a :class:`~kvmm.allocators.BlockAllocator` of the trace's blocks (Mooncake traces
-  hash 512-token blocks; other formats carry their own ``block_tokens``), ``gpu_kv_bytes // (512 x KV bytes per token)`` of them.  A
+  hash 512-token blocks; other formats carry their own ``block_tokens``),
+  ``gpu_kv_bytes // (512 x KV bytes per token)`` of them.  A
   scheduled request takes its blocks with ``admit`` (prefix hits touched, the rest allocated
   and keyed); a finished one frees them last-first into the prefix cache (vLLM semantics).
 * **Lower tiers**: one :class:`~kvmm.tiers.ManagedTier` per :class:`TierLevel`, a
@@ -23,8 +24,9 @@ import numpy as np
 from kvmm.allocators.block_allocator import BlockAllocator
 from kvmm.errors import BadInputError, OutOfBlocksError
 from kvmm.policies.admission import AdmissionRequest, WriteAll, admission_mask
-from kvmm.sim.config import SimConfig, make_admission, make_eviction
+from kvmm.sim.config import SimConfig
 from kvmm.sim.demotion import GpuKeyMirror, LoggedSimulatedTier
+from kvmm.sim.levels import make_admission, make_eviction
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
 

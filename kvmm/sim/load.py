@@ -25,12 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 from kvmm.sim.engine.clock import ConstantClock, make_clock
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["offered_seconds", "decode_seconds", "arrival_times", "new_tokens", "reference_batch"]
 
 
-def offered_seconds(trace: MooncakeTrace, serving, *, recompute_all: bool = False) -> float:
+def offered_seconds(trace: KVTrace, serving, *, recompute_all: bool = False) -> float:
     """GPU seconds of work the trace offers (see the module docstring).  ``recompute_all``: every
     prompt token computed, none reused (the work with no cache at all).  O(blocks log blocks +
     requests) (one prefill time per request with a non-constant model)."""
@@ -46,7 +46,7 @@ def offered_seconds(trace: MooncakeTrace, serving, *, recompute_all: bool = Fals
     return prefill + decode_seconds(trace, serving)
 
 
-def new_tokens(trace: MooncakeTrace) -> np.ndarray:
+def new_tokens(trace: KVTrace) -> np.ndarray:
     """Per request: prompt tokens in blocks not seen earlier in the trace (at most its prompt)."""
     n = trace.num_requests
     ids = trace.block_ids
@@ -59,7 +59,7 @@ def new_tokens(trace: MooncakeTrace) -> np.ndarray:
     return np.minimum(new_blocks * int(trace.block_tokens), np.maximum(trace.input_length, 1))
 
 
-def reference_batch(trace: MooncakeTrace, serving) -> tuple[int, int]:
+def reference_batch(trace: KVTrace, serving) -> tuple[int, int]:
     """``(sequences, mean context)`` of the decode batch the offered work is priced at: the
     sequences the GPU KV pool holds at the trace's mean context, within ``[1, max_num_seqs]``."""
     inp = np.maximum(trace.input_length, 1)
@@ -69,7 +69,7 @@ def reference_batch(trace: MooncakeTrace, serving) -> tuple[int, int]:
     return int(min(max(pool_tokens // max(context, 1), 1), serving.max_num_seqs)), context
 
 
-def decode_seconds(trace: MooncakeTrace, serving) -> float:
+def decode_seconds(trace: KVTrace, serving) -> float:
     """The decode part of :func:`offered_seconds`: every output token at the per-sequence cost
     of a decode step at the reference batch.  O(requests)."""
     clock = make_clock(serving.latency)
@@ -85,7 +85,7 @@ def decode_seconds(trace: MooncakeTrace, serving) -> float:
     return outputs * per_token
 
 
-def arrival_times(trace: MooncakeTrace, serving, cfg) -> np.ndarray:
+def arrival_times(trace: KVTrace, serving, cfg) -> np.ndarray:
     """Arrival seconds from 0: the trace's timestamps, rescaled to ``cfg.load`` (or x ``time_scale``)."""
     t = trace.timestamp_ms.astype(np.float64) / 1000.0
     t = t - t[0] if t.size else t

@@ -54,12 +54,13 @@ class ModelSpec:
         as_count(self.max_batch, "max_batch", minimum=1)
         as_count(self.max_prefill_tokens, "max_prefill_tokens", minimum=1)
         as_count(self.layers, "layers", minimum=1)
-        object.__setattr__(self, "gpu_usd_per_hour", as_positive_float(self.gpu_usd_per_hour, "gpu_usd_per_hour", allow_zero=True))
+        object.__setattr__(self, "gpu_usd_per_hour",
+                           as_positive_float(self.gpu_usd_per_hour, "gpu_usd_per_hour", allow_zero=True))
 
     def decode_step_seconds(self, batch: int) -> float:
         return (1.0 + self.decode_batch_cost * (batch - 1)) / self.decode_tokens_per_s
 
-    def with_(self, **changes) -> "ModelSpec":
+    def with_(self, **changes) -> ModelSpec:
         return replace(self, **changes)
 
 

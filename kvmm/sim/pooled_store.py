@@ -38,67 +38,19 @@ shared pool: the same ManagedTier calls in the same order, so the same results b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from kvmm._validate import MAX_INSTANCES, as_count, as_positive_float
 from kvmm.errors import BadInputError
 from kvmm.policies.admission import WriteAll
-from kvmm.sim.config import TierLevel, make_eviction
+from kvmm.sim.cluster_config import PooledStore, as_stores  # noqa: F401 (re-exported: they lived here)
 from kvmm.sim.demotion import LoggedSimulatedTier
+from kvmm.sim.levels import TierLevel, make_eviction
 from kvmm.tiers.managed import ManagedTier, _key_list
 
 __all__ = ["PooledStore", "SegmentedStore", "as_stores"]
-
-
-@dataclass(frozen=True)
-class PooledStore:
-    """How a shared level is laid out (see the module docstring).  ``segments``: equal segments
-    on the instances' nodes (``None``: one per instance; 1: one pool no instance hosts);
-    ``replicas``: most copies of a block read from several instances; ``watermark`` and
-    ``evict_fraction``: a segment evicts past ``watermark`` of its capacity, down to
-    ``watermark - evict_fraction``."""
-
-    segments: int | None = 1
-    replicas: int = 1
-    watermark: float = 1.0
-    evict_fraction: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.segments is not None:
-            as_count(self.segments, "segments", minimum=1, maximum=MAX_INSTANCES)
-        as_count(self.replicas, "replicas", minimum=1, maximum=MAX_INSTANCES)
-        mark = as_positive_float(self.watermark, "watermark")
-        frac = as_positive_float(self.evict_fraction, "evict_fraction", allow_zero=True)
-        if not 0.0 < mark <= 1.0 or not frac < mark:
-            raise BadInputError(f"watermark must be in (0, 1] and evict_fraction in [0, watermark), got watermark="
-                                f"{self.watermark!r}, evict_fraction={self.evict_fraction!r}")
-        object.__setattr__(self, "watermark", mark)
-        object.__setattr__(self, "evict_fraction", frac)
-
-    @classmethod
-    def mooncake(cls, replicas: int = 1) -> "PooledStore":
-        """Mooncake Store's defaults: a segment per instance, eviction at 90 % down by 5 %."""
-        return cls(segments=None, replicas=replicas, watermark=0.9, evict_fraction=0.05)
-
-
-def as_stores(store: Any, levels: int, instances: int) -> tuple:
-    """``ClusterConfig.store`` as one ``PooledStore`` or ``None`` per shared level (``()``: plain
-    pools everywhere, what ``None`` becomes, so ``dataclasses.replace`` works)."""
-    if store is None or (isinstance(store, tuple) and not store):
-        return ()
-    items = (store,) * levels if isinstance(store, PooledStore) else store
-    if not isinstance(items, (tuple, list)) or len(items) != levels or \
-            not all(s is None or isinstance(s, PooledStore) for s in items):
-        raise BadInputError(f"store must be a PooledStore (for every shared level) or a tuple with a PooledStore or "
-                            f"None per shared level ({levels}), got {store!r:.120}")
-    for s in items:
-        if s is not None and s.segments is not None and s.segments > instances:
-            raise BadInputError(f"store has {s.segments} segments but the cluster {instances} instances; expected at "
-                                "most one segment per instance (segments=None: one each)")
-    return tuple(items)
 
 
 class SegmentedStore:
@@ -122,10 +74,10 @@ class SegmentedStore:
         """The segment on ``instance``'s node (-1: a one-segment pool is on no instance's node)."""
         return instance * self.num_segments // self.instances if self.num_segments > 1 else -1
 
-    def view(self, instance: int) -> "SegmentView":
+    def view(self, instance: int) -> SegmentView:
         return SegmentView(self, instance)
 
-    def local_view(self, instance: int) -> "LocalSegmentView":
+    def local_view(self, instance: int) -> LocalSegmentView:
         return LocalSegmentView(self, instance)
 
     def _sync(self, s: int, sink: list | None) -> bool:

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SimResult", "collect", "latency_metrics", "staging_wait_metrics", "run_policies"]
+from kvmm.traces.trace import KVTrace
+
+__all__ = ["SimResult", "collect", "latency_metrics", "staging_wait_metrics", "run_policies", "prompt_tokens"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,11 @@ class SimResult:
 
 def _plain(value: Any) -> Any:
     return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+def prompt_tokens(trace: KVTrace) -> float:
+    """The trace's prompt tokens (each request at least one): the base of the hit-token shares."""
+    return float(np.maximum(trace.input_length, 1).sum())
 
 
 def collect(cfg, serving, instances: list, tables: list, arrival: np.ndarray, end: float, prompt_tokens: float) -> SimResult:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvmm.errors import BadInputError
+from kvmm.sim import latency as L  # a lazy package: each name loads its module on first use
 from kvmm.sim.models import H200_USD_PER_GPU_HOUR, MODELS, ModelSpec
 
 __all__ = ["Serving", "resolve_serving", "LEGACY_GPU_KV_BYTES", "LATENCY_NAMES"]
@@ -81,8 +82,6 @@ def resolve_serving(cfg) -> Serving:
     """The :class:`Serving` of ``cfg`` (a SimConfig).  Raises BadInputError naming the field
     when the combination cannot be served (e.g. roofline without an architecture, weights
     larger than the GPUs)."""
-    from kvmm.sim import latency as L
-
     model = cfg.model
     spec = model if isinstance(model, ModelSpec) else None
     arch = None
@@ -118,8 +117,6 @@ def resolve_serving(cfg) -> Serving:
 
 
 def _latency(cfg, spec, arch, hardware, name) -> tuple[str, Any]:
-    from kvmm.sim import latency as L
-
     latency = cfg.latency
     if latency is None:
         latency = "constant" if spec is not None else "roofline"

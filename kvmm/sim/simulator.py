@@ -11,23 +11,27 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from kvmm.errors import BadInputError, RunWarning
 from kvmm.policies.staging.ledger import CommitmentLedger
 from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel
+from kvmm.sim.cost import Prices, cost_account
+from kvmm.sim.engine.cluster import simulate_cluster
 from kvmm.sim.engine.instance import Instance, QueueGrowthWarning
+from kvmm.sim.engine.pd import simulate_pd
 from kvmm.sim.engine.requests import RequestTable
 from kvmm.sim.load import arrival_times
-from kvmm.sim.results import SimResult, collect, latency_metrics, staging_wait_metrics  # noqa: F401 (re-exported)
+from kvmm.sim.results import SimResult, collect, latency_metrics, prompt_tokens, staging_wait_metrics  # noqa: F401 (re-exported)
 from kvmm.sim.serving import resolve_serving
 from kvmm.sim.workload import Workload
 from kvmm.traces.formats import load_trace
-from kvmm.traces.mooncake import MooncakeTrace, resolve_trace_path
-from kvmm.traces.trace import NO_REQUESTS
+from kvmm.traces.mooncake import resolve_trace_path
+from kvmm.traces.trace import NO_REQUESTS, KVTrace
 
 __all__ = ["SimConfig", "SimResult", "TierLevel", "PDConfig", "simulate", "GiB", "QueueGrowthWarning"]
 
@@ -49,12 +53,8 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     arrival = arrival_times(trace, serving, config)
     factory = ledger_factory or CommitmentLedger
     if config.pd is not None:
-        from kvmm.sim.engine.pd import simulate_pd
-
         return warned(config, priced(config, serving, trace, simulate_pd(config, serving, trace, arrival, progress)))
     if config.cluster is not None:
-        from kvmm.sim.engine.cluster import simulate_cluster
-
         return warned(config, priced(config, serving, trace,
                                      simulate_cluster(config, serving, trace, arrival, factory, progress, engine_hook)))
     instances, tables, end = [], [], 0.0
@@ -114,19 +114,11 @@ def _ids(ids: list[int]) -> str:
     return ", ".join(map(str, ids[:8])) + (f", ... ({len(ids)} in all)" if len(ids) > 8 else "")
 
 
-def prompt_tokens(trace: MooncakeTrace) -> float:
-    """The trace's prompt tokens (each request at least one): the base of the hit-token shares."""
-    return float(np.maximum(trace.input_length, 1).sum())
-
-
-def priced(cfg: SimConfig, serving: Any, trace: MooncakeTrace, result: SimResult) -> SimResult:
+def priced(cfg: SimConfig, serving: Any, trace: KVTrace, result: SimResult) -> SimResult:
     """``result`` with its cost account (:func:`kvmm.sim.cost.cost_account`): every GPU (``tp``
     per instance) for the run's duration; each instance's protected staging tier and private lower tiers, and each
     shared tier once, priced as provisioned (their full capacity, for the whole run); the bill
     split between input and output tokens by the GPU-busy time of prefill and decode."""
-
-    from kvmm.sim.cost import cost_account
-
     instances = cfg.pd.instances if cfg.pd is not None else result.instances
     gpus = instances * serving.gpus
     shared = cfg.cluster.shared_tiers if cfg.cluster is not None else ()
@@ -148,8 +140,6 @@ def priced(cfg: SimConfig, serving: Any, trace: MooncakeTrace, result: SimResult
 def _distinct_names(tiers: list, prices: Any) -> list:
     """Tiers of one name priced apart (a private and a shared "dram"): later ones get ``#2``, ...
     with the price the name would have had (an override in ``prices`` included)."""
-    from kvmm.sim.cost import Prices
-
     prices = prices or Prices()
     seen: dict[str, int] = {}
     out = []
@@ -162,11 +152,11 @@ def _distinct_names(tiers: list, prices: Any) -> list:
     return out
 
 
-def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
+def resolve_trace(workload: Any, max_requests: int | None) -> KVTrace:
     """The workload as a trace (first ``max_requests`` requests)."""
     if isinstance(workload, Workload):
         trace = workload.trace()
-    elif isinstance(workload, MooncakeTrace):
+    elif isinstance(workload, KVTrace):
         trace = workload
     else:  # a bundled name or a file of any format load_trace reads; it says clearly when it is neither
         trace = _load_cached(workload)
@@ -177,7 +167,7 @@ def resolve_trace(workload: Any, max_requests: int | None) -> MooncakeTrace:
     return trace
 
 
-def _load_cached(workload: Any) -> MooncakeTrace:
+def _load_cached(workload: Any) -> KVTrace:
     """``load_trace(workload)``, parsed once per process: sweeps and repeated runs replay the same
     file many times, and parsing it (~70 ms for the 12k-request conversation trace) would cost
     as much as a tenth of a replay.  The cached trace's arrays are read-only, so no run can
@@ -203,14 +193,14 @@ _TRACE_CACHE: OrderedDict = OrderedDict()
 _TRACE_CACHE_SIZE = 4
 
 
-def subset(trace: MooncakeTrace, idx: np.ndarray) -> MooncakeTrace:
+def subset(trace: KVTrace, idx: np.ndarray) -> KVTrace:
     """The requests ``idx`` of ``trace`` (in that order) as a trace of their own."""
     lengths = np.diff(trace.block_offsets)[idx]
     offsets = np.zeros(idx.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     starts = trace.block_offsets[idx]
     take = (np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))) if idx.size else np.zeros(0, np.int64)
-    return MooncakeTrace(
+    return KVTrace(
         name=f"{trace.name}[subset]", timestamp_ms=trace.timestamp_ms[idx], input_length=trace.input_length[idx],
         output_length=trace.output_length[idx], block_offsets=offsets, block_ids=trace.block_ids[take],
         bad_lines=trace.bad_lines, block_tokens=int(trace.block_tokens))

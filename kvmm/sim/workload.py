@@ -16,7 +16,7 @@ import numpy as np
 
 from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.traces.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.trace import MOONCAKE_BLOCK_TOKENS, KVTrace
 
 __all__ = ["Workload"]
 
@@ -54,8 +54,8 @@ class Workload:
     def name(self) -> str:
         return f"shared-prefix(r={self.prefix_ratio:g}, n={self.num_requests}, seed={self.seed})"
 
-    def trace(self) -> MooncakeTrace:
-        """The workload as a :class:`MooncakeTrace` (512-token blocks, prefix-chained ids).
+    def trace(self) -> KVTrace:
+        """The workload as a :class:`~kvmm.traces.KVTrace` (512-token blocks, prefix-chained ids).
 
         Runtime complexity: O(requests + blocks).
         """
@@ -92,7 +92,7 @@ class Workload:
             ids.append(np.arange(next_id, next_id + n_suffix_blocks, dtype=np.int64))
             next_id += n_suffix_blocks
             offsets.append(offsets[-1] + ctx.shape[0] + n_suffix_blocks)
-        return MooncakeTrace(
+        return KVTrace(
             name=self.name, timestamp_ms=ts, input_length=in_len, output_length=out_len,
             block_offsets=np.asarray(offsets, dtype=np.int64),
             block_ids=np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),

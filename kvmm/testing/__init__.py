@@ -27,6 +27,8 @@ pytest and hypothesis are imported only when one of these names is first used, s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 #: public name -> submodule of kvmm.testing that defines it (loaded on first use).
@@ -54,6 +56,35 @@ _SUBMODULES = {"strategies", "plugin", "benchmarks", "models", "tiers", "evictio
                "token_table_machine", "ledger_machine"}
 
 __all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.testing import (
+        admission_contract,
+        allocator_machine,
+        benchmarks,
+        eviction_contract,
+        ledger_machine,
+        models,
+        plugin,
+        router_contract,
+        scorer_contract,
+        staging_contract,
+        strategies,
+        tier_contract,
+        tiers,
+        token_table_machine,
+    )
+    from kvmm.testing.admission_contract import AdmissionPolicyContract
+    from kvmm.testing.allocator_machine import BlockAllocatorMachine
+    from kvmm.testing.benchmarks import PolicyBenchmarkResult, replay_policy
+    from kvmm.testing.eviction_contract import EvictionPolicyContract, EvictionPolicyMachine, ManagedTierMachine
+    from kvmm.testing.ledger_machine import CommitmentLedgerMachine
+    from kvmm.testing.router_contract import RouterContract
+    from kvmm.testing.scorer_contract import TokenScorerContract
+    from kvmm.testing.staging_contract import StagingPolicyContract
+    from kvmm.testing.tier_contract import TierBackendContract, TierMachine
+    from kvmm.testing.tiers import LOCAL_TIER_KINDS, TIER_KINDS, TierKind
+    from kvmm.testing.token_table_machine import TokenTableMachine
 
 __getattr__, __dir__ = lazy_exports(__name__, {name: f"kvmm.testing.{module}" for name, module in _EXPORTS.items()},
                                     globals(), frozenset(_SUBMODULES))

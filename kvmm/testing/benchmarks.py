@@ -10,9 +10,10 @@ under pytest-benchmark; these functions work without pytest too::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kvmm._policy_hooks import PolicyHooks
 from kvmm._validate import as_count

@@ -21,7 +21,15 @@ from kvmm._policy_hooks import PolicyHooks
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.protocols import EvictionPolicy, EvictionPolicyBase
 from kvmm.testing.strategies import tier_values
-from kvmm.testing.tiers import LOCAL_TIER_KINDS, TierContext, check_managed, sample_values, snapshot, value, victim_order
+from kvmm.testing.tiers import (
+    LOCAL_TIER_KINDS,
+    TierContext,
+    check_managed,
+    sample_values,
+    snapshot,
+    value,
+    victim_order,
+)
 
 __all__ = ["EvictionPolicyContract", "EvictionPolicyMachine", "ManagedTierMachine"]
 
@@ -151,9 +159,9 @@ class EvictionPolicyContract:
         before = victim_order(policy, 2)
         sized_victims = isinstance(policy, EvictionPolicyBase)  # its victims take incoming_size
         for bad, error in ((-1, BadInputError), (2.5, DTypeError), (True, DTypeError), ("3", DTypeError)):
-            calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]
+            calls = [lambda: policy.on_insert("c", bad), lambda: policy.on_access("a", bad)]  # noqa: B023 (called at once, inside the loop)
             if sized_victims:
-                calls.append(lambda: policy.victims(1, incoming="c", incoming_size=bad))
+                calls.append(lambda: policy.victims(1, incoming="c", incoming_size=bad))  # noqa: B023 (called at once, inside the loop)
             for call in calls:
                 if self.raises_kvmm_errors:
                     with pytest.raises(error, match="size"):

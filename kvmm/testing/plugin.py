@@ -8,7 +8,7 @@ imports nothing heavy until a fixture is used.
   benchmarks from rotting in a normal test run).  The option also sets ``KVMM_BENCH_SCALE``
   for the run, so kvmm's own ``bench/`` (which reads the variable) follows it.
 * ``kvmm_bench_scale``: that value.  ``kvmm_trace``: a function, bundled name or path ->
-  :class:`~kvmm.traces.MooncakeTrace` (cached); ``kvmm_conversation_trace`` and
+  :class:`~kvmm.traces.KVTrace` (cached); ``kvmm_conversation_trace`` and
   ``kvmm_synthetic_trace``: the two bundled Mooncake traces.
 * ``kvmm_policy_benchmark(policy_factory, trace="conversation", capacity=4000)``: a test that
   uses it runs twice, ``[policy]`` timing your policy and ``[lru]`` timing ``LRUPolicy`` on the
@@ -21,7 +21,8 @@ imports nothing heavy until a fixture is used.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

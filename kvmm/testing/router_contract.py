@@ -55,34 +55,47 @@ class FakeBlockIndex:
 def route_steps(draw: Any, num_instances: int, max_steps: int = 25, block_alphabet: int = 8) -> list:
     """A list of routing steps for ``num_instances``: each a dict with ``blocks`` (a short list
     of small block ids, often sharing prefixes), ``session`` (-1 or 0..3), ``queue``,
-    ``running`` (small counts), ``kv`` (fractions) and ``store`` (an ``(instance, keys,
-    medium)`` the index learns before the step, or None)."""
+    ``running`` (small counts), ``kv`` (fractions), ``prefill`` (queued prompt tokens, often
+    equal), ``held`` (KV blocks of running and queued requests) and ``store`` (an ``(instance,
+    keys, medium)`` the index learns before the step, or None)."""
     n = num_instances
     counts = st.lists(st.integers(0, 6), min_size=n, max_size=n)
+    tokens = st.lists(st.sampled_from([0, 16, 40, 64, 100, 300]), min_size=n, max_size=n)
+    blocks_held = st.lists(st.integers(0, 12), min_size=n, max_size=n)
     step = st.fixed_dictionaries({
         "blocks": st.lists(st.integers(0, block_alphabet - 1), max_size=6),
         "session": st.integers(-1, 3),
         "queue": counts,
         "running": counts,
         "kv": st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=n, max_size=n),
+        "prefill": tokens,
+        "held": blocks_held,
         "store": st.none() | st.tuples(st.integers(0, n - 1), st.lists(st.integers(0, block_alphabet - 1), max_size=5),
                                        st.sampled_from(["GPU", "CPU"])),
     })
     return draw(st.lists(step, min_size=1, max_size=max_steps))
 
 
+#: tokens per KV block of the generated views and requests
+BLOCK_TOKENS = 16
+
+
 def build_step(step: dict, number: int, index: FakeBlockIndex | None, num_instances: int) -> tuple:
-    """The (RouteRequest, ClusterView) of one generated step; the index learns ``store`` first."""
+    """The (RouteRequest, ClusterView) of one generated step; the index learns ``store`` first.
+    A step without ``prefill`` / ``held`` (written before they existed) leaves those at zero."""
     from kvmm.cluster.view import ClusterView, RouteRequest
 
     if index is not None and step["store"] is not None:
         instance, keys, medium = step["store"]
         index.store(instance, keys, medium)
     request = RouteRequest(number, float(number), np.array(step["blocks"], dtype=np.int64),
-                           16 * len(step["blocks"]) + 1, 8, step["session"])
-    view = ClusterView(num_instances, queue_lengths=np.array(step["queue"], dtype=np.int64),
-                       running=np.array(step["running"], dtype=np.int64),
-                       kv_utilisation=np.array(step["kv"], dtype=np.float64), index=index, now=float(number))
+                           BLOCK_TOKENS * len(step["blocks"]) + 1, 8, step["session"])
+    queue = np.array(step["queue"], dtype=np.int64)
+    held = np.array(step.get("held", [0] * num_instances), dtype=np.int64)
+    view = ClusterView(num_instances, queue_lengths=queue, running=np.array(step["running"], dtype=np.int64),
+                       kv_utilisation=np.array(step["kv"], dtype=np.float64), index=index, now=float(number),
+                       waiting=queue.copy(), prefill_tokens=np.array(step.get("prefill", [0] * num_instances), dtype=np.int64),
+                       running_blocks=held // 2, queued_blocks=held - held // 2, block_tokens=BLOCK_TOKENS)
     return request, view
 
 
@@ -96,8 +109,8 @@ class RouterContract:
     * every answer is an int (not a bool) in ``[0, num_instances)`` (what
       :func:`~kvmm.cluster.routers.checked_route` enforces in the simulator);
     * it is deterministic: two fresh routers given the same sequence answer the same;
-    * it changes neither the view (queue, running, KV arrays, ``now``, the index's contents)
-      nor the request's ``block_ids``.
+    * it changes neither the view (every per-instance array, ``now``, ``block_tokens``,
+      ``scraped_at``, the index's contents) nor the request's ``block_ids``.
     """
 
     #: give the views a block index (precise-prefix needs one; set False to test without).
@@ -141,6 +154,8 @@ class RouterContract:
 
 
 def _view_state(view: Any) -> tuple:
+    from kvmm.cluster.view import COUNT_FIELDS
+
     index = view.index
-    return (view.num_instances, view.queue_lengths.tolist(), view.running.tolist(), view.kv_utilisation.tolist(),
-            view.now, index.snapshot() if isinstance(index, FakeBlockIndex) else None)
+    return (view.num_instances, [getattr(view, name).tolist() for name in COUNT_FIELDS], view.kv_utilisation.tolist(),
+            view.now, view.block_tokens, view.scraped_at, index.snapshot() if isinstance(index, FakeBlockIndex) else None)

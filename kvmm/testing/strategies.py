@@ -73,10 +73,10 @@ def prefix_sharing_requests(draw: Any, *, max_requests: int = 30, max_blocks: in
 
 @st.composite
 def mooncake_traces(draw: Any, *, max_requests: int = 30, max_blocks: int = 12, block_tokens: int = 512) -> Any:
-    """A :class:`~kvmm.traces.MooncakeTrace` built from :func:`prefix_sharing_requests`:
+    """A :class:`~kvmm.traces.KVTrace` built from :func:`prefix_sharing_requests`:
     non-decreasing timestamps, ``input_length`` consistent with the blocks (the last block may
     be partial), ids prefix-chained."""
-    from kvmm.traces import MooncakeTrace
+    from kvmm.traces import KVTrace
 
     requests = draw(prefix_sharing_requests(max_requests=max_requests, max_blocks=max_blocks))
     n = len(requests)
@@ -85,7 +85,7 @@ def mooncake_traces(draw: Any, *, max_requests: int = 30, max_blocks: int = 12, 
     outputs = draw(st.lists(st.integers(1, 2048), min_size=n, max_size=n))
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in requests])]).astype(np.int64)
     ids = np.array([b for r in requests for b in r], dtype=np.int64)
-    return MooncakeTrace(name="hypothesis", timestamp_ms=np.cumsum(gaps).astype(np.int64),
+    return KVTrace(name="hypothesis", timestamp_ms=np.cumsum(gaps).astype(np.int64),
                          input_length=np.array(inputs, dtype=np.int64), output_length=np.array(outputs, dtype=np.int64),
                          block_offsets=offsets, block_ids=ids)
 

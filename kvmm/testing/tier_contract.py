@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import CapacityExceededError, KvmmError, UnknownKeyError
 from kvmm.protocols import TierBackend
 from kvmm.testing.strategies import tier_keys, tier_values
-from kvmm.testing.tiers import sample_values, check_managed, close_tier, value
+from kvmm.testing.tiers import check_managed, close_tier, sample_values, value
 
 __all__ = ["TierBackendContract", "TierMachine"]
 

@@ -8,8 +8,9 @@ running ``redis-server``: a test that builds one asks pytest for a ``redis_url``
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -24,30 +25,30 @@ class TierKind:
     """How to build one kind of tier for a test: ``make(capacity_bytes, ctx)`` -> tier."""
 
     name: str
-    make: Callable[[int, "TierContext"], Any]
+    make: Callable[[int, TierContext], Any]
     holds_bytes: bool = True  # get returns the stored values (SimulatedTier returns zero placeholders)
     needs_redis: bool = False
 
 
-def _arena(capacity: int, ctx: "TierContext") -> Any:
+def _arena(capacity: int, ctx: TierContext) -> Any:
     from kvmm.tiers import ArenaTier
 
     return ArenaTier(capacity)
 
 
-def _mmap(capacity: int, ctx: "TierContext") -> Any:
+def _mmap(capacity: int, ctx: TierContext) -> Any:
     from kvmm.tiers import MmapTier
 
     return MmapTier(ctx.new_folder("mmap"), capacity, segment_bytes=2048)
 
 
-def _simulated(capacity: int, ctx: "TierContext") -> Any:
+def _simulated(capacity: int, ctx: TierContext) -> Any:
     from kvmm.tiers import SimulatedTier
 
     return SimulatedTier(capacity)
 
 
-def _redis(capacity: int, ctx: "TierContext") -> Any:
+def _redis(capacity: int, ctx: TierContext) -> Any:
     from kvmm.tiers import RedisTier
 
     return RedisTier(capacity, url=ctx.redis_url, prefix=f"kvmm-test-{uuid.uuid4().hex[:12]}")

@@ -20,7 +20,8 @@ to what was put, with the same dtype and shape.
 from __future__ import annotations
 
 import ast
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from kvmm._validate import as_array, as_count
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.tiers.spec import TierSpec, preset
 
-__all__ = ["TierBase", "normalize_key", "normalize_keys", "encode_key", "decode_key", "stored_key", "as_value_array", "resolve_spec"]
+__all__ = ["TierBase", "normalize_key", "normalize_keys", "encode_key", "decode_key", "stored_key", "as_value_array",
+           "resolve_spec"]
 
 _VALUE_KINDS = "biufc"
 MAX_KEY_DEPTH = 32  # nesting of tuple keys: deeper keys would overflow Python's recursion in repr/eval

@@ -49,8 +49,9 @@ import re
 import stat
 import struct
 import zlib
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, Hashable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import warnings
 import zlib
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from kvmm.errors import CapacityExceededError, CorruptTierError
 from kvmm.tiers import _mmap_format as fmt

@@ -19,7 +19,8 @@ memory: each entry is a private numpy copy, capacity is enforced in bytes, and
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 

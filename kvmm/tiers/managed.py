@@ -37,7 +37,8 @@ Semantics:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Hashable, Iterable
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -52,13 +52,20 @@ from __future__ import annotations
 import errno
 import os
 import zlib
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
 from kvmm._validate import as_count
-from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError, UnknownKeyError
+from kvmm.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    CapacityExceededError,
+    CorruptEntryError,
+    UnknownKeyError,
+)
 from kvmm.tiers import _mmap_format as fmt
 from kvmm.tiers._base import TierBase, as_value_array, decode_key, encode_key, normalize_key
 from kvmm.tiers._mmap_recovery import RecoveryMixin, new_report
@@ -242,7 +249,7 @@ class MmapTier(RecoveryMixin, TierBase):
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = -1
 
-    def __enter__(self) -> "MmapTier":
+    def __enter__(self) -> MmapTier:
         return self
 
     def __exit__(self, *exc: Any) -> None:

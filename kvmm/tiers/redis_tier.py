@@ -39,14 +39,21 @@ naming it, while every other entry stays usable.
 from __future__ import annotations
 
 import zlib
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
 
 from kvmm._validate import as_positive_float
-from kvmm.errors import (BackendUnavailableError, BadInputError, CapacityExceededError, CorruptEntryError,
-                         CorruptTierError, UnknownKeyError)
+from kvmm.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    CapacityExceededError,
+    CorruptEntryError,
+    CorruptTierError,
+    UnknownKeyError,
+)
 from kvmm.tiers._base import TierBase, as_value_array, encode_key, normalize_key, normalize_keys, stored_key
 from kvmm.tiers.spec import TierSpec
 
@@ -128,7 +135,7 @@ class RedisTier(TierBase):
         if not isinstance(prefix, str) or not prefix:
             raise BadInputError(f"prefix must be a non-empty string, got {prefix!r}")
         timeout = as_positive_float(socket_timeout, "socket_timeout")
-        try:
+        try:  # the optional redis extra
             import redis
         except ImportError:  # pragma: no cover - depends on the environment
             raise BackendUnavailableError("RedisTier needs the redis package: pip install 'kvmm[redis]'") from None
@@ -303,7 +310,7 @@ class RedisTier(TierBase):
         raw_keys = self._call(lambda: self.client.smembers(self._k_keys))
         sizes = []
         for raw in raw_keys:
-            entry = self._call(lambda: self.client.hmget(self._entry(raw), "n", "d"))
+            entry = self._call(lambda: self.client.hmget(self._entry(raw), "n", "d"))  # noqa: B023 (called at once, inside the loop)
             # Every listed key has an entry whose recorded size is its byte length.
             assert entry[1] is not None and int(entry[0]) == len(entry[1]), raw
             sizes.append(int(entry[0]))

@@ -10,8 +10,9 @@ numpy's ``ValueError: assignment destination is read-only``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from functools import partial
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 

@@ -56,7 +56,8 @@ class TierSpec:
         as_positive_float(self.write_bandwidth, "write_bandwidth")
         as_positive_float(self.latency_s, "latency_s", allow_zero=True)
         # prices are stored as floats (an int price would print and compare differently)
-        object.__setattr__(self, "usd_per_gib_hour", as_positive_float(self.usd_per_gib_hour, "usd_per_gib_hour", allow_zero=True))
+        object.__setattr__(self, "usd_per_gib_hour",
+                           as_positive_float(self.usd_per_gib_hour, "usd_per_gib_hour", allow_zero=True))
         object.__setattr__(self, "usd_per_hour", as_positive_float(self.usd_per_hour, "usd_per_hour", allow_zero=True))
 
     def transfer_seconds(self, nbytes: int, *, write: bool = False) -> float:
@@ -66,7 +67,7 @@ class TierSpec:
         bw = self.write_bandwidth if write else self.read_bandwidth
         return self.latency_s + nbytes / bw
 
-    def with_capacity(self, capacity_bytes: int) -> "TierSpec":
+    def with_capacity(self, capacity_bytes: int) -> TierSpec:
         """This spec resized: an integer (numpy's too) in [0, 2**60]; text and floats are refused, not converted."""
         return replace(self, capacity_bytes=as_count(capacity_bytes, "capacity_bytes", maximum=MAX_UNITS))
 

@@ -21,15 +21,31 @@ think time can be analysed (:func:`conversation_turns`).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from kvmm.errors import BadInputError
-from kvmm.traces.fidelity import (Changes, column_ints, column_strings, require_block_tokens, require_exact_seconds,
-                                  require_non_negative)
-from kvmm.traces.trace import (KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, iter_json_lines,
-                               trace_name, uint64_list, write_json_lines)
+from kvmm.traces.fidelity import (
+    Changes,
+    column_ints,
+    column_strings,
+    require_block_tokens,
+    require_exact_seconds,
+    require_non_negative,
+)
+from kvmm.traces.trace import (
+    KVTrace,
+    TraceBuilder,
+    as_trace_file,
+    field_int,
+    field_seconds_ms,
+    iter_json_lines,
+    trace_name,
+    uint64_list,
+    write_json_lines,
+)
 
 __all__ = ["BAILIAN_BLOCK_TOKENS", "iter_bailian", "load_bailian", "write_bailian", "conversation_turns"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -23,8 +23,9 @@ else a file whose size is a multiple of 24 is oracle.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +33,10 @@ from kvmm._validate import as_count
 from kvmm.errors import BadInputError
 from kvmm.traces.bailian import iter_bailian, load_bailian, write_bailian
 from kvmm.traces.lmcache import iter_lmcache, load_lmcache, write_lmcache
-from kvmm.traces.mooncake import (BUNDLED_TRACES, iter_mooncake, load_mooncake, resolve_trace_path,
-                                  write_mooncake)
+from kvmm.traces.mooncake import BUNDLED_TRACES, iter_mooncake, load_mooncake, resolve_trace_path, write_mooncake
 from kvmm.traces.oracle import iter_oracle_general_chunks, load_oracle_general, write_oracle_general
 from kvmm.traces.trace import KVTrace, block_chunks, json_value, require_folder
-from kvmm.traces.vllm_events import (iter_vllm_requests, load_vllm_kv_events, vllm_events_encoding,
-                                     write_vllm_kv_events)
+from kvmm.traces.vllm_events import iter_vllm_requests, load_vllm_kv_events, vllm_events_encoding, write_vllm_kv_events
 
 __all__ = ["FORMATS", "FORMAT_ALIASES", "load_trace", "save_trace", "detect_format", "iter_trace_chunks",
            "format_name"]
@@ -185,7 +184,7 @@ def _detect_json(path: Path) -> str:
 
 
 def _looks_like_msgpack_batch(path: Path) -> bool:
-    try:
+    try:  # the optional traces extra
         import msgpack
     except ImportError:  # pragma: no cover
         return False

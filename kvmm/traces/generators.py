@@ -1,6 +1,6 @@
 """Seeded synthetic request traces: concurrent tool-calling agents and multi-turn conversations.
 
-Both return a :class:`~kvmm.traces.MooncakeTrace` (the same CSR arrays as a loaded Mooncake
+Both return a :class:`~kvmm.traces.KVTrace` (the same CSR arrays as a loaded Mooncake
 file: timestamp in ms, input/output length in tokens, prefix-chained ``hash_ids`` of 512-token
 blocks, numbered densely in order of first appearance), so every consumer takes either.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from kvmm._validate import as_count, as_positive_float
 from kvmm.errors import BadInputError
-from kvmm.traces.trace import MOONCAKE_BLOCK_TOKENS, MooncakeTrace
+from kvmm.traces.trace import MOONCAKE_BLOCK_TOKENS, KVTrace
 
 __all__ = ["agent_trace", "conversation_trace"]
 
@@ -42,7 +42,7 @@ def agent_trace(num_agents: int = 16, *, tasks: int | None = None, steps: tuple[
                 task_tokens: tuple[int, int] = (500, 6000), output_tokens: tuple[int, int] = (50, 600),
                 tool_result_tokens: tuple[int, int] = (100, 4000), tool_wait_median_s: float = 4.0,
                 tool_wait_sigma: float = 1.2, decode_tokens_per_s: float = 40.0,
-                max_context_tokens: int = 131072, seed: int = 0, name: str = "agents") -> MooncakeTrace:
+                max_context_tokens: int = 131072, seed: int = 0, name: str = "agents") -> KVTrace:
     """A trace of ``num_agents`` concurrent tool-calling agents running ``tasks`` tasks in all
     (default ``2 * num_agents``).  Token ranges are inclusive ``(low, high)`` and drawn
     log-uniformly (wide spread); ``steps`` uniformly.  A task ends after its steps or when its
@@ -66,7 +66,7 @@ def agent_trace(num_agents: int = 16, *, tasks: int | None = None, steps: tuple[
     rng = np.random.default_rng(seed)
     builder = _TraceBuilder(system_prompts, system_prompt_tokens)
     slot_free_at = rng.uniform(0.0, wait_median, size=num_agents)  # staggered starts
-    for task in range(tasks):
+    for _ in range(tasks):
         slot = int(np.argmin(slot_free_at))
         now = float(slot_free_at[slot])
         session = builder.new_session(int(rng.integers(system_prompts)), _log_uniform(rng, task_tokens),
@@ -88,7 +88,7 @@ def conversation_trace(num_sessions: int = 200, *, turns: tuple[int, int] = (2, 
                        system_prompts: int = 8, system_prompt_tokens: int = 1024,
                        user_tokens: tuple[int, int] = (20, 2000), output_tokens: tuple[int, int] = (50, 800),
                        think_time_mean_s: float = 30.0, decode_tokens_per_s: float = 40.0,
-                       max_context_tokens: int = 131072, seed: int = 0, name: str = "conversations") -> MooncakeTrace:
+                       max_context_tokens: int = 131072, seed: int = 0, name: str = "conversations") -> KVTrace:
     """A trace of ``num_sessions`` multi-turn chat sessions arriving as a Poisson process.
 
     Token ranges are inclusive ``(low, high)`` drawn log-uniformly; ``turns`` uniformly; user
@@ -168,7 +168,7 @@ class _TraceBuilder:
         self.outputs.append(output_tokens)
         self.blocks.append(np.concatenate(ids))
 
-    def build(self, name: str) -> MooncakeTrace:
+    def build(self, name: str) -> KVTrace:
         times_ms = np.round(np.asarray(self.times, dtype=np.float64) * 1000.0).astype(np.int64)
         order = np.argsort(times_ms, kind="stable")
         counts = np.array([b.shape[0] for b in self.blocks], dtype=np.int64)[order]
@@ -178,7 +178,7 @@ class _TraceBuilder:
         uniq, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
         rank = np.empty(uniq.shape[0], dtype=np.int64)
         rank[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0])
-        return MooncakeTrace(
+        return KVTrace(
             name=name,
             timestamp_ms=times_ms[order],
             input_length=np.asarray(self.inputs, dtype=np.int64)[order],

@@ -22,14 +22,25 @@ Bad-line rules: those of :mod:`kvmm.traces.trace`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from kvmm.errors import TraceConversionError
 from kvmm.traces.fidelity import Changes, column_ints, require_exact_seconds, require_non_negative
-from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, KVTrace, TraceBuilder, as_trace_file, field_int, field_seconds_ms, hash_list,
-                               iter_json_lines, trace_name, write_json_lines)
+from kvmm.traces.trace import (
+    MOONCAKE_BLOCK_TOKENS,
+    KVTrace,
+    TraceBuilder,
+    as_trace_file,
+    field_int,
+    field_seconds_ms,
+    hash_list,
+    iter_json_lines,
+    trace_name,
+    write_json_lines,
+)
 
 __all__ = ["iter_lmcache", "load_lmcache", "write_lmcache"]
 

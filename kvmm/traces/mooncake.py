@@ -14,14 +14,26 @@ to and including that block).  The bundled traces are Apache-2.0, from kvcache-a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kvmm.errors import BadInputError
 from kvmm.traces.fidelity import Changes, require_block_tokens, require_non_negative
-from kvmm.traces.trace import (MOONCAKE_BLOCK_TOKENS, KVTrace, MooncakeRecord, MooncakeTrace, TraceBuilder,
-                               as_trace_file, field_int, iter_json_lines, trace_name, uint64_list, write_json_lines)
+from kvmm.traces.trace import (
+    MOONCAKE_BLOCK_TOKENS,
+    KVTrace,
+    MooncakeRecord,
+    MooncakeTrace,
+    TraceBuilder,
+    as_trace_file,
+    field_int,
+    iter_json_lines,
+    trace_name,
+    uint64_list,
+    write_json_lines,
+)
 
 __all__ = ["MooncakeRecord", "MooncakeTrace", "iter_mooncake", "load_mooncake", "write_mooncake",
            "bundled_trace_path", "resolve_trace_path", "BUNDLED_TRACES", "MOONCAKE_BLOCK_TOKENS"]

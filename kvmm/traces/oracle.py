@@ -24,8 +24,9 @@ with ``next_access_vtime < -1`` is malformed; both raise :class:`TraceFormatErro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

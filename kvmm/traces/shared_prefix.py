@@ -62,6 +62,7 @@ class SharedPrefixTrace(KVTrace):
     @property
     def block_ids(self) -> np.ndarray:  # type: ignore[override]
         if self._block_ids is None:
+            # numba, on first read of the block ids: reading and writing traces compiles nothing
             from kvmm.traces._prefix_kernels import materialise_paths
 
             out = np.empty(int(self.block_offsets[-1]), dtype=np.int64)

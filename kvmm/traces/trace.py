@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class KVTrace:
     def blocks_of(self, request: int) -> np.ndarray:
         return self.block_ids[self.block_offsets[request] : self.block_offsets[request + 1]]
 
-    def head(self, n: int) -> "KVTrace":
+    def head(self, n: int) -> KVTrace:
         """The first ``n`` requests (all of them when ``n >= num_requests``), columns included.
 
         Arrays are views of this trace's.  Runtime complexity: O(number of columns).

@@ -59,8 +59,9 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -68,8 +69,15 @@ from kvmm._validate import as_count
 from kvmm.errors import BadInputError, TraceConversionError, TraceFormatError
 from kvmm.traces.fidelity import Changes, column_ints, require_exact_seconds, require_non_negative
 from kvmm.traces.shared_prefix import SharedPrefixTrace
-from kvmm.traces.trace import (KVTrace, as_trace_file, atomic_file, hash_word, iter_json_lines, trace_name,
-                               write_json_lines)
+from kvmm.traces.trace import (
+    KVTrace,
+    as_trace_file,
+    atomic_file,
+    hash_word,
+    iter_json_lines,
+    trace_name,
+    write_json_lines,
+)
 
 __all__ = ["load_vllm_kv_events", "iter_vllm_kv_events", "iter_vllm_requests", "write_vllm_kv_events", "vllm_events_encoding"]
 
@@ -418,7 +426,7 @@ def _hash(h: Any) -> int:
 
 
 def _msgpack():
-    try:
+    try:  # the optional traces extra
         import msgpack
     except ImportError:  # pragma: no cover - msgpack is in the test extra
         raise ImportError(_MSGPACK_HINT) from None

@@ -20,9 +20,18 @@ import types
 from array import array
 
 import tests.integrations.sglang_env  # noqa: F401 - first: the torchvision stub
+
+# isort: split
 import torch
 from sglang.srt.mem_cache import radix_cache
-from sglang.srt.mem_cache.radix_cache import CacheInitParams, EvictParams, InsertParams, MatchPrefixParams, RadixCache, RadixKey
+from sglang.srt.mem_cache.radix_cache import (
+    CacheInitParams,
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+    RadixCache,
+    RadixKey,
+)
 
 
 def request_blocks(trace, index: int) -> list[int]:

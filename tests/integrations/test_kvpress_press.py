@@ -15,8 +15,14 @@ import torch
 from kvpress import KnormPress, SnapKVPress, StreamingLLMPress
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from kvmm.compress import (KeyNormScorer, SnapKVScorer, StreamingLLMScorer, TriAttentionPolicy, TriAttentionScorer,
-                           calibrate)
+from kvmm.compress import (
+    KeyNormScorer,
+    SnapKVScorer,
+    StreamingLLMScorer,
+    TriAttentionPolicy,
+    TriAttentionScorer,
+    calibrate,
+)
 from kvmm.compress.hf import capture_qk, rope_from_config
 from kvmm.errors import BadInputError
 from kvmm.integrations.kvpress import KvmmPress

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.integrations.lmcache_replay import chunk_key  # first: quiets LMCache's logs
+
+# isort: split
 import torch  # noqa: E402
 from lmcache.v1.memory_management import MemoryFormat  # noqa: E402
 
@@ -19,7 +21,13 @@ import kvmm.integrations.lmcache as kl  # noqa: E402
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, ShapeError  # noqa: E402
 from kvmm.tiers import ManagedTier, MmapTier  # noqa: E402
 from tests.integrations.lmcache_plugin_helpers import (  # noqa: E402
-    expected_bytes, launch, put_chunks, random_chunk, read_back, snapshot)
+    expected_bytes,
+    launch,
+    put_chunks,
+    random_chunk,
+    read_back,
+    snapshot,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHUNK_VALUE = 4096 + 67  # one stored chunk: its 4 KiB plus the plugin's 67-byte header (pinned below)

@@ -9,7 +9,15 @@ import importlib.metadata
 
 import pytest
 
-from tests.integrations.lmcache_replay import chunk_key, cpu_backend, new_chunk, replay, run_request  # first: quiets LMCache's logs
+from tests.integrations.lmcache_replay import (  # first: quiets LMCache's logs
+    chunk_key,
+    cpu_backend,
+    new_chunk,
+    replay,
+    run_request,
+)
+
+# isort: split
 from lmcache.v1.storage_backend import cache_policy as lmc_policies
 
 import kvmm.integrations.lmcache as kl

@@ -12,13 +12,15 @@ from unittest.mock import MagicMock
 import pytest
 
 from tests.integrations.sglang_replay import counter_clock, new_tree, replay  # first: loads SGLang
+
+# isort: split
 from array import array  # noqa: E402
 
 import torch  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import EvictParams, InsertParams, MatchPrefixParams, RadixKey  # noqa: E402
 from sglang.srt.arg_groups import choices  # noqa: E402
 from sglang.srt.mem_cache import utils as mem_cache_utils  # noqa: E402
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import EvictParams, InsertParams, MatchPrefixParams, RadixKey  # noqa: E402
 
 import kvmm.integrations.sglang as ks  # noqa: E402
 from kvmm.errors import BadInputError  # noqa: E402

@@ -8,6 +8,8 @@ import json
 import shlex
 
 from tests.integrations.sglang_env import Controller, HostPool, storage_config  # first: loads SGLang
+
+# isort: split
 from sglang.srt.mem_cache import utils as mem_cache_utils  # noqa: E402
 from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402

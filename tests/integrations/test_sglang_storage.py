@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.integrations.sglang_env import Controller, HostPool, create, storage_config  # first: loads SGLang
+
+# isort: split
 import torch  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 
 import kvmm.integrations.sglang as ks  # noqa: E402
-from kvmm.policies import LRUPolicy  # noqa: E402
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, ShapeError  # noqa: E402
+from kvmm.policies import LRUPolicy  # noqa: E402
 from kvmm.tiers import ArenaTier, ManagedTier, MmapTier  # noqa: E402
 from tests.redis_server import *  # noqa: E402,F401,F403 - the redis_url fixture
 

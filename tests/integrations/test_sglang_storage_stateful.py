@@ -7,6 +7,8 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tests.integrations.sglang_env import storage_config  # first: loads SGLang
+
+# isort: split
 import torch  # noqa: E402
 
 import kvmm.integrations.sglang as ks  # noqa: E402

@@ -11,6 +11,8 @@ import os
 import pytest
 
 from tests.integrations.sglang_env import HostPool, create, storage_config  # first: loads SGLang
+
+# isort: split
 import torch  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402

@@ -6,15 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from vllm.v1.kv_offload.config import (
-    OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig, OffloadingModelConfig,
-    OffloadingParallelConfig)
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
 from kvmm.policies import StoreThreshold, WriteAll
 from kvmm.traces import load_mooncake
-from tests.integrations.vllm_replay import offload_key, replay_vllm, request_keys, run_request
+from tests.integrations.vllm_replay import offload_key, replay_vllm, run_request
 
 N_REQUESTS = 1000
 CHUNK_BYTES = 4096  # one block of a tiny model; cpu_bytes_to_use / CHUNK_BYTES chunks

@@ -15,11 +15,16 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
-from kvmm.policies import ARCPolicy, LFUPolicy, LRUPolicy
-from kvmm.policies import BeladyPolicy, ClockPolicy
+from kvmm.policies import ARCPolicy, BeladyPolicy, ClockPolicy, LFUPolicy, LRUPolicy
 from kvmm.traces import conversation_trace, load_mooncake
 from tests.integrations.vllm_replay import (
-    new_context, offload_key, replay_managed_tier, replay_vllm, request_keys, run_request)
+    new_context,
+    offload_key,
+    replay_managed_tier,
+    replay_vllm,
+    request_keys,
+    run_request,
+)
 
 N_REQUESTS = 1500
 CAPACITY = 600  # blocks; the largest of these requests fits, the working set does not

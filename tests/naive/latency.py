@@ -16,7 +16,8 @@ def weight_matrices_per_token(arch) -> int:
     if arch.kv_lora_rank:
         q_out = heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
         q = (h * arch.q_lora_rank + arch.q_lora_rank * q_out) if arch.q_lora_rank else h * q_out
-        kv = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        kv = (h * (arch.kv_lora_rank + arch.qk_rope_head_dim)
+              + arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim))
         attention = q + kv + heads * arch.v_head_dim * h
     else:
         attention = h * heads * arch.head_dim * 2 + h * arch.num_kv_heads * arch.head_dim * 2
@@ -88,7 +89,8 @@ def step_seconds(arch, hw, tp, prefill_new, prefill_context, decode_context, *, 
     if arch.n_routed_experts:
         n, k = arch.n_routed_experts, arch.experts_per_token
         expected_experts = n * (1 - (1 - k / n) ** tokens)
-        weights += expected_experts * len(arch.moe_layer_indices) * 3 * arch.hidden_size * arch.moe_intermediate_size * weight_bytes
+        expert_weights = 3 * arch.hidden_size * arch.moe_intermediate_size * weight_bytes
+        weights += expected_experts * len(arch.moe_layer_indices) * expert_weights
     memory = (weights / tp + kv_traffic) / (hw.hbm_bytes_per_s * eff)
     comm = 0.0
     if tp > 1:

@@ -16,8 +16,8 @@
   is added to the sketch; the step ends at an eviction.  With an empty window, main evicts.
 """
 
-from collections import OrderedDict
 import math
+from collections import OrderedDict
 
 from tests.naive.slru import NaiveSLRU, segment_maxima
 

@@ -40,6 +40,8 @@ O(n + number of protected keys skipped).  A size must be an integer ``>= 0``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _ORDERS = "kvmm.policies.eviction.orders"
@@ -66,5 +68,21 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.policies.eviction._replay import REPLAY_ORDERS, dense_ids, replay
+    from kvmm.policies.eviction.arc import ARCPolicy
+    from kvmm.policies.eviction.belady import BeladyPolicy
+    from kvmm.policies.eviction.clock import ClockPolicy
+    from kvmm.policies.eviction.fifo import FIFOPolicy
+    from kvmm.policies.eviction.lfu import LFUPolicy
+    from kvmm.policies.eviction.lirs import LIRSPolicy
+    from kvmm.policies.eviction.lru import LRUPolicy
+    from kvmm.policies.eviction.orders import EVICTION_POLICIES, ORDERS, Order, make_eviction_policy
+    from kvmm.policies.eviction.s3fifo import S3FIFOPolicy
+    from kvmm.policies.eviction.sieve import SIEVEPolicy
+    from kvmm.policies.eviction.slru import SLRUPolicy
+    from kvmm.policies.eviction.twoq import TwoQPolicy
+    from kvmm.policies.eviction.wtinylfu import WTinyLFUPolicy
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

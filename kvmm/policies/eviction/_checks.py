@@ -4,7 +4,8 @@ orders in their own modules), kept apart so those modules import them without a 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError

@@ -4,8 +4,8 @@ units as libCacheSim's ARC is (docs/eviction_orders.md)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError

@@ -40,8 +40,9 @@ Runtime complexity: O(n) for ``from_trace``; O(log r) per insert, access and rem
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class BeladyPolicy(EvictionPolicyBase):
             self._next = np.zeros(0, np.int64)
 
     @classmethod
-    def from_trace(cls, keys: Any) -> "BeladyPolicy":
+    def from_trace(cls, keys: Any) -> BeladyPolicy:
         """A policy that will see exactly ``keys``, in order (see the module docstring)."""
         return cls(trace=keys)
 

@@ -41,8 +41,8 @@ for ``n`` steps plus the protected keys passed over.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.policies.eviction._checks import check_size, require_absent, require_present

@@ -3,8 +3,8 @@ do not reorder it)."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Hashable, Iterable
 
 from kvmm.policies.eviction._checks import check_size, ignore_access, require_present
 from kvmm.policies.eviction.lru import LRUPolicy

@@ -3,9 +3,9 @@ recently used (a ``SortedDict`` over (count, last tick))."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedDict
 

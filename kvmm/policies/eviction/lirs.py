@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar, Hashable, Iterable
+from typing import ClassVar
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
@@ -63,9 +64,9 @@ class LIRSPolicy(EvictionPolicyBase):
     capacity: int | None = None
     _c: int = field(default=_UNBOUNDED, init=False, repr=False)
     # the three orders; head = top of S / newest of Q and NH, tail = bottom / oldest
-    _s: "_Links" = field(default=None, init=False, repr=False)
-    _q: "_Links" = field(default=None, init=False, repr=False)
-    _nh: "_Links" = field(default=None, init=False, repr=False)
+    _s: _Links = field(default=None, init=False, repr=False)
+    _q: _Links = field(default=None, init=False, repr=False)
+    _nh: _Links = field(default=None, init=False, repr=False)
     _lir: dict = field(default_factory=dict, init=False, repr=False)  # S key -> is LIR
     _res: dict = field(default_factory=dict, init=False, repr=False)  # S key -> resident
     _s_size: dict = field(default_factory=dict, init=False, repr=False)
@@ -433,18 +434,18 @@ class LIRSPolicy(EvictionPolicyBase):
     def _add(self, counter: str, delta: int) -> None:
         self._put(self._n, counter, self._n[counter] + delta)
 
-    def _push(self, links: "_Links", key: Hashable, sizes: dict | None = None, size: int = 0) -> None:
+    def _push(self, links: _Links, key: Hashable, sizes: dict | None = None, size: int = 0) -> None:
         links.push_top(key)
         self._log(links.unlink, key)
         if sizes is not None:
             self._put(sizes, key, size)
 
-    def _unlink(self, links: "_Links", key: Hashable, sizes: dict | None = None) -> None:
+    def _unlink(self, links: _Links, key: Hashable, sizes: dict | None = None) -> None:
         self._log(links.relink, key, *links.unlink(key))
         if sizes is not None:
             self._log(_restore, sizes, key, sizes.pop(key))
 
-    def _move_top(self, links: "_Links", key: Hashable) -> None:
+    def _move_top(self, links: _Links, key: Hashable) -> None:
         if links.head != key:
             self._unlink(links, key)
             self._push(links, key)

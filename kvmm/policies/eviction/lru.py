@@ -6,8 +6,8 @@ The calling convention every order follows is in :mod:`kvmm.policies.eviction`.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable
 from kvmm.policies.eviction._checks import check_size, first_unprotected, require_absent, require_present

@@ -9,8 +9,9 @@ module is named as a string and loaded on first use, so nothing compiles until a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from kvmm.errors import BadInputError
 from kvmm.policies.eviction.arc import ARCPolicy

@@ -52,8 +52,8 @@ reinserted on the way + protected), the same steps libCacheSim takes.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_fraction, as_hashable, as_key_set, as_positive_float
 from kvmm.errors import BadInputError

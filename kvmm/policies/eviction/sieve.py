@@ -24,8 +24,8 @@ protected), amortised O(1) per eviction.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.policies.eviction._checks import Sentinel, check_size, require_absent, require_present

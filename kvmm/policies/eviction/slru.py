@@ -6,8 +6,9 @@ The segments (and their rules) are shared with W-TinyLFU's main cache (:mod:`kvm
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, UnknownKeyError
@@ -60,7 +61,7 @@ class SLRUPolicy(EvictionPolicyBase):
     capacity: int | None = None
     n_seg: int = 4
     seg_size: tuple | None = None
-    _seg: "Segments" = field(init=False, repr=False)
+    _seg: Segments = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.capacity is not None:

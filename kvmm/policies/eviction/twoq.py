@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numbers
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar, Hashable, Iterable
+from typing import ClassVar
 
 from kvmm._validate import as_count, as_hashable, as_key_set
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError

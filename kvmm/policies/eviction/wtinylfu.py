@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -6,6 +6,8 @@ too large for one process (:func:`distributed_mrc`, Dask).  docs/working_set.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -16,5 +18,10 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.policies.mrc.distributed import distributed_mrc
+    from kvmm.policies.mrc.shards import ShardsTracker
+    from kvmm.policies.mrc.stack_distance import DistanceHistogram, StackDistanceTracker
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -6,9 +6,28 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvmm.policies.mrc._stack_kernels import (CHUNK, DONE, GROW_HIST, GROW_IDS, GROW_TABLE, GROW_TIME, ST_ACTIVE,
-                                              ST_CLOCK, ST_HEAP, ST_IDS, ST_LIVE, ST_REFS, ST_SAMPLED, TWO_POW_64,
-                                              compact_time, find_slot, mark_clear, mark_set, marks_through, mix64)
+from kvmm.policies.mrc._stack_kernels import (
+    CHUNK,
+    DONE,
+    GROW_HIST,
+    GROW_IDS,
+    GROW_TABLE,
+    GROW_TIME,
+    ST_ACTIVE,
+    ST_CLOCK,
+    ST_HEAP,
+    ST_IDS,
+    ST_LIVE,
+    ST_REFS,
+    ST_SAMPLED,
+    TWO_POW_64,
+    compact_time,
+    find_slot,
+    mark_clear,
+    mark_set,
+    marks_through,
+    mix64,
+)
 
 
 @njit(cache=True, nogil=True)

@@ -50,8 +50,7 @@ from numba import njit
 
 # the shared primitives (one open-addressing table, hash mixing, bit counts, prefetch), imported
 # under the names this module's users (shards, admission, replay's renumbering) read them by
-from kvmm._kernels import (find_slot, get_or_insert_ids, lookup_ids, mix64, popcount, prefetch,  # noqa: F401
-                           rehash, trailing_zeros)
+from kvmm._kernels import find_slot, get_or_insert_ids, lookup_ids, mix64, popcount, prefetch, rehash, trailing_zeros  # noqa: F401
 
 # state vector indices
 ST_IDS = 0  # dense ids handed out (distinct keys ever tracked)

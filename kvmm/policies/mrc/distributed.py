@@ -38,7 +38,8 @@ numbers of the loop's keys, so their LRU cliffs fall at different capacities.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 

@@ -38,6 +38,10 @@ _NO_LOG = np.zeros(0, dtype=np.int32)
 MAX_INITIAL_KEYS = 1 << 24  # keys preallocated at construction (about 1 GiB of tables); more grow on demand
 
 
+#: the sampling threshold of an unsampled run (every key is tracked; ``sample`` is False)
+_NO_THRESHOLD = np.uint64(0)
+
+
 @dataclass(frozen=True)
 class DistanceHistogram:
     """A stack-distance histogram and everything derived from it.
@@ -291,7 +295,7 @@ class StackDistanceTracker:
         assert self._hist.shape[0] >= int(st[K.ST_IDS])
 
     def _run(self, key_words: np.ndarray, distances: np.ndarray, want: bool,
-             threshold: np.uint64 = np.uint64(0), sample: bool = False) -> None:
+             threshold: np.uint64 = _NO_THRESHOLD, sample: bool = False) -> None:
         """Feed the whole batch to the kernel, growing arrays whenever it stops for room.
 
         ``sample``: track only keys whose hash is below ``threshold`` (fixed-rate SHARDS).

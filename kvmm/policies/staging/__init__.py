@@ -10,6 +10,8 @@ exported here, so ``from kvmm.policies.staging import TimelyStaging`` works unch
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _STAGING = "kvmm.policies.staging.staging"
@@ -25,5 +27,17 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.policies.staging.ledger import CommitmentLedger
+    from kvmm.policies.staging.staging import (
+        STAGING_POLICIES,
+        ImmediateEDFStaging,
+        ImmediateStaging,
+        OnDemandStaging,
+        StagingPolicy,
+        TimelyStaging,
+        make_staging_policy,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -68,7 +68,8 @@ def check_invariants(ledger: CommitmentLedger) -> None:
     assert np.all((ledger.source_ratio >= lo) & (ledger.source_ratio <= hi)), "staging ratio outside its bounds"
     # times stay within their bounds (finite arithmetic)
     assert 0.0 <= ledger.clock <= MAX_SECONDS, "clock out of bounds"
-    assert np.all(ledger.work_ahead[:s][lv] <= MAX_WORK) and np.all(ledger.delay_s[:s][lv] <= MAX_SECONDS), "time until use out of bounds"
+    assert np.all(ledger.work_ahead[:s][lv] <= MAX_WORK), "work ahead out of bounds"
+    assert np.all(ledger.delay_s[:s][lv] <= MAX_SECONDS), "time until use out of bounds"
     # committed claims know their bandwidth-model staging time; READY claims their lease start
     assert np.all(ledger.model_stage_s[:s][holding] > 0.0), "committed claim without a model staging time"
     assert np.all(ledger.lease_from[:s][st == READY] >= ledger.ready_at[:s][st == READY]), "lease before ready"

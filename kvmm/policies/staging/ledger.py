@@ -18,7 +18,8 @@ The ledger separates the two:
    free protected capacity (the first request that does not fit blocks the later ones, so a
    large claim cannot starve).  ``poll_gap`` is the learned (EWMA) time between polls while a claim awaits its
    trigger (after a poll that leaves no claim CLAIMED the time to the next poll is idle, not
-   learned): the trigger must fire at the last poll before the ideal moment, not the first one after it; ``use_slack`` is the learned
+   learned): the trigger must fire at the last poll before the ideal moment, not the first one
+   after it; ``use_slack`` is the learned
    (EWMA) *share* of the predicted time until use by which updates moved use times earlier (a
    relative error: a prediction 40 s ahead errs by more seconds than one 0.4 s ahead);
 4. a granted claim is staged by the caller, who reports ``mark_ready``; at use the caller calls
@@ -58,17 +59,44 @@ import math
 from typing import Any
 
 import numpy as np
+
 from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float
 from kvmm.errors import BadInputError, CapacityExceededError, UnknownKeyError
+
 # the bounds and the state codes are public: re-exported here (see __all__)
-from kvmm.policies.staging._ledger_checks import (MAX_CAPACITY_BYTES, MAX_SECONDS, MAX_WORK, RATE_BOUNDS, RATIO_BOUNDS,
-                                                  as_float_array, bounded_float, check_now, check_source,
-                                                  live_slots, spec_of, time_bound)
+from kvmm.policies.staging._ledger_checks import (
+    MAX_CAPACITY_BYTES,
+    MAX_SECONDS,
+    MAX_WORK,
+    RATE_BOUNDS,
+    RATIO_BOUNDS,
+    as_float_array,
+    bounded_float,
+    check_now,
+    check_source,
+    live_slots,
+    spec_of,
+    time_bound,
+)
 from kvmm.policies.staging._ledger_invariants import check_invariants
 from kvmm.policies.staging._ledger_kernels import idle_polls_kernel, poll_kernel, update_kernel
-from kvmm.policies.staging._ledger_state import (CLAIMED, CONSUMED, FREE, HOLDING, MAX_SLOTS, PENDING, READY, SLOT_BITS,
-                                                 SLOT_MASK, STAGING, STATE_NAMES, alloc_slots, release_slots, take_slots,
-                                                 write_claims)
+from kvmm.policies.staging._ledger_state import (
+    CLAIMED,
+    CONSUMED,
+    FREE,
+    HOLDING,
+    MAX_SLOTS,
+    PENDING,
+    READY,
+    SLOT_BITS,
+    SLOT_MASK,
+    STAGING,
+    STATE_NAMES,
+    alloc_slots,
+    release_slots,
+    take_slots,
+    write_claims,
+)
 
 __all__ = [
     "CommitmentLedger",

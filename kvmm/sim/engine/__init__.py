@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -24,5 +26,10 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.sim.engine.instance import Instance, QueueGrowthWarning
+    from kvmm.sim.engine.requests import RequestTable
+    from kvmm.sim.engine.scheduler import Scheduler
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from kvmm.errors import BadInputError
+
 __all__ = ["make_clock", "ConstantClock", "CoefficientClock", "ProtocolClock"]
 
 
@@ -80,6 +82,8 @@ class CoefficientClock:
     needs_arrays = False
 
     def __init__(self, latency: Any, coef: np.ndarray) -> None:
+        # the step kernels load numba: here, when a run builds its clock, so that kvmm.sim.load
+        # (offered_seconds, arrival times: the constant clock) compiles nothing
         from kvmm.sim.latency._kernels import decode_stretch, step_split
 
         self.latency = latency
@@ -118,8 +122,6 @@ class ProtocolClock:
                                             np.asarray(prefill_context, dtype=np.int64),
                                             np.asarray(decode_context, dtype=np.int64)))
         if not math.isfinite(s) or s < 0:
-            from kvmm.errors import BadInputError
-
             raise BadInputError(f"{type(self.latency).__name__}.step_seconds returned {s!r}; expected a finite "
                                 "number of seconds >= 0")
         return s

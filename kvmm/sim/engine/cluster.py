@@ -8,8 +8,11 @@
 * **Routing**: requests are routed one at a time in arrival order.  When request ``r`` arrives
   at ``t``, every engine has been run up to the step that spans ``t`` (each engine's event
   loop pauses before processing events past ``t`` until ``r`` is routed), so the router sees
-  each instance's queue (waiting + routed but not yet arrived), running batch and GPU pool use
-  as of that step, and the block index as of then.
+  each instance's queue (waiting + routed but not yet arrived) and its uncached prompt tokens,
+  the running batch and the KV it holds, and GPU pool use as of that step, and the block index
+  as of then.  With ``ClusterConfig.metrics_interval_s > 0`` the per-instance signals are
+  those of the last scrape instead (every engine is run to each multiple of the interval that
+  precedes an arrival, and the view copies the rows then); docs/cluster.md says which.
 * **Shared tiers**: one ``ManagedTier`` per shared level, in every instance's hierarchy after
   its private levels; its policy sees every instance's lookups and writes.  The engines run
   interleaved, each up to the next routing time, so accesses reach it in time order to within
@@ -32,22 +35,28 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from kvmm.cluster.event_stream import SPECULATIVE_MEDIUM, EventFeed
+from kvmm.cluster.index import BlockIndex
 from kvmm.cluster.routers import checked_route, make_router
-from kvmm.cluster.view import ClusterView, RouteRequest
+from kvmm.cluster.view import LOAD_FIELDS, ClusterView, RouteRequest
 from kvmm.errors import BadInputError
 from kvmm.policies.admission import WriteAll
-from kvmm.sim.config import SimConfig, TierLevel, make_admission, make_eviction
+from kvmm.sim.config import SimConfig
 from kvmm.sim.demotion import LoggedSimulatedTier
 from kvmm.sim.engine.instance import Instance
 from kvmm.sim.engine.requests import RequestTable
+from kvmm.sim.levels import TierLevel, make_admission, make_eviction
+from kvmm.sim.pooled_store import SegmentedStore, local_level
+from kvmm.sim.results import collect, prompt_tokens
 from kvmm.tiers.managed import ManagedTier
 from kvmm.tiers.simulated import SimulatedTier
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
 __all__ = ["simulate_cluster", "SharedLevel", "FabricQueue", "sessions_of"]
 
@@ -87,12 +96,9 @@ class FabricQueue:
         return max(link_done, self.free_at)
 
 
-def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival: np.ndarray, ledger_factory: Callable,
+def simulate_cluster(cfg: SimConfig, serving: Any, trace: KVTrace, arrival: np.ndarray, ledger_factory: Callable,
                      progress: Callable | None, engine_hook: Callable | None) -> Any:
     """Run the cluster; returns the pooled :class:`~kvmm.sim.SimResult` (see the module docstring)."""
-    from kvmm.sim.results import collect
-    from kvmm.sim.simulator import prompt_tokens
-
     cl = cfg.cluster
     n_inst = cl.instances
     if np.any(np.diff(arrival) < 0):
@@ -100,7 +106,8 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
     block_bytes = int(trace.block_tokens) * serving.kv_bytes_per_token
     logged = cl.uses_index or any(lv.write_back for lv in tuple(cfg.tiers) + cl.shared_tiers)
     shared, stores = _shared_levels(cfg, n_inst, block_bytes, logged)
-    router, view, index, feeds, stream = cluster_control(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers))
+    router, view, index, feeds, stream = cluster_control(cfg, n_inst, ("GPU",) + tuple(lv.name for lv in cfg.tiers),
+                                                         block_tokens=int(trace.block_tokens))
     table = RequestTable(trace, arrival, priority_share=cfg.high_priority_share, priority_seed=cfg.priority_seed)
     key_space = np.unique(table.ids) if logged else None  # one for every instance
     instances = [Instance(cfg, serving, table, ledger_factory, progress, assigned=[] if n_inst > 1 else None,
@@ -113,6 +120,7 @@ def simulate_cluster(cfg: SimConfig, serving: Any, trace: MooncakeTrace, arrival
         queue = FabricQueue(aggregate)
         for inst in instances:
             inst.fabric_queue = queue
+    view.kv_blocks_total[:] = [inst.hier.num_blocks for inst in instances]
     routed = np.zeros(n_inst, dtype=np.int64)
     if n_inst == 1:  # nothing to choose: the one instance runs alone, exactly as without a cluster
         routed[0] = trace.num_requests
@@ -145,8 +153,12 @@ def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: n
     reached its arrival time.  Returns ``(end time, time-averaged max/mean queue ratio)``.
 
     A paused loop waits for the time it asked for (``wants``); a heap holds them, so each arrival
-    resumes only the engines whose wait it ends, and refreshes the view of only those (and of
-    the engine it is routed to).  Runtime complexity: O(engine steps + requests x log instances).
+    resumes only the engines whose wait it ends, and refreshes the rows of only those (and books
+    the request on the engine it is routed to).  With ``view.metrics_interval_s > 0`` the rows
+    are kept apart from the view (``LiveRows``) and copied into it at each scrape: before the
+    first request at or after a multiple ``s`` of the interval is routed, every engine is run to
+    ``s`` (as to an arrival) and the view takes the rows as of then.
+    Runtime complexity: O(engine steps + requests x log instances), plus O(instances) per scrape.
     """
     trace = table.trace
     n = table.n
@@ -161,12 +173,16 @@ def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: n
     inp = table.input_len_py
     out = table.output_len_py
     session = sessions_of(trace).tolist()
-    queue, running, kv = view.queue_lengths, view.running, view.kv_utilisation
+    interval = view.metrics_interval_s
+    rows = LiveRows(view) if interval > 0 else view  # exact: the engines write the view itself
+    feed = RowFeed(table, view.index)
+    queue = rows.queue_lengths
     ratio_sum = 0.0
     ratio_n = 0
     heappush, heappop = heapq.heappush, heapq.heappop
-    for p in range(n + 1):
-        t = at[p] if p < n else math.inf
+
+    def advance(t: float) -> None:
+        """Run every engine whose loop waits for a time before ``t`` up to ``t``; refresh its row."""
         while ready and (ready[0][0] < t or t == math.inf):
             waited, i = heappop(ready)
             if waited != wants[i]:
@@ -181,15 +197,29 @@ def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: n
                 heappush(ready, (w, i))
             except StopIteration as stop:
                 wants[i], ends[i] = math.nan, stop.value  # finished (only once t is inf)
-            _refresh(view, i, e, t)
+            feed.refresh(rows, i, e, t)
+
+    scraped = -math.inf
+    for p in range(n + 1):
+        t = at[p] if p < n else math.inf
+        if interval > 0 and p < n:
+            s = math.floor(t / interval) * interval
+            if s > scraped:  # a scrape since the last request: the view takes the rows as of then
+                advance(s)
+                rows.copy_to(view)
+                view.scraped_at = scraped = s
+        advance(t)
         if p == n:
             break
         view.now = t
+        if interval == 0:
+            view.scraped_at = t
         mean_q = queue.mean()
         if mean_q > 0:
             ratio_sum += queue.max() / mean_q
             ratio_n += 1
-        request = RouteRequest(index=p, arrival_s=t, block_ids=ids[offsets[p]:offsets[p + 1]], input_length=inp[p],
+        block_ids = ids[offsets[p]:offsets[p + 1]]
+        request = RouteRequest(index=p, arrival_s=t, block_ids=block_ids, input_length=inp[p],
                                output_length=out[p], session=session[p])
         if stream is not None:  # the index as the KV events delivered by t built it
             stream.deliver_until(t)
@@ -200,23 +230,99 @@ def _drive(engines: list, table: RequestTable, router: Any, view: Any, routed: n
         eng.arrival_ids.append(p)
         eng.arrival_times.append(t)
         routed[i] += 1
-        queue[i] += 1  # routed, not yet arrived: it counts in the queue the next router sees
+        feed.routed(rows, i, p, block_ids)  # routed, not yet arrived: the next router sees it queued
         if wants[i] == math.inf:  # idle: it has something to do now
             wants[i] = -math.inf
             heappush(ready, (-math.inf, i))
     return max(ends), (ratio_sum / ratio_n if ratio_n else 1.0)
 
 
-def _refresh(view: Any, i: int, engine: Instance, t: float) -> None:
-    """Instance ``i``'s row of the view as of ``t``: waiting + routed but not yet arrived
-    requests, the batch of the step in flight (or the running batch: decodes and prefills), GPU
-    pool use."""
-    view.queue_lengths[i] = len(engine.waiting) + len(engine.arrival_ids) - engine.next_arrival
-    view.running[i] = engine.batch_in_flight if engine.step_end > t else len(engine.running) + len(engine.prefilling)
-    view.kv_utilisation[i] = engine.hier.pool.usage
+class LiveRows:
+    """The exact per-instance rows of a view whose signals are scraped: the engines write here,
+    and each scrape copies these into the view (``copy_to``).  Runtime complexity: O(instances)
+    per copy."""
+
+    def __init__(self, view: Any) -> None:
+        for name in LOAD_FIELDS:
+            setattr(self, name, getattr(view, name).copy())
+
+    def copy_to(self, view: Any) -> None:
+        for name in LOAD_FIELDS:
+            getattr(view, name)[:] = getattr(self, name)
 
 
-def sessions_of(trace: MooncakeTrace) -> np.ndarray:
+class RowFeed:
+    """Fills one instance's row of the view (:meth:`refresh`) and books a routed request on it
+    (:meth:`routed`).  A request routed but not arrived counts its uncached prompt tokens as the
+    index knew them when it was routed (its prompt less the longest prefix the index says the
+    instance holds on any medium, the last token always computed), or its whole prompt without an
+    index; once it arrives, the engine's own figure (its lookup of the GPU and lower tiers)."""
+
+    def __init__(self, table: RequestTable, index: Any) -> None:
+        self.table = table
+        self.index = index
+        self.bt = table.block_tokens
+        self.prompt_blocks = np.diff(table.offsets)  # prompt blocks per request
+        self.inbound_tokens = [0] * table.n  # uncached prompt tokens of a routed request, as known at routing
+
+    def routed(self, rows: Any, i: int, r: int, block_ids: np.ndarray) -> None:
+        inp = self.table.input_len_py[r]
+        uncached = inp
+        if self.index is not None and block_ids.shape[0]:
+            held = int(self.index.prefix_hits(block_ids)[i].max())
+            uncached = inp - min(held * self.bt, inp - 1)
+        self.inbound_tokens[r] = uncached
+        rows.queue_lengths[i] += 1
+        rows.inbound[i] += 1
+        rows.prefill_tokens[i] += uncached
+        rows.queued_blocks[i] += int(self.prompt_blocks[r])
+
+    def refresh(self, rows: Any, i: int, engine: Instance, t: float) -> None:
+        """Instance ``i``'s row as of ``t``: waiting and routed-not-arrived requests and their
+        prefill, the batch of the step in flight (or the running batch: decodes and prefills),
+        the KV its running requests hold, GPU pool use.  Runtime complexity: O(waiting +
+        inbound + prefilling), the waiting part in numpy."""
+        table = self.table
+        pt = table.prefill_tokens
+        waiting = engine.waiting
+        w = len(waiting)
+        arrivals = engine.arrival_ids
+        na = engine.next_arrival
+        queued_tokens = queued_blocks = 0
+        if w:
+            order = np.array(waiting, dtype=np.int64)
+            queued_tokens = int(pt[order].sum())
+            queued_blocks = int(self.prompt_blocks[order].sum())
+        for r in arrivals[na:]:
+            queued_tokens += self.inbound_tokens[r]
+            queued_blocks += int(self.prompt_blocks[r])
+        prefilling = engine.prefilling
+        running_tokens = engine.decode_context
+        in_flight = engine.step_end > t
+        if in_flight:
+            queued_tokens += engine.prefill_in_flight  # whole prefills of the step in flight (0 when chunked)
+        if prefilling:
+            done = engine.scheduler.prefilled
+            inp = table.input_len_py
+            for r in prefilling:
+                left = int(pt[r]) - done.get(r, 0)
+                queued_tokens += left
+                running_tokens += inp[r] - left
+        rows.waiting[i] = w
+        rows.inbound[i] = len(arrivals) - na
+        rows.queue_lengths[i] = w + len(arrivals) - na
+        rows.prefill_tokens[i] = queued_tokens
+        rows.queued_blocks[i] = queued_blocks
+        rows.running[i] = engine.batch_in_flight if in_flight else len(engine.running) + len(prefilling)
+        rows.running_tokens[i] = running_tokens
+        rows.running_blocks[i] = engine.held.blocks
+        pool = engine.hier.pool
+        free = pool.num_free
+        rows.kv_blocks_used[i] = pool.num_blocks - free
+        rows.kv_utilisation[i] = 1.0 - free / pool.num_blocks  # pool.usage, read once
+
+
+def sessions_of(trace: KVTrace) -> np.ndarray:
     """Each request's conversation id: the ``chat_id`` of the first turn its ``parent_chat_id``
     chain leads to (Bailian traces), or -1 for every request of a trace without those columns.
     Runtime complexity: O(requests)."""
@@ -252,8 +358,6 @@ def _shared_levels(cfg: SimConfig, instances: int, block_bytes: int, logged: boo
     A plain level is one SharedLevel every instance holds; a pooled store's level is one view
     per instance, preceded by the instance's own segment as a level of its own when the store
     has segments on the instances' nodes (reads from it skip the fabric)."""
-    from kvmm.sim.pooled_store import SegmentedStore, local_level
-
     cl = cfg.cluster
     layouts = cl.store or (None,) * len(cl.shared_tiers)
     plain, stores = [], []
@@ -276,7 +380,7 @@ def _shared_levels(cfg: SimConfig, instances: int, block_bytes: int, logged: boo
     return of, tuple(stores)
 
 
-def cluster_routing(cfg: SimConfig, instances: int, media: tuple) -> tuple:
+def cluster_routing(cfg: SimConfig, instances: int, media: tuple, block_tokens: int = 0) -> tuple:
     """``(router, view, index or None, per-instance index feeds or Nones)`` of a routed run over
     ``instances`` instances whose index (when the router uses one) tracks ``media``; the routed
     prefill instances of :mod:`kvmm.sim.pd` use it (their index is fed at once: a delayed
@@ -286,23 +390,21 @@ def cluster_routing(cfg: SimConfig, instances: int, media: tuple) -> tuple:
         raise BadInputError("a delayed, batched, lossy or speculative EventStream is modelled for colocated cluster "
                             "instances only, not for the routed prefill instances of pd=; expected events=None or "
                             "EventStream()")
-    return cluster_control(cfg, instances, media)[:4]
+    return cluster_control(cfg, instances, media, block_tokens)[:4]
 
 
-def cluster_control(cfg: SimConfig, instances: int, media: tuple) -> tuple:
+def cluster_control(cfg: SimConfig, instances: int, media: tuple, block_tokens: int = 0) -> tuple:
     """``(router, view, index or None, per-instance index feeds or Nones, EventFeed or None)``
     of a routed run over ``instances`` instances whose index (when the router uses one) tracks
     ``media`` (plus ``"speculative"`` with speculative indexing), fed through
-    ``ClusterConfig.events`` when it is set."""
+    ``ClusterConfig.events`` when it is set.  The view knows the trace's ``block_tokens`` and
+    the config's ``metrics_interval_s``."""
     cl = cfg.cluster
     router = make_router(cl.router, instances, **dict(cl.router_params)) if isinstance(cl.router, str) \
         else copy.deepcopy(cl.router)
     index = stream = None
     feeds: list = [None] * instances
     if cl.uses_index:
-        from kvmm.cluster.event_stream import SPECULATIVE_MEDIUM, EventFeed
-        from kvmm.cluster.index import BlockIndex
-
         if cl.events is not None and cl.events.speculative_ttl_s is not None:
             media = tuple(media) + (SPECULATIVE_MEDIUM,)
         index = BlockIndex(instances, media=media, max_entries=cl.index_max_entries, max_holders=cl.index_max_holders)
@@ -311,7 +413,8 @@ def cluster_control(cfg: SimConfig, instances: int, media: tuple) -> tuple:
         else:
             stream = EventFeed(index, cl.events)
             feeds = [_StreamFeed(stream, i, index.media) for i in range(instances)]
-    return router, ClusterView(instances, index=index), index, feeds, stream
+    view = ClusterView(instances, index=index, block_tokens=block_tokens, metrics_interval_s=cl.metrics_interval_s)
+    return router, view, index, feeds, stream
 
 
 class _StreamFeed:

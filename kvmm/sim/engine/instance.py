@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 
 from kvmm.errors import BadInputError
+from kvmm.sim.compression import Compressor
 from kvmm.sim.engine.clock import make_clock
-from kvmm.sim.engine.requests import RequestTable
+from kvmm.sim.engine.requests import HeldBlocks, RequestTable
 from kvmm.sim.engine.scheduler import Scheduler
 from kvmm.sim.engine.staging import make_staging
 from kvmm.sim.engine.stats import InstanceStats
@@ -96,8 +97,6 @@ class Instance:
                               with_tiers=with_tiers, record_ops=record_ops, prefix_cache=prefix_cache, shared=shared,
                               events=tier_events, key_space=key_space)
         if cfg.token_budget is not None and with_tiers:
-            from kvmm.sim.compression import Compressor
-
             self.compressor = Compressor(self.hier.pool, cfg.scorer, cfg.token_budget, cfg.repack_interval,
                                          seed=cfg.priority_seed)
         self.role.check_pool_fits(self)
@@ -114,14 +113,18 @@ class Instance:
                                    gpu_holds_hit=self._gpu_holds_hit,
                                    transfers_in_flight=lambda: self.staging.next_transfer_time() != math.inf)
         self.stats = InstanceStats()
-        self.held: dict[int, np.ndarray] = {}  # request -> its GPU block ids
+        self.held = HeldBlocks()  # request -> its GPU block ids (and their total, which a router's view reads)
         self.releases: list[tuple[float, int, int]] = []  # heap: (time, seq, request) whose held blocks go then
         self.decode_context = 0  # KV tokens the running decodes read in their next step (sum)
         self.decode_steps = 0  # decode steps this instance has run (a stretch of k counts k)
         self.finishing: list[tuple[int, int]] = []  # heap of (finish step, request) of the running decodes
         self.step_end = 0.0
+        self.events_checked = -math.inf  # events up to this time have been processed
         self.now = 0.0  # the loop's clock where the hierarchy moves blocks (a delayed KV-event stream stamps them)
         self.batch_in_flight = 0
+        # prompt tokens the whole-prefill scheduler computes in the step in flight (a router's view counts
+        # them as still to do until the step ends; chunked prefills are counted from the scheduler's progress)
+        self.prefill_in_flight = 0
         self.next_arrival = 0
         # advance notice (SimConfig.notice_s): requests are looked up and claimed this long before
         # they arrive; 0: at arrival (the announcement stream below is then not used)
@@ -192,8 +195,10 @@ class Instance:
                 self.idle = True  # between steps: a driver may hand it work at this time
                 yield now
                 self.idle = False
+                self.events_checked = -math.inf  # a driver may have routed requests here meanwhile
             woken = False
-            self._events_until(now)
+            if now > self.events_checked:  # the step that ended at now has processed its events
+                self._events_until(now)
             if staging.ungranted:
                 staging.poll(now)
             self.now = now
@@ -208,6 +213,7 @@ class Instance:
                     self.idle = True  # idle until a request is routed here (or the driver's time)
                     woke = yield (math.inf if nxt is None else nxt)
                     self.idle = False
+                    self.events_checked = -math.inf
                     if woke is not None:
                         now = max(now, woke)
                         woken = self.lockstep
@@ -242,6 +248,7 @@ class Instance:
                 stats.decode_busy_s += decode_s
             self.step_end = now + dt
             self.batch_in_flight = n_batch = len(running) + len(prefilling) + (0 if scheduler.chunked else len(admitted))
+            self.prefill_in_flight = 0 if scheduler.chunked else plan.prefill_tokens
             if waiting and staging.open_claims:
                 staging.update_work_ahead(waiting, scheduler.budget, scheduler.max_seqs - n_batch, scheduler.max_seqs,
                                           now, dt)
@@ -349,6 +356,7 @@ class Instance:
         self.step_end = now + seconds
         self.stats.decode_busy_s += seconds
         self.batch_in_flight = len(running)
+        self.prefill_in_flight = 0
         self._events_until(now + seconds)
         now += seconds
         self.stats.steps += k
@@ -406,7 +414,10 @@ class Instance:
 
     # ------------------------------------------------------------------ events
     def _events_until(self, t: float) -> None:
-        """Process staging completions, arrivals and controller polls with time <= t, in time order."""
+        """Process staging completions, arrivals and controller polls with time <= t, in time order.
+        (Nothing a step's end does adds an event at or before its end, so the loop skips a second
+        call for the same time: ``events_checked``.)"""
+        self.events_checked = t
         staging = self.staging
         arrival = self.arrival_times
         while True:

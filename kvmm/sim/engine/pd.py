@@ -27,7 +27,8 @@ The instances run in strict time order (:func:`drive_lockstep`): an instance act
 only when every other has acted before ``t``, so a hand-off sees the decode loads as of its
 step and a decode step sees every hand-off decided before it.  Arrivals are routed first at
 equal times, one at a time: an idle prefill instance starts on an arrival at once, so requests
-with the same timestamp do not share its first step.  TPOT = (finish - first token) / (output tokens - 1): it includes the hand-off.
+with the same timestamp do not share its first step.  TPOT = (finish - first token) / (output
+tokens - 1): it includes the hand-off.
 """
 
 from __future__ import annotations
@@ -38,10 +39,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from kvmm.cluster.routers import checked_route
+from kvmm.cluster.view import RouteRequest
 from kvmm.errors import BadInputError
+from kvmm.policies.staging.ledger import CommitmentLedger
+from kvmm.sim.engine.cluster import RowFeed, cluster_routing, sessions_of
 from kvmm.sim.engine.instance import Colocated, Instance
 from kvmm.sim.engine.requests import RequestTable
 from kvmm.sim.engine.scheduler import StepPlan
+from kvmm.sim.results import SimResult, latency_metrics
 
 __all__ = ["simulate_pd", "PrefillRole", "DecodeRole", "Link", "drive_lockstep"]
 
@@ -53,8 +59,6 @@ def simulate_pd(cfg, serving, trace, arrival: np.ndarray, progress=None):
     of the fewest queued prompt tokens), seeing each prefill instance's queue, whether it is
     prefilling and its GPU pool use, and a block index of the prefill pools when it reads one.
     """
-    from kvmm.policies.staging.ledger import CommitmentLedger
-
     pd = cfg.pd
     table = RequestTable(trace, arrival)
     link = Link(pd, serving, pd.decode_instances)
@@ -62,9 +66,8 @@ def simulate_pd(cfg, serving, trace, arrival: np.ndarray, progress=None):
     feeds = [None] * pd.prefill_instances
     key_space = None
     if cfg.cluster is not None:  # routed prefill instances (kvmm.cluster): the index tracks their GPUs only
-        from kvmm.sim.engine.cluster import cluster_routing, sessions_of
-
-        router, view, index, feeds = cluster_routing(cfg, pd.prefill_instances, ("GPU",))
+        router, view, index, feeds = cluster_routing(cfg, pd.prefill_instances, ("GPU",),
+                                                     block_tokens=int(trace.block_tokens))
         key_space = np.unique(table.ids) if index is not None else None
     prefill_role, decode_role = PrefillRole(link), DecodeRole(link)
     prefills = [Instance(cfg, serving, table, CommitmentLedger, progress, assigned=[], tier_events=feeds[i],
@@ -336,28 +339,28 @@ def _fewest_queued_tokens(prefills: list, table: RequestTable):
 def _routed(router, view, prefills: list, table: RequestTable, sessions: list):
     """The cluster router's prefill instance (the view: each prefill instance's queue, whether it
     is prefilling, its pool use)."""
-    from kvmm.cluster.routers import checked_route
-    from kvmm.cluster.view import RouteRequest
+    feed = RowFeed(table, view.index)
+    view.kv_blocks_total[:] = [inst.hier.num_blocks for inst in prefills]
 
     def pick(r: int, t: float) -> int:
         for p, inst in enumerate(prefills):
             inst.release_handed_off_until(t)  # KV that left by now frees its blocks, as the pool's use shows
-            view.queue_lengths[p] = len(inst.waiting) + len(inst.arrival_ids) - inst.next_arrival
-            view.running[p] = int(inst.step_end > t)
-            view.kv_utilisation[p] = inst.hier.pool.usage
-        view.now = t
+            feed.refresh(view, p, inst, t)  # queues, their prefill, held KV, pool use
+            view.running[p] = int(inst.step_end > t)  # a prefill instance: is it prefilling now
+        view.now = view.scraped_at = t
         keys, _ = table.blocks(r)
-        request = RouteRequest(index=r, arrival_s=t, block_ids=keys[:, 0].view(np.int64),
+        block_ids = keys[:, 0].view(np.int64)
+        request = RouteRequest(index=r, arrival_s=t, block_ids=block_ids,
                                input_length=table.input_len_py[r], output_length=table.output_len_py[r],
                                session=sessions[r])
-        return checked_route(router, request, view)
+        choice = checked_route(router, request, view)
+        feed.routed(view, choice, r, block_ids)
+        return choice
 
     return pick
 
 
 def _result(cfg, serving, table: RequestTable, prefills: list, decodes: list, link: Link, end: float):
-    from kvmm.sim.results import SimResult, latency_metrics
-
     span = end - float(table.arrival.min())
     pools = [p.hier.pool.stats for p in prefills]
     pd = cfg.pd

@@ -21,12 +21,14 @@ Hot columns the event loop reads one request at a time are also kept as Python l
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kvmm.sim.hierarchy import pool_keys
-from kvmm.traces.mooncake import MooncakeTrace
+from kvmm.traces.trace import KVTrace
 
-__all__ = ["RequestTable"]
+__all__ = ["RequestTable", "HeldBlocks"]
 
 
 class RequestTable:
@@ -36,7 +38,7 @@ class RequestTable:
     of the requests, drawn with ``priority_seed``, form the high-priority class (0; the rest 1).
     """
 
-    def __init__(self, trace: MooncakeTrace, arrival: np.ndarray, *, priority_share: float = 0.0,
+    def __init__(self, trace: KVTrace, arrival: np.ndarray, *, priority_share: float = 0.0,
                  priority_seed: int = 0) -> None:
         n = trace.num_requests
         self.n = n
@@ -92,3 +94,29 @@ class RequestTable:
         """Per request: seconds from its first ``need`` to its staged KV being ready (0 when
         ready before; nan when it never waited on a claim)."""
         return np.maximum(self.kv_ready_at - self.need_at, 0.0)
+
+
+class HeldBlocks(dict):
+    """request -> the GPU block ids it holds, keeping ``blocks``, the total of their counts, as
+    entries come and go (every role stores and pops here, PD's included), so a cluster's view reads
+    the blocks its requests hold in O(1).  Runtime complexity: O(1) per store or pop."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = 0
+
+    def __setitem__(self, r: int, ids: np.ndarray) -> None:
+        old = self.get(r)
+        if old is not None:
+            self.blocks -= old.shape[0]
+        self.blocks += ids.shape[0]
+        super().__setitem__(r, ids)
+
+    def pop(self, r: int, *default: Any) -> Any:
+        if r not in self:
+            return super().pop(r, *default)
+        ids = super().pop(r)
+        self.blocks -= ids.shape[0]
+        return ids

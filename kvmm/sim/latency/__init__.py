@@ -10,6 +10,8 @@ kvmm.sim.latency`` compiles nothing and reads no data file.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvmm._lazy import lazy_exports
 
 _LAZY = {
@@ -34,5 +36,13 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.sim.latency._kernels import decode_stretch, decode_stretch_seconds, step_split
+    from kvmm.sim.latency.accelerators import HARDWARE, Hardware, hardware, kv_pool_bytes
+    from kvmm.sim.latency.arch import DTYPE_BYTES, ModelArch
+    from kvmm.sim.latency.fitted import FitReport, Fitted, fit_latency
+    from kvmm.sim.latency.roofline import Roofline
+    from kvmm.sim.latency.step import COEF_LEN, FEATURES, ConstantRate, LatencyModel, step_features
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

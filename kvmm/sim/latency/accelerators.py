@@ -12,9 +12,9 @@ scale-up bandwidth (what a ring all-reduce can use per direction).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from kvmm._validate import as_count, as_fraction, as_positive_float
 from kvmm.errors import BadInputError
@@ -181,7 +181,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
            bf16_flops=989.5e12, fp8_flops=1979e12, hbm_bytes=80 * GiB, hbm_bytes_per_s=3.35e12,
            interconnect_bytes_per_s=450e9, mfu_prefill=0.45, mfu_decode=0.30, bw_efficiency=1.0,
            max_num_batched_tokens=8192, max_num_seqs=1024, usd_per_hour=2.95,
-           sources={"bf16_flops": "BLIS hardware_config.json TFlopsPeak 989.5; nvidia.com/en-us/data-center/h100 (1,979 with sparsity)",
+           sources={"bf16_flops": "BLIS hardware_config.json TFlopsPeak 989.5; nvidia.com/en-us/data-center/h100 "
+                                  "(1,979 with sparsity)",
                     "fp8_flops": "BLIS hardware_config.json TFlopsFP8 1979.0",
                     "hbm_bytes": "BLIS hardware_config.json MemoryGiB 80.0",
                     "hbm_bytes_per_s": "BLIS hardware_config.json BwPeakTBs 3.35",
@@ -208,7 +209,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
                     "max_num_batched_tokens": _VLLM_DEFAULTS + "8192 (>= 70 GiB, < 160 GiB)",
                     "max_num_seqs": _VLLM_DEFAULTS + "1024",
                     "usd_per_hour": "Nebius, one H200 VM (1gpu-16vcpu-200gb) $3.50/hour, GPU, vCPU and RAM billed together "
-                                    "(docs.nebius.com/signup-billing/billing-changes-oct-2025); kvmm.sim.models.H200_USD_PER_GPU_HOUR",
+                                    "(docs.nebius.com/signup-billing/billing-changes-oct-2025); "
+                                    "kvmm.sim.models.H200_USD_PER_GPU_HOUR",
                     "allreduce_latency_s": _ALLREDUCE_ASSUMED},
            assumed=("mfu_prefill", "mfu_decode", "bw_efficiency", "allreduce_latency_s")),
     _entry("B200", aliases=("B200-SXM", "HGX-B200"),
@@ -262,7 +264,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
                     "bw_efficiency": "assumed: " + _BW_EFF_BLIS,
                     "max_num_batched_tokens": _VLLM_DEFAULTS + "16384 (192 GB >= 160 GiB; same rule on ROCm)",
                     "max_num_seqs": _VLLM_DEFAULTS + "1024",
-                    "usd_per_hour": "Vultr MI300X on-demand $1.85/GPU-hour (cliffcenter.com/research/amd-inference-economics, 2026-05-18)",
+                    "usd_per_hour": "Vultr MI300X on-demand $1.85/GPU-hour "
+                                    "(cliffcenter.com/research/amd-inference-economics, 2026-05-18)",
                     "allreduce_latency_s": _ALLREDUCE_ASSUMED},
            assumed=("mfu_prefill", "mfu_decode", "bw_efficiency", "allreduce_latency_s")),
     _entry("L40S", aliases=("NVIDIA-L40S",),
@@ -279,8 +282,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
                     "mfu_prefill": _H100_MFU_SOURCE, "mfu_decode": _H100_MFU_SOURCE, "bw_efficiency": _BW_EFF_BLIS,
                     "max_num_batched_tokens": _VLLM_DEFAULTS + "2048 (< 70 GiB)",
                     "max_num_seqs": _VLLM_DEFAULTS + "256",
-                    "usd_per_hour": "AWS G6e (1 x L40S) on-demand $1.861/hour, us-east-1 (modal.com/blog/nvidia-l40s-price-article, "
-                                    "August 2025)",
+                    "usd_per_hour": "AWS G6e (1 x L40S) on-demand $1.861/hour, us-east-1 "
+                                    "(modal.com/blog/nvidia-l40s-price-article, August 2025)",
                     "allreduce_latency_s": _ALLREDUCE_ASSUMED},
            assumed=("allreduce_latency_s",)),
     _entry("Ascend-910C", aliases=("910C", "Ascend910C"),
@@ -288,7 +291,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
            interconnect_bytes_per_s=196e9, mfu_prefill=0.45, mfu_decode=0.30, bw_efficiency=1.0,
            max_num_batched_tokens=2048, max_num_seqs=256, usd_per_hour=None,
            sources={"bf16_flops": "752 TFLOPS dense BF16 per dual-die package: Huawei's CloudMatrix384 paper (arXiv 2506.12708, "
-                                  "as summarised by reportify.ai); 384 NPUs x 752 = ~289 PFLOPS (chinaresearchcollective.substack.com)",
+                                  "as summarised by reportify.ai); 384 NPUs x 752 = ~289 PFLOPS "
+                                  "(chinaresearchcollective.substack.com)",
                     "fp8_flops": "no FP8 rate published; the CloudMatrix384 paper quantizes to INT8 (arXiv 2506.12708 abstract)",
                     "hbm_bytes": "128 GB: two dies of 64 GB HBM each (vLLM-Ascend sees each die as a device; FlagTensor's 910C "
                                  "guide: 'Ascend 910C (64GB HBM/die), 8 chips x 2 dies = 16 NPU devices')",
@@ -299,7 +303,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
                     "mfu_prefill": "assumed: H100's BLIS calibration (no published MFU for Ascend)",
                     "mfu_decode": "assumed: H100's BLIS calibration",
                     "bw_efficiency": "assumed: " + _BW_EFF_BLIS,
-                    "max_num_batched_tokens": "assumed: vLLM's rule for a 64 GB device (one die) gives 2048; vllm-ascend may override",
+                    "max_num_batched_tokens": "assumed: vLLM's rule for a 64 GB device (one die) gives 2048; "
+                                              "vllm-ascend may override",
                     "max_num_seqs": "assumed: vLLM's rule for a 64 GB device gives 256",
                     "usd_per_hour": "not set: no public on-demand price found",
                     "allreduce_latency_s": _ALLREDUCE_ASSUMED},

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kvmm._validate import as_count
 from kvmm.errors import BadInputError
@@ -115,7 +116,7 @@ class ModelArch:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_hf_config(cls, config: str | Path | Mapping[str, Any], *, name: str | None = None) -> "ModelArch":
+    def from_hf_config(cls, config: str | Path | Mapping[str, Any], *, name: str | None = None) -> ModelArch:
         """Read a Hugging Face ``config.json``: a path to the file, a folder holding one, or the
         parsed dict.  Knows the Llama, Qwen2, Qwen3, Qwen3-MoE (``decoder_sparse_step``,
         ``mlp_only_layers``), Mixtral (``num_local_experts``) and DeepSeek-V2/V3
@@ -134,7 +135,7 @@ class ModelArch:
         return cls(name=name or _config_name(cfg), source=source, **_arch_fields(cfg))
 
     @classmethod
-    def named(cls, name: str) -> "ModelArch":
+    def named(cls, name: str) -> ModelArch:
         """A shipped model (see :meth:`names`; old simulator names such as ``llama3-8b`` are
         aliases).  Case-insensitive."""
         if not isinstance(name, str):
@@ -277,7 +278,8 @@ class ModelArch:
             return 2 * h * heads * self.head_dim + 2 * h * self.num_kv_heads * self.head_dim
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
         q = h * self.q_lora_rank + self.q_lora_rank * heads * qk if self.q_lora_rank else h * heads * qk
-        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim)
+              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
         return q + kv + heads * self.v_head_dim * h
 
     def _attention_params(self) -> int:
@@ -406,7 +408,7 @@ def _shipped() -> tuple[dict, dict]:
     return entries, aliases
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped_arch(key: str) -> ModelArch:
     entry = _shipped()[0][key]
     arch = ModelArch.from_hf_config(entry["hf_config"], name=key)

@@ -27,8 +27,9 @@ import numpy as np
 
 from kvmm._validate import as_fraction, as_positive_float
 from kvmm.errors import BadInputError
+from kvmm.sim.latency.accelerators import Hardware
+from kvmm.sim.latency.accelerators import hardware as _resolve_hardware
 from kvmm.sim.latency.arch import ModelArch, dtype_bytes
-from kvmm.sim.latency.accelerators import Hardware, hardware as _resolve_hardware
 from kvmm.sim.latency.step import COEF_LEN, FEATURES, linear_step_parts, linear_step_seconds, step_features
 
 __all__ = ["Roofline", "ACTIVATION_BYTES"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from kvmm._validate import as_index_array, as_positive_float
 from kvmm.errors import BadInputError, ShapeError
+from kvmm.sim.models import model as model_spec
 
 __all__ = ["LatencyModel", "FEATURES", "COEF_LEN", "step_features", "ConstantRate", "linear_step_seconds", "linear_step_parts"]
 
@@ -104,17 +105,10 @@ class ConstantRate:
         self.decode_batch_cost = as_positive_float(decode_batch_cost, "decode_batch_cost", allow_zero=True)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "ConstantRate":
+    def from_spec(cls, spec: Any) -> ConstantRate:
         """The rates of a :class:`kvmm.sim.models.ModelSpec` (or a name from ``kvmm.sim.models.MODELS``)."""
-        from kvmm.sim.models import model
-
-        spec = model(spec)
+        spec = model_spec(spec)
         return cls(spec.prefill_tokens_per_s, spec.decode_tokens_per_s, spec.decode_batch_cost)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ConstantRate) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    __hash__ = None
 
     def step_seconds(self, prefill_new: Any, prefill_context: Any = (), decode_context: Any = ()) -> float:
         new, _, dec = _step_arrays(prefill_new, prefill_context, decode_context, contexts_optional=True)

@@ -13,11 +13,14 @@ baseline.  Errors are plain ``ValueError``/``IndexError`` raised before any chan
 * :class:`~kvmm.testing.models.block_index.NaiveBlockIndex`: ``kvmm.cluster.BlockIndex``
   (docs/cluster_index.md: holders per key, consecutive prefix runs, LRU entry budget);
 * :mod:`~kvmm.testing.models.siphash`: SipHash-2-4 from the paper's pseudo-code;
-* :mod:`~kvmm.testing.models.routers`: the approx-prefix, precise-prefix and weighted routers
-  (docs/cluster_routers.md: SGLang cache-aware thresholds, llm-d scorers).
+* :mod:`~kvmm.testing.models.routers`: the least-loaded, approx-prefix, precise-prefix, weighted
+  and kv-cost routers, random tie-breaks included (docs/cluster_routers.md: smg's and sgl-router's
+  cache-aware rules, llm-d's scorers and profiles, NVIDIA Dynamo's KV router cost).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from kvmm._lazy import lazy_exports
 
@@ -31,5 +34,12 @@ _LAZY = {
     "WeightedModel": "kvmm.testing.models.routers",
 }
 __all__ = [*_LAZY, "siphash"]
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
+    from kvmm.testing.models.block_allocator import NaiveBlockAllocator
+    from kvmm.testing.models.block_index import NaiveBlockIndex
+    from kvmm.testing.models.ledger import LedgerModel
+    from kvmm.testing.models.routers import ApproxPrefixModel, PrecisePrefixModel, WeightedModel
+    from kvmm.testing.models.token_table import NaiveTokenTable
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), frozenset({"siphash"}))

@@ -162,8 +162,8 @@ class NaiveTokenTable:
             t_pos, extra = None, 0
             if keep > 0:
                 def high(j):
-                    b = blocks[j]
-                    return sum(1 for o in range(rem, self.bs) if b * self.bs + o in self.at)
+                    b = blocks[j]  # noqa: B023 (called at once, inside the loop)
+                    return sum(1 for o in range(rem, self.bs) if b * self.bs + o in self.at)  # noqa: B023 (as above)
                 t_pos = min(sorted(kept, reverse=True), key=high)  # fewest high tokens; later wins ties
                 extra = high(t_pos)
             densify = full and t_pos is not None and (budget is None or spent + extra <= budget)

@@ -37,8 +37,25 @@ import numpy as np
 from numba import njit
 
 from kvmm._kernels import prefetch
-from kvmm.policies.eviction._kernels.slru import (_BYTES, _EXTRA, _HEAD, _MAX, _NEXT, _PREV, _SEG, _SIZE, _TAIL, NONE, link,
-                                                  new_tables, slru_evict, slru_hit, slru_insert, slru_victim, unlink)
+from kvmm.policies.eviction._kernels.slru import (
+    _BYTES,
+    _EXTRA,
+    _HEAD,
+    _MAX,
+    _NEXT,
+    _PREV,
+    _SEG,
+    _SIZE,
+    _TAIL,
+    NONE,
+    link,
+    new_tables,
+    slru_evict,
+    slru_hit,
+    slru_insert,
+    slru_victim,
+    unlink,
+)
 from kvmm.policies.eviction.wtinylfu import sketch_shape, split_capacity, validate_options
 
 #: libCacheSim's W-TinyLFU options (``main-cache``, only ``"SLRU"`` here; ``window-size``).

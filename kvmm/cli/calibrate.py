@@ -13,12 +13,21 @@ query concentration.
 kvmm's own model folder (``kvmm/data/models/pydoc-llama``: ``config.json`` plus ``weights.npz``,
 byte-level vocabulary) is read with :func:`kvmm.compress.pydoc_model.load_model` and tokenized
 one token per UTF-8 byte.
+
+The optional hf extra (torch, transformers, and :mod:`kvmm.compress.hf` built on them) is
+imported when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+import numpy as np
+
+from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
+from kvmm.compress.pydoc_model import byte_ids, load_model
+from kvmm.errors import BadInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from kvmm.compress.calibration import calibrate, logit_curve, mean_logit_by_distance, pearson
-    from kvmm.errors import BadInputError
-
     if args.max_tokens < 2 or args.max_delta < 1:
         raise BadInputError(f"--max-tokens must be >= 2 and --max-delta >= 1, got {args.max_tokens}, {args.max_delta}")
     if not 0.0 < args.calibration_fraction <= 1.0:
@@ -50,9 +54,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"model folder {args.model} does not exist; expected a save_pretrained folder")
     if not args.text.is_file():
         raise BadInputError(f"text file {args.text} does not exist")
-    from kvmm.compress import hf
+    # the optional hf extra: torch, transformers, and kvmm.compress.hf built on them
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvmm.compress import hf  # (needs torch)
 
     bundled = (args.model / "weights.npz").is_file()  # kvmm's own format (pydoc_model), not save_pretrained's
     try:
@@ -65,12 +71,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise BadInputError(f"{args.text}: --token-ids expects whitespace-separated integers ({exc})") from None
     elif bundled:
-        from kvmm.compress.pydoc_model import byte_ids
-
         ids = byte_ids(raw.encode("utf-8")).tolist()  # its vocabulary: one token per UTF-8 byte
     else:
-        from transformers import AutoTokenizer
-
         try:
             tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
         except (OSError, ValueError, TypeError, KeyError, ImportError) as exc:  # transformers' many ways to say "none"
@@ -84,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"need at least 2 calibration tokens, got {len(ids)} tokens x "
                             f"--calibration-fraction {args.calibration_fraction}")
     if bundled:
-        from kvmm.compress.pydoc_model import load_model
-
         model = load_model(args.model).to(getattr(torch, args.dtype)).eval()
     else:
         try:

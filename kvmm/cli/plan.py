@@ -14,8 +14,8 @@ whatever the order given.  ``--requests``, ``--load`` and what serves (``--model
 :class:`~kvmm.sim.SimConfig` every candidate keeps.  ``--price``: as ``kvmm simulate --price``.
 ``--budget``: the most USD per hour a configuration may cost (``120`` or ``120/h``).
 ``--verify N``: up to N of the cheapest candidates the estimate says meet the SLO (plus their
-neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.  Progress goes to stderr; the decision to
-stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
+neighbours) are simulated, cheapest first, until one meets it; ``--jobs N`` runs N at once.
+Progress goes to stderr; the decision to stdout (``--json``: one JSON object); the files (:mod:`kvmm.plan.writers`) to ``--out``.
 "No configuration meets the SLO" is an answer (exit 0, the closest one shown).
 """
 
@@ -25,13 +25,22 @@ import argparse
 import json
 import math
 import re
+import shlex
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 
+from kvmm.cli._out_folder import check_out_folder
+from kvmm.cli.simulate import add_serving_arguments, parse_price_flag, serving_fields
 from kvmm.errors import BadInputError
-from kvmm.sim._cli import add_serving_arguments, serving_fields
+from kvmm.plan import core
+from kvmm.plan.core import SLO, TierCandidate
+from kvmm.plan.progress import StageProgress
+from kvmm.plan.writers import plan_summary, write_plan
+from kvmm.sim.config import SimConfig
 
 #: duration units of --ttft-p95 / --tpot-p95 -> seconds
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
-#: the tiers of the issue's example, used when no --tier is given
+#: the candidate tiers when no --tier is given: per-node DRAM, a shared Layer 3.5 pool, per-node NVMe (docs/plan.md)
 DEFAULT_TIERS = ("dram:0-4TiB", "layer3.5:0-64TiB:shared", "nvme:0-16TiB")
 
 
@@ -87,8 +96,6 @@ def parse_budget(text: str | None) -> float | None:
 
 def build_request(args: argparse.Namespace) -> dict:
     """The keyword arguments of :func:`kvmm.plan.plan` the flags describe (no trace loaded yet)."""
-    from kvmm.plan import SLO, TierCandidate
-    from kvmm.sim._cli import parse_price_flag
 
     if args.instances < 1:
         raise BadInputError(f"--instances {args.instances}: expected an integer >= 1")
@@ -113,8 +120,6 @@ def build_request(args: argparse.Namespace) -> dict:
     repeated = sorted({k for k in kinds if kinds.count(k) > 1})
     if repeated:
         raise BadInputError(f"--tier: {', '.join(repeated)} given twice; expected each tier kind once")
-    from kvmm.sim.config import SimConfig
-
     return dict(slo=slo, tiers=tiers, prices=parse_price_flag(args.price), instances=args.instances,
                 budget=parse_budget(args.budget), verify=args.verify,
                 base=SimConfig(workload=args.trace, max_requests=args.requests, load=args.load,
@@ -122,14 +127,9 @@ def build_request(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvmm.cli import _check_out_folder
-    from kvmm.plan import core
-    from kvmm.plan.writers import plan_summary, write_plan
-    from pathlib import Path
-
     request = build_request(args)
     out = Path(args.out)
-    _check_out_folder(out)  # before the (long) run, not a traceback when the files are written
+    check_out_folder(out)  # before the (long) run, not a traceback when the files are written
     progress = StageProgress(enabled=not args.no_progress)
     executor = _executor(args.jobs)
     try:
@@ -149,37 +149,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  - {reason}")
     print("wrote " + ", ".join(str(p) for p in files.values()))
     return 0
-
-
-class StageProgress:
-    """``progress(stage, done, total)`` for :func:`kvmm.plan.plan`: one :class:`kvmm._progress.Progress`
-    bar on stderr per stage, opened when the stage first reports and closed when the next begins.
-    Runtime complexity: O(1) per call."""
-
-    def __init__(self, *, enabled: bool = True, stream=None) -> None:
-        self.enabled = enabled
-        self.stream = stream
-        self.stage: str | None = None
-        self._bar = None
-        self._done = 0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        from kvmm._progress import Progress
-
-        if stage != self.stage:
-            self.close()
-            self.stage = stage
-            self._bar = Progress(total, f"plan: {stage}", enabled=self.enabled, stream=self.stream)
-            self._bar.__enter__()
-            self._done = 0
-        if done > self._done:
-            self._bar.update(done - self._done)
-            self._done = done
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
 
 
 def plan_json(plan, files: dict | None = None) -> dict:
@@ -219,8 +188,6 @@ def _finite(value):
 def _executor(jobs: int):
     """A process pool of ``jobs`` workers, or an in-process executor for ``--jobs 1``."""
     if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
         return ProcessPoolExecutor(max_workers=jobs)
     return InlineExecutor()
 
@@ -229,8 +196,6 @@ class InlineExecutor:
     """``submit(fn, *args)`` runs ``fn`` at once in this process (``--jobs 1``); a Future-like result."""
 
     def submit(self, fn, *args, **kwargs):
-        from concurrent.futures import Future
-
         future: Future = Future()
         try:
             future.set_result(fn(*args, **kwargs))
@@ -243,6 +208,4 @@ class InlineExecutor:
 
 
 def _quote(arg: str) -> str:
-    import shlex
-
     return shlex.quote(arg)

@@ -6,11 +6,26 @@
     kvmm mrc events.msgpack --format vllm        # any format kvmm.traces.load_trace reads
     kvmm mrc huge.oracleGeneral.bin --dask local --parts 16
     kvmm mrc huge.jsonl --dask tcp://scheduler:8786 --parts 64 --chunk-refs 1000000
+
+The trackers come from :mod:`kvmm.policies`, a lazy package: each loads its kernels (numba) on
+first use.  The optional extras (matplotlib for ``--png``, dask for ``--dask``) are imported where
+they are used.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+import numpy as np
+
+from kvmm import policies
+from kvmm._validate import as_count, as_fraction
+from kvmm.errors import BadInputError
+from kvmm.report import _format_plain, fit_titles
+from kvmm.traces import iter_trace_chunks, load_trace
+from kvmm.traces.mooncake import resolve_trace_path
+from kvmm.traces.trace import NO_REQUESTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from kvmm._validate import as_count, as_fraction
-    from kvmm.errors import BadInputError
-    from kvmm.policies import ShardsTracker, StackDistanceTracker
-    from kvmm.traces import load_trace
-
     fractions = [as_fraction(f, "--fraction") for f in (args.fraction or [0.5, 0.9, 0.99])]
     points = as_count(args.points, "--points", minimum=2)
     if args.png:
@@ -59,19 +67,17 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, hist, fractions, points, name, mode)
     if args.sample_rate is not None:
         stratify = _stratify_rate(args.stratify_rate or "auto")
-        tracker = ShardsTracker(rate=args.sample_rate, stratify_rate=stratify)
+        tracker = policies.ShardsTracker(rate=args.sample_rate, stratify_rate=stratify)
         mode = f"SHARDS fixed rate {args.sample_rate:g}" + (
             f", stratified (counting rate {tracker.stratify_rate:g})" if tracker.stratify_rate is not None else "")
     elif args.fixed_size is not None:
-        tracker = ShardsTracker(fixed_size=args.fixed_size)
+        tracker = policies.ShardsTracker(fixed_size=args.fixed_size)
         mode = f"SHARDS fixed size {args.fixed_size}"
     else:
-        tracker = StackDistanceTracker()
+        tracker = policies.StackDistanceTracker()
         mode = "exact"
     trace = load_trace(args.trace, args.format, skip_bad=args.skip_bad)
     if trace.num_requests == 0:
-        from kvmm.traces.trace import NO_REQUESTS
-
         raise BadInputError(NO_REQUESTS)  # the rule `kvmm simulate` follows too
     tracker.access(trace.block_ids)
     hist = tracker.histogram()
@@ -82,10 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args, hist, fractions, points, name, mode) -> int:
-    import numpy as np
-
-    from kvmm.report import _format_plain
-
     print(f"hit ratio of an unlimited LRU cache: {hist.max_hits / hist.total:.4f}" if hist.total else "no references")
     for f in fractions:
         print(f"working set ({100 * f:g} % of unlimited-cache hits): {hist.working_set(f)} blocks")
@@ -96,7 +98,7 @@ def _report(args, hist, fractions, points, name, mode) -> int:
     print(_format_plain(["capacity (blocks)", "miss ratio", "hit ratio"],
                         [[int(c), f"{m:.4f}", f"{1 - m:.4f}"] for c, m in zip(caps, mrc)]))
     if args.png:
-        try:
+        try:  # the optional plot extra
             import matplotlib
 
             matplotlib.use("Agg")
@@ -115,8 +117,6 @@ def _report(args, hist, fractions, points, name, mode) -> int:
 def mrc_figure(plt, capacities, miss_ratios, title: str):
     """The ``kvmm mrc --png`` figure; the title is wrapped to the figure's width (a trace path and
     the SHARDS mode make it long) and the layout tightened around it."""
-    from kvmm.report import fit_titles
-
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     ax.plot(capacities, miss_ratios)
     ax.set_xscale("log")
@@ -130,10 +130,6 @@ def mrc_figure(plt, capacities, miss_ratios, title: str):
 
 def _check_png_path(png: str) -> None:
     """``--png`` must name a file whose folder exists (or can be created)."""
-    from pathlib import Path
-
-    from kvmm.errors import BadInputError
-
     path = Path(png)
     if path.is_dir():
         raise BadInputError(f"--png {png!r} is a folder; expected a file name such as mrc.png")
@@ -145,15 +141,9 @@ def _check_png_path(png: str) -> None:
 
 def _dask_histogram(args: argparse.Namespace):
     """Stream the trace in chunks through :func:`kvmm.policies.distributed_mrc`."""
-    from kvmm._validate import as_count
-    from kvmm.errors import BadInputError
-    from kvmm.policies.mrc.distributed import distributed_mrc
-    from kvmm.traces import iter_trace_chunks
-    from kvmm.traces.mooncake import resolve_trace_path
-
     parts = as_count(args.parts, "--parts", minimum=1)
     chunk_refs = as_count(args.chunk_refs, "--chunk-refs", minimum=1)
-    try:
+    try:  # the optional dist extra
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise BadInputError("--dask needs dask[distributed]: pip install 'kvmm[dist]'") from None
@@ -163,9 +153,9 @@ def _dask_histogram(args: argparse.Namespace):
     if args.dask == "local":
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
                 Client(cluster) as client:
-            hist = distributed_mrc(chunks, client, parts=parts)
+            hist = policies.distributed_mrc(chunks, client, parts=parts)
     else:
-        try:
+        try:  # the optional dist extra
             from distributed.comm.addressing import parse_address, parse_host_port
 
             parse_host_port(parse_address(args.dask)[1])  # a malformed address fails here, before a Client
@@ -175,7 +165,7 @@ def _dask_histogram(args: argparse.Namespace):
         except (OSError, ValueError, TypeError) as exc:
             raise BadInputError(f"cannot reach the Dask scheduler {args.dask!r}: {exc}") from None
         with client:
-            hist = distributed_mrc(chunks, client, parts=parts)
+            hist = policies.distributed_mrc(chunks, client, parts=parts)
     bad = stats.get("bad_lines", 0)
     summary = (f"{int(hist.total)} block references, {int(hist.cold)} distinct blocks"
                + (f", {bad} bad lines skipped" if bad else ""))
@@ -189,5 +179,4 @@ def _stratify_rate(text: str):
     try:
         return float(text)
     except ValueError:
-        from kvmm.errors import BadInputError
         raise BadInputError(f"--stratify-rate must be a number in [R, 1], 'auto' or 'none', got {text!r}") from None

@@ -17,6 +17,10 @@ see docs/eviction_orders.md) and an admission policy
 name (``write-all``, ``store-threshold``, ``selective``, ``refill-filter``).  ``--staging``:
 ``on-demand``, ``immediate``, ``immediate-edf``, ``timely``, ``write-through-lru`` or ``all``.
 ``--load none`` replays the trace's own timestamps (times ``--time-scale``).
+
+This module is imported only when ``kvmm simulate`` (or ``kvmm plan``, which shares its serving
+flags) runs; the simulator itself (numba kernels) is imported when a run starts, so a bad flag or
+``--help`` answers at once.
 """
 
 from __future__ import annotations
@@ -24,12 +28,25 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+import warnings
+from dataclasses import replace
 
-from kvmm.errors import BadInputError
+from kvmm._progress import Progress
+from kvmm._validate import MAX_INSTANCES, MAX_UNITS, short_repr
+from kvmm.cluster.fabric import LINK_NAMES
+from kvmm.errors import BadInputError, KvmmWarning, RunWarning
+from kvmm.report import format_table
+from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.config import STAGING_NAMES as STAGING
+from kvmm.sim.config import GiB, PDConfig, SimConfig, TierLevel, check_admission, check_eviction
+from kvmm.sim.config_json import load_config
+from kvmm.sim.cost import parse_prices
+from kvmm.sim.latency.arch import ModelArch
+from kvmm.sim.workload import Workload
+from kvmm.tiers.spec import PRESETS, preset
+from kvmm.traces.formats import load_trace
 
-# kvmm.sim.config.STAGING_NAMES, spelled out: the parser is built on every `kvmm` call and importing
-# the config costs ~0.1 s (numpy); tests/test_sim_cli.py checks the two agree
-STAGING = ("on-demand", "immediate", "immediate-edf", "timely", "write-through-lru")
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
@@ -53,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a lower tier PRESET[:SIZE[:EVICTION[:ADMISSION]]], fastest first (repeatable; default "
                              "nvme:-:lru:write-all); EVICTION: any order of kvmm.policies.EVICTION_POLICIES "
                              "but belady (lru, fifo, lfu, arc, clock, s3fifo, sieve, 2q, lirs, slru, wtinylfu)")
-    parser.add_argument("--staging", "--policy", dest="staging", default="all", help=f"staging policy: {', '.join(STAGING)} or all")
+    parser.add_argument("--staging", "--policy", dest="staging", default="all",
+                        help=f"staging policy: {', '.join(STAGING)} or all")
     parser.add_argument("--fast-tier", default="cxl:100GiB", metavar="PRESET[:SIZE]",
                         help="protected staging tier (default cxl:100GiB)")
     parser.add_argument("--no-gpu-prefix-cache", action="store_true", help="finished requests' blocks are not kept on the GPU")
@@ -62,7 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "round-robin in advance, with either they are routed as they arrive (a cluster)")
     parser.add_argument("--router", default=None, metavar="NAME[:k=v,...]",
                         help="cluster routing: round-robin, least-loaded, session, approx-prefix, precise-prefix, "
-                             "weighted, with options, e.g. precise-prefix:load_weight=0.5")
+                             "weighted, kv-cost, with options, e.g. kv-cost:router_temperature=0.5 or the load-blind "
+                             "ablation precise-prefix:balance=none (docs/cluster_routers.md)")
     parser.add_argument("--shared-tier", action="append", default=None, metavar="PRESET[:SIZE[:EVICTION[:ADMISSION]]]",
                         help="a tier every instance shares, after the private --tier levels (repeatable; same "
                              "spelling as --tier)")
@@ -131,8 +150,6 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, what: str) -> int:
     """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
-    from kvmm._validate import MAX_UNITS, short_repr
-
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
     if m and not unit and float(m.group(1)) == 0:
@@ -148,9 +165,6 @@ def parse_size(text: str, what: str) -> int:
 
 def parse_tier(text: str):
     """``PRESET[:SIZE[:EVICTION[:ADMISSION]]]`` -> TierLevel."""
-    from kvmm.sim.config import TierLevel, check_admission, check_eviction
-    from kvmm.tiers.spec import PRESETS
-
     parts = text.split(":")
     if len(parts) > 4 or not parts[0]:
         raise BadInputError(f"--tier {text!r}: expected PRESET[:SIZE[:EVICTION[:ADMISSION]]]")
@@ -174,8 +188,6 @@ def parse_price_flag(text: str | None):
     was not given); a one-line error quoting the flag otherwise (``kvmm simulate`` and ``kvmm plan``)."""
     if text is None:
         return None
-    from kvmm.sim.cost import parse_prices
-    from kvmm.tiers.spec import PRESETS
 
     try:
         return parse_prices(text, tier_names=PRESETS)  # every tier the flags can build is a preset
@@ -185,9 +197,6 @@ def parse_price_flag(text: str | None):
 
 def parse_pd(text: str):
     """``PxD:LINK[:serial]`` -> PDConfig."""
-    from kvmm.cluster.fabric import LINK_NAMES
-    from kvmm.sim.config import PDConfig
-
     m = re.fullmatch(r"(\d+)x(\d+):([\w.-]+)(:serial)?", text)
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise BadInputError(f"--pd {text!r}: expected PxD:LINK[:serial] with P, D >= 1, e.g. 2x4:rdma400")
@@ -199,8 +208,6 @@ def parse_pd(text: str):
 
 def with_fill(level, args: argparse.Namespace):
     """``level`` filled as ``--fill`` / ``--exclusive`` say."""
-    from dataclasses import replace
-
     if args.exclusive and args.fill != "write-back":
         raise BadInputError("--exclusive needs --fill write-back (a write-through level holds every prefilled block)")
     if args.fill == "write-through":
@@ -226,10 +233,6 @@ def parse_router(text: str):
 def parse_cluster(args: argparse.Namespace):
     """A ClusterConfig when --router or --shared-tier asks for routed instances, else None."""
     if args.fabric is not None and not args.shared_tier:
-        import warnings
-
-        from kvmm.errors import RunWarning
-
         warnings.warn(f"--fabric {args.fabric} is the link to shared tiers, and there is no --shared-tier: it is not used",
                       RunWarning, stacklevel=2)
     if args.router is None and not args.shared_tier:
@@ -238,15 +241,12 @@ def parse_cluster(args: argparse.Namespace):
         return None
     if args.pd and args.shared_tier:
         raise BadInputError("--pd with --shared-tier: PD mode models no lower tiers")
-    from kvmm.sim.cluster_config import ClusterConfig
 
     name, params = parse_router(args.router or "round-robin")
     shared = tuple(with_fill(parse_tier(t), args) for t in (args.shared_tier or ()))
     fabric_flag = args.fabric if args.fabric is not None else "rdma400"
     fabric = None if fabric_flag.lower() == "none" else fabric_flag
     if fabric is not None:
-        from kvmm.cluster.fabric import LINK_NAMES
-
         if fabric not in LINK_NAMES:
             raise BadInputError(f"--fabric {fabric_flag!r}: expected one of {list(LINK_NAMES)} (the names --pd "
                                 "takes) or none")
@@ -260,11 +260,6 @@ def parse_cluster(args: argparse.Namespace):
 
 def build_configs(args: argparse.Namespace) -> list:
     """The SimConfigs the flags describe (one per staging policy)."""
-    from kvmm.sim.config import SimConfig
-    from kvmm.sim.workload import Workload
-    from kvmm.traces.formats import load_trace
-    from kvmm.tiers.spec import PRESETS, preset
-
     if args.config is not None:
         return [config_file(args)]
     check_number_flags(args)
@@ -313,8 +308,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
     if args.model is not None and args.model_config is not None:
         raise BadInputError("give --model or --model-config, not both")
     if args.model_config is not None:
-        from kvmm.sim.latency import ModelArch
-
         try:
             fields["model"] = ModelArch.from_hf_config(args.model_config)
         except BadInputError as exc:
@@ -336,8 +329,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
         if table:
             fields["latency_table"] = table
     if args.gpu_kv is not None:
-        from kvmm._validate import short_repr
-
         gpu_kv_bytes = parse_size(args.gpu_kv, f"--gpu-kv {short_repr(args.gpu_kv)}")
         if gpu_kv_bytes < 1:
             raise BadInputError(f"--gpu-kv {args.gpu_kv!r}: expected a size > 0 such as 96GiB")
@@ -356,8 +347,6 @@ def serving_fields(args: argparse.Namespace) -> dict:
 def check_number_flags(args: argparse.Namespace) -> None:
     """Each integer and share flag in its range, or a one-line error naming that flag (the
     config's own checks would name its field, ``gpu_kv_bytes``, not the flag)."""
-    from kvmm._validate import MAX_INSTANCES
-
     counts = (("--requests", args.requests, 1), ("--jobs", args.jobs, 1), ("--instances", args.instances, 1),
               ("--repack-interval", args.repack_interval, 1), ("--seed", args.seed, 0),
               ("--token-budget", args.token_budget, 1), ("--index-max-entries", args.index_max_entries, 1))
@@ -378,8 +367,6 @@ _DISPLAY_FLAGS = ("config", "json", "no_progress", "jobs")
 
 def config_file(args: argparse.Namespace):
     """The SimConfig of ``--config FILE``; a one-line error if another run-shaping flag was given."""
-    from kvmm.sim.config_json import load_config
-
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
     given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
@@ -392,11 +379,7 @@ def config_file(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """``kvmm simulate``: kvmm's own warnings (RunWarning, QueueGrowthWarning) each print as one
     line on stderr (``kvmm simulate: warning: ...``), once."""
-    import sys
-    import warnings
-
-    from kvmm.errors import KvmmWarning
-    from kvmm.sim.engine.instance import QueueGrowthWarning
+    from kvmm.sim.engine.instance import QueueGrowthWarning  # numba: loaded when a run starts (module docstring)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -414,11 +397,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvmm._progress import Progress
-    from kvmm.report import format_table
-    from kvmm.sim.config import GiB
-    from kvmm.sim.simulator import simulate
+    # numba: loaded when a run starts (module docstring)
     from kvmm.sim._sweep import sweep
+    from kvmm.sim.simulator import simulate
 
     configs = build_configs(args)
     if args.jobs > 1 and len(configs) > 1:
@@ -461,7 +442,8 @@ def _run(args: argparse.Namespace) -> int:
                              f"{r.fabric_bytes / GiB:.1f}", r.index_entries) for r, c in zip(results, configs)]))
     print(format_table(["staging", "GPU-hours", "GiB-hours per tier", "total USD", "USD / M input tok",
                         "USD / M output tok", "tok/s per USD/h"],
-                       [(r.policy, f"{r.gpu_hours:.3f}", ", ".join(f"{n} {g:.1f}" for n, g in zip(r.cost.tier_names, r.tier_gib_hours)),
+                       [(r.policy, f"{r.gpu_hours:.3f}",
+                         ", ".join(f"{n} {g:.1f}" for n, g in zip(r.cost.tier_names, r.tier_gib_hours)),
                          f"{r.total_usd:.3f}", f"{r.usd_per_million_input_tokens:.4f}",
                          f"{r.usd_per_million_output_tokens:.4f}", f"{r.tokens_per_s_per_usd:.1f}") for r in results]))
     return 0
@@ -481,7 +463,7 @@ def request_total(config) -> int:
     """How many requests a run of ``config`` finishes (its progress bar's total): the trace's
     requests, at most ``max_requests``.  Not ``--requests``: a ``--config`` with ``max_requests``
     null replays the whole trace.  The trace is parsed once per process (the simulator's cache)."""
-    from kvmm.sim.simulator import resolve_trace
+    from kvmm.sim.simulator import resolve_trace  # numba: loaded when a run starts (module docstring)
 
     return resolve_trace(config.workload, config.max_requests).num_requests
 

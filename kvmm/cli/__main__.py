@@ -1,0 +1,7 @@
+"""``python -m kvmm.cli ...``: the ``kvmm`` command."""
+
+import sys
+
+from kvmm.cli import main
+
+sys.exit(main())
