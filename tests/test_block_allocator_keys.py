@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from kvmm.allocators import BlockAllocator
 from kvmm.allocators._hashing import secret_words, siphash128_bytes, siphash128_words
 from kvmm.errors import DTypeError, ShapeError
-from tests.naive import siphash as naive
+from kvmm.testing.models import siphash as naive
 
 REF_KEY = bytes(range(16))
 # vectors_sip128 of the SipHash reference code (veorq/SipHash, vectors.h): SipHash-2-4 with

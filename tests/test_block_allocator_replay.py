@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from kvmm.reproduce.prefix_cache import replay
+from kvmm.testing.models.block_allocator import NaiveBlockAllocator
 from kvmm.traces import load_mooncake
-from tests.naive.allocator import NaiveBlockAllocator
 
 # Published unlimited-capacity hit ratios (kvmm/traces/data/README.md).
 UNLIMITED = {"conversation": 0.366, "synthetic": 0.640}

@@ -1,7 +1,7 @@
 """BlockAllocator against a model of vLLM v1's ``BlockPool`` on random operation streams.
 
 The model below follows vLLM's own data structures, written independently of kvmm's code and
-of ``tests/naive/allocator.py``: one object per block, a doubly linked free queue between a
+of ``kvmm/testing/models/block_allocator.py``: one object per block, a doubly linked free queue between a
 fake head and a fake tail (``popleft_n``, ``remove``, ``append_n``, ``prepend_n``), and a map
 from block hash to an insertion-ordered ``{block_id: block}`` dict.  Its operations are vLLM's
 ``get_new_blocks`` (evicting the cached hash of every block it takes), ``touch`` (a block at ref

@@ -17,7 +17,7 @@ from kvmm.compress import (
 )
 from kvmm.compress.calibration import FORMAT_VERSION
 from kvmm.errors import BadInputError, CalibrationError, ShapeError
-from tests.naive import rope as naive
+from kvmm.testing.models import rope as naive
 
 
 def test_worked_example_from_docstring():

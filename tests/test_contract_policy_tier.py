@@ -16,7 +16,7 @@ from kvmm.policies import (
     WTinyLFUPolicy,
 )
 from kvmm.testing import TIER_KINDS, EvictionPolicyContract
-from tests.redis_server import *  # noqa: F401,F403  (fixtures)
+from kvmm.testing.redis_server import *  # noqa: F401,F403  (fixtures)
 
 
 class KvmmPolicyContract(EvictionPolicyContract):

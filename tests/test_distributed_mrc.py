@@ -7,8 +7,8 @@ import pytest
 from kvmm.errors import BadInputError
 from kvmm.policies import StackDistanceTracker, distributed_mrc
 from kvmm.policies.mrc.distributed import PartTracker, key_parts
+from kvmm.testing.models.stack_distance import MASK64, mix64
 from kvmm.traces import iter_trace_chunks, load_trace
-from tests.naive.stack_distance import MASK64, mix64
 
 distributed = pytest.importorskip("dask.distributed")
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
-from tests.naive.eviction import drive, simulate_arc, simulate_fifo, simulate_lfu, simulate_lru
+from kvmm.testing.models.eviction import drive, simulate_arc, simulate_fifo, simulate_lfu, simulate_lru
 
 TRACE = [1, 2, 3, 4, 1, 2, 5, 1, 2, 3, 4, 5]
 H = "hit"

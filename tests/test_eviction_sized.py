@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from kvmm.errors import BadInputError, DTypeError
 from kvmm.policies import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.testing.models.eviction import simulate_arc, simulate_arc_sized
 from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
-from tests.naive.eviction import simulate_arc, simulate_arc_sized
 
 
 def replay(tier, requests):
@@ -235,7 +235,7 @@ def test_ghost_limit_bounds_the_ghosts_that_libcachesim_arc_lets_grow():
 
 @given(trace=st.lists(st.integers(0, 9), max_size=120), c=st.integers(1, 6))
 def test_ghost_limit_of_c_keeps_the_paper_arc_for_unit_sizes(trace, c):
-    from tests.naive.eviction import drive
+    from kvmm.testing.models.eviction import drive
 
     policy = ARCPolicy(capacity=c, ghost_limit=c)
     out = drive(policy, trace, c)

@@ -52,7 +52,7 @@ def test_idle_time_between_polls_is_not_learned_as_a_poll_gap(ledger_class):
     # after the last claim awaiting its trigger is granted, the caller stops polling; the 19 s
     # until the next claim's first poll are idle time, not a poll gap (learned, it would make the
     # next claim trigger at once: 20.89 <= 20 + 0.8 * 0.06 + 0.2 * 19.1)
-    from tests.naive.ledger import NaiveLedger
+    from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
 
     led = make(1000) if ledger_class == "kvmm" else NaiveLedger(1000, SLOW, margin_s=0.0, initial_rate=100.0)
     c = led.claim(0, None, 100, now=0.0, work_ahead=100.0)
@@ -238,7 +238,7 @@ def test_keys_are_kept_and_checked_against_a_source_with_contains():
 
 
 def test_ten_thousand_open_claims_poll_matches_reference():
-    from tests.naive.ledger import NaiveLedger
+    from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
 
     rng = np.random.default_rng(0)
     n = 10_000

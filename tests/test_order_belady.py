@@ -15,9 +15,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kvmm.errors import BadInputError, DTypeError, ShapeError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, BeladyPolicy, make_eviction_policy, replay
 from kvmm.policies.eviction.belady import NEVER
+from kvmm.testing.models.belady import LibpqueueHeap, next_use_naive, replay_belady_farthest, replay_belady_naive
 from kvmm.traces.oracle import ORACLE_GENERAL_DTYPE, next_access_vtime
 from tests import order_parity
-from tests.naive.belady import LibpqueueHeap, next_use_naive, replay_belady_farthest, replay_belady_naive
 
 lcs = pytest.importorskip("libcachesim")
 
@@ -217,7 +217,7 @@ def test_the_simulator_and_engine_adapters_refuse_belady():
 
 
 class BeladyMachine(RuleBasedStateMachine):
-    """BeladyPolicy following a drawn trace against :class:`tests.naive.belady.LibpqueueHeap` with
+    """BeladyPolicy following a drawn trace against :class:`kvmm.testing.models.belady.LibpqueueHeap` with
     the naive next uses: each step is the trace's next reference (a hit, an insert after evicting
     a prefix of ``victims`` to stay within 4 keys, or a skip), plus explicit deletes."""
 

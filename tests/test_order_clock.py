@@ -13,8 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, DTypeError, KvmmError, UnknownKeyError
 from kvmm.policies import EVICTION_POLICIES, ClockPolicy, make_eviction_policy, replay
+from kvmm.testing.models.clock import ClockModel, replay_clock_naive
 from tests import order_parity
-from tests.naive.clock import ClockModel, replay_clock_naive
 
 lcs = pytest.importorskip("libcachesim")
 
@@ -182,7 +182,7 @@ def test_registered_and_built_by_name():
 
 
 class ClockMachine(RuleBasedStateMachine):
-    """ClockPolicy against :class:`tests.naive.clock.ClockModel`: inserts, accesses, deletes,
+    """ClockPolicy against :class:`kvmm.testing.models.clock.ClockModel`: inserts, accesses, deletes,
     and evictions of a prefix of ``victims`` (protected keys passed over)."""
 
     def __init__(self):

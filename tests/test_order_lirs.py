@@ -1,4 +1,4 @@
-"""LIRS: the numba replay, the plain-Python reference (tests/naive/lirs.py) and libCacheSim's
+"""LIRS: the numba replay, the plain-Python reference (kvmm/testing/models/lirs.py) and libCacheSim's
 LIRS give the same hits request by request (Mooncake blocks, byte-sized streams, Hypothesis);
 LIRSPolicy through ManagedTier equals the reference in kvmm's mode (the referenced key is never
 pushed out by its own reference) and libCacheSim up to the first reference where the two differ;
@@ -17,9 +17,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import LIRSPolicy, make_eviction_policy, replay
 from kvmm.policies.eviction._kernels.lirs import lirs_limits
+from kvmm.testing.models.lirs import NaiveLIRS, replay_lirs_naive, replay_lirs_naive_checked
 from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
-from tests.naive.lirs import NaiveLIRS, replay_lirs_naive, replay_lirs_naive_checked
 
 
 def libcachesim_hits(keys, capacity, sizes):
@@ -70,7 +70,7 @@ def test_byte_sized_replay_equals_libcachesim_and_reference(capacity):
     ours = replay("lirs", keys, capacity, sizes).tolist()
     reference, clean = replay_lirs_naive_checked(keys.tolist(), capacity, sizes.tolist())
     assert ours == reference
-    # libCacheSim up to its first read of a freed object (tests/naive/lirs.py), all of it if none
+    # libCacheSim up to its first read of a freed object (kvmm/testing/models/lirs.py), all of it if none
     assert ours[:clean] == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())[:clean]
     assert clean > 2000
     assert not any(h for h, k in zip(ours, keys) if k < 5)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvmm.errors import BadInputError, DTypeError, ShapeError
 from kvmm.policies import FIFOPolicy, LRUPolicy, replay
 from kvmm.policies.eviction._replay import _dense_ids_direct, _dense_ids_hashed, dense_ids
-from tests.naive.replay import replay_naive
+from kvmm.testing.models.replay import replay_naive
 from tests.order_parity import (
     hypothesis_stream,
     libcachesim_hits,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmm.policies import ARCPolicy, LFUPolicy, replay
+from kvmm.testing.models.replay import replay_arc_naive, replay_lfu_naive
 from tests import order_parity
-from tests.naive.replay import replay_arc_naive, replay_lfu_naive
 
 ORDERS = {"arc": (ARCPolicy, "ARC", replay_arc_naive), "lfu": (LFUPolicy, "LFU", replay_lfu_naive)}
 

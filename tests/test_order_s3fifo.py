@@ -13,9 +13,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import S3FIFOPolicy, make_eviction_policy, replay
 from kvmm.policies.eviction.s3fifo import queue_sizes
+from kvmm.testing.models.s3fifo import replay_s3fifo_naive
 from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
-from tests.naive.s3fifo import replay_s3fifo_naive
 
 
 def libcachesim_hits(keys, capacity, sizes, **params):

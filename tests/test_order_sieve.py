@@ -12,8 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SIEVEPolicy, make_eviction_policy, replay
+from kvmm.testing.models.sieve import replay_sieve_naive
 from tests import order_parity
-from tests.naive.sieve import replay_sieve_naive
 
 
 def libcachesim_hits(keys, capacity, sizes):

@@ -11,8 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SLRUPolicy, make_eviction_policy, replay
+from kvmm.testing.models.slru import NaiveSLRU, replay_slru_naive, segment_maxima
 from kvmm.tiers import ManagedTier, SimulatedTier
-from tests.naive.slru import NaiveSLRU, replay_slru_naive, segment_maxima
 from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
 from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
 

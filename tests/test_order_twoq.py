@@ -1,5 +1,5 @@
 """2Q: the numba replay, TwoQPolicy through ManagedTier, the plain-Python reference
-(tests/naive/twoq.py) and libCacheSim's TwoQ give the same hits request by request; bad options;
+(kvmm/testing/models/twoq.py) and libCacheSim's TwoQ give the same hits request by request; bad options;
 a Hypothesis state machine of ManagedTier(TwoQPolicy) against the reference."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import TwoQPolicy, make_eviction_policy, replay
+from kvmm.testing.models.twoq import NaiveTwoQ, replay_twoq_naive
 from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
-from tests.naive.twoq import NaiveTwoQ, replay_twoq_naive
 
 
 def store_within_a1in(tier, key, size):

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import WTinyLFUPolicy, make_eviction_policy, replay
 from kvmm.policies.eviction.wtinylfu import sketch_shape, sketch_slots, split_capacity
-from tests.naive.wtinylfu import NaiveSketch, NaiveWTinyLFU, replay_wtinylfu_naive, xxh64_u64
+from kvmm.testing.models.wtinylfu import NaiveSketch, NaiveWTinyLFU, replay_wtinylfu_naive, xxh64_u64
 from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
 from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
 

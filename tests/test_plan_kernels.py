@@ -1,4 +1,4 @@
-"""The planner's numba kernels against the plain-Python reference (tests/naive/plan.py)."""
+"""The planner's numba kernels against the plain-Python reference (kvmm/testing/models/plan.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kvmm.sim import GiB, SimConfig
 from kvmm.sim.models import model as resolve_model
 from kvmm.sim.serving import resolve_serving
 from kvmm.sim.simulator import resolve_trace
-from tests.naive import plan as naive
+from kvmm.testing.models import plan as naive
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), max_size=40))

@@ -1,6 +1,6 @@
 """The step replay behind the TTFT/TPOT estimate (kvmm.plan._kernels.pair_statistics, which runs
 kvmm.plan._replay.replay_instance per instance) against the plain-Python reference
-(tests/naive/plan.py ``replay``) on random small workloads: tiny batches, step budgets and GPU
+(kvmm/testing/models/plan.py ``replay``) on random small workloads: tiny batches, step budgets and GPU
 pools so that every admission limit binds, single-token outputs, bursts, several instances; on
 the old clock (ConstantRate, whole prefills) and on the roofline and fitted clocks with chunked
 prefill (and a long-prefill threshold) and without.  Two hand-worked examples pin the steps."""
@@ -16,7 +16,7 @@ from kvmm.plan._replay import pair_statistics
 from kvmm.sim import SimConfig
 from kvmm.sim.latency import ConstantRate, Fitted, ModelArch, Roofline, hardware
 from kvmm.sim.models import model as resolve_model
-from tests.naive import plan as naive
+from kvmm.testing.models import plan as naive
 
 BT = 16  # tokens per block of these workloads
 KVB = 131072  # KV bytes per token (llama-3.1-8b, bf16)

@@ -19,7 +19,7 @@ from kvmm.plan._planner import _reasons
 from kvmm.plan._verify import closest_point, frontier_indices, pick_for_verification, verify_cheapest_first
 from kvmm.plan.writers import seconds_text
 from kvmm.sim import SimConfig, simulate
-from tests.naive import plan as naive
+from kvmm.testing.models import plan as naive
 from tests.plan_helpers import TiB, point
 
 

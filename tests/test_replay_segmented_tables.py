@@ -10,8 +10,8 @@ import pytest
 import kvmm.policies.eviction._kernels.slru as slru_kernels
 import kvmm.policies.eviction._kernels.wtinylfu as wtinylfu_kernels
 from kvmm.policies import replay
-from tests.naive.slru import replay_slru_naive
-from tests.naive.wtinylfu import replay_wtinylfu_naive
+from kvmm.testing.models.slru import replay_slru_naive
+from kvmm.testing.models.wtinylfu import replay_wtinylfu_naive
 from tests.order_parity import zipf_sized_stream
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from kvmm.policies import replay
 from kvmm.policies.eviction._kernels.twoq import node_dtype, quotas
-from tests.naive.lirs import replay_lirs_naive
-from tests.naive.s3fifo import replay_s3fifo_naive
-from tests.naive.twoq import replay_twoq_naive
+from kvmm.testing.models.lirs import replay_lirs_naive
+from kvmm.testing.models.s3fifo import replay_s3fifo_naive
+from kvmm.testing.models.twoq import replay_twoq_naive
 
 CAPACITY = 10 * 2**31  # A1in's quota (a quarter) and the capacity itself exceed int32
 

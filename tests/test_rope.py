@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kvmm.compress import RopeConfig, RopeScaling, convert_layout
 from kvmm.errors import BadInputError, DTypeError, ShapeError
-from tests.naive import rope as naive
+from kvmm.testing.models import rope as naive
 
 LLAMA3 = RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
 YARN = RopeScaling("yarn", factor=4.0, original_max_position_embeddings=64)

@@ -1,4 +1,4 @@
-"""Each vectorised scorer against its plain-Python reference (tests/naive/scorers.py), with evictions."""
+"""Each vectorised scorer against its plain-Python reference (kvmm/testing/models/scorers.py), with evictions."""
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from kvmm.compress import (
     StreamingLLMScorer,
     select_victims,
 )
-from tests.naive import scorers as naive
+from kvmm.testing.models import scorers as naive
 
 PAIRS = [
     pytest.param(lambda: H2OScorer(recent_window=3), lambda: naive.NaiveH2O(3), id="h2o"),

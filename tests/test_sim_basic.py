@@ -105,7 +105,7 @@ def test_progress_callback_counts_every_request():
 
 
 def test_plain_python_ledger_gives_the_same_result():
-    from tests.naive.ledger import NaiveLedger
+    from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
 
     cfg = SimConfig(workload=Workload(num_requests=120, arrival_rate=4.0, seed=2), policy="timely", load=1.1,
                     gpu_prefix_cache=False)

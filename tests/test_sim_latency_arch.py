@@ -13,7 +13,7 @@ import pytest
 from kvmm.errors import BadInputError, KvmmError
 from kvmm.sim.latency import HARDWARE, Hardware, ModelArch, hardware, kv_pool_bytes
 from kvmm.sim.latency.accelerators import ACTIVATION_RESERVE_GIB, NON_TORCH_GIB
-from tests.naive.latency import weight_matrices_per_token
+from kvmm.testing.models.latency import weight_matrices_per_token
 
 GiB = 1 << 30
 MODELS_JSON = Path(__file__).resolve().parents[1] / "kvmm" / "sim" / "latency" / "models.json"

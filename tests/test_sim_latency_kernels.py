@@ -1,4 +1,4 @@
-"""The latency kernels against their plain-Python references (tests/naive/latency.py), and kind 0
+"""The latency kernels against their plain-Python references (kvmm/testing/models/latency.py), and kind 0
 against the engine's own arithmetic, bit for bit."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kvmm.sim.latency import (
     step_split,
 )
 from kvmm.sim.models import MODELS
-from tests.naive import latency as naive
+from kvmm.testing.models import latency as naive
 
 REL = 1e-9
 

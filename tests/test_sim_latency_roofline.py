@@ -25,7 +25,7 @@ from kvmm.sim.latency import (
     step_features,
 )
 from kvmm.sim.models import MODELS
-from tests.naive import latency as naive
+from kvmm.testing.models import latency as naive
 
 NAMES = sorted(ModelArch.names())
 

@@ -95,8 +95,8 @@ def test_plain_python_ledger_gives_the_same_result_with_notice(policy):
     from dataclasses import replace
 
     from kvmm.sim.simulator import GiB, SimConfig
+    from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
     from kvmm.traces import agent_trace
-    from tests.naive.ledger import NaiveLedger
 
     cfg = SimConfig(workload=agent_trace(num_agents=24, tasks=12, max_context_tokens=32_768), load=None, time_scale=1.5,
                     gpu_kv_bytes=16 * GiB, notice_s=2.0, policy=policy)

@@ -1,11 +1,11 @@
-"""Exact tracker vs the plain-Python Mattson stack and OrderedDict LRU (tests/naive/stack_distance.py)."""
+"""Exact tracker vs the plain-Python Mattson stack and OrderedDict LRU (kvmm/testing/models/stack_distance.py)."""
 
 import numpy as np
 import pytest
 
 from kvmm.policies import DistanceHistogram, StackDistanceTracker
+from kvmm.testing.models.stack_distance import histogram_of, lru_miss_ratio, mattson_distances
 from kvmm.traces import agent_trace
-from tests.naive.stack_distance import histogram_of, lru_miss_ratio, mattson_distances
 
 
 def zipf_stream(n, n_keys, alpha, seed):

@@ -3,8 +3,8 @@
 import numpy as np
 
 from kvmm.policies import StackDistanceTracker
+from kvmm.testing.models.stack_distance import histogram_of, mattson_distances
 from kvmm.traces import agent_trace
-from tests.naive.stack_distance import histogram_of, mattson_distances
 
 
 def test_group_histograms_partition_the_global_one():

@@ -7,9 +7,9 @@ from kvmm.policies import AdmissionRequest, RefillFilter, StoreThreshold, WriteA
 from kvmm.policies.mrc import _stack_kernels as K
 from kvmm.policies.mrc.stack_distance import _fenwick_of
 from kvmm.reproduce.efficientagent import GPUS, MODELS, replay_two_tier
+from kvmm.testing.models.stack_distance import mix64, two_tier_classes
 from kvmm.tiers.spec import preset
 from kvmm.traces import agent_trace
-from tests.naive.stack_distance import mix64, two_tier_classes
 
 
 def test_hash_matches_python_splitmix64():

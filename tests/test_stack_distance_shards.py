@@ -9,7 +9,7 @@ import pytest
 import kvmm.policies.mrc.shards as shards_module
 from kvmm.errors import BadInputError
 from kvmm.policies import ShardsTracker, StackDistanceTracker
-from tests.naive.stack_distance import (
+from kvmm.testing.models.stack_distance import (
     MASK64,
     distinct_estimate,
     hll_improved_estimate,

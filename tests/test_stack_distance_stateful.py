@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import kvmm.policies.mrc.shards as shards_module
 from kvmm.errors import KvmmError
 from kvmm.policies import ShardsTracker, StackDistanceTracker
-from tests.naive.stack_distance import MASK64, distinct_estimate, mix64, shards_stratified
+from kvmm.testing.models.stack_distance import MASK64, distinct_estimate, mix64, shards_stratified
 
 KEYS = st.lists(st.integers(min_value=-3, max_value=40), min_size=0, max_size=60)
 

@@ -69,7 +69,7 @@ def test_trace_fixtures(pytester):
 def test_replay_policy_counts_hits_like_the_lru_reference():
     from kvmm.policies.eviction import LRUPolicy
     from kvmm.testing.benchmarks import replay_policy
-    from tests.naive.eviction import simulate_lru
+    from kvmm.testing.models.eviction import simulate_lru
 
     keys = [1, 2, 3, 1, 4, 2, 5, 1, 3, 3, 6, 1]
     want = sum(1 for event in simulate_lru(keys, 3) if event[0] == "hit")

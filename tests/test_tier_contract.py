@@ -12,8 +12,8 @@ import pytest
 from hypothesis.stateful import rule
 
 from kvmm.testing import TierBackendContract, TierMachine
+from kvmm.testing.redis_server import *  # noqa: F401,F403  (fixtures)
 from kvmm.tiers import ArenaTier, MmapTier, RedisTier, SimulatedTier
-from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
 
 class TestArenaTier(TierBackendContract):

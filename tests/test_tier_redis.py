@@ -14,9 +14,9 @@ from kvmm.errors import (
     UnknownKeyError,
 )
 from kvmm.policies import LRUPolicy
+from kvmm.testing.redis_server import *  # noqa: F401,F403  (fixtures)
 from kvmm.testing.tiers import value
 from kvmm.tiers import ManagedTier, RedisTier
-from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
 
 def test_two_clients_share_entries_and_one_capacity(pool, redis_url, redis_prefix):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from kvmm.errors import BackendUnavailableError, BadInputError, CapacityExceededError, UnknownKeyError
+from kvmm.testing.redis_server import *  # noqa: F401,F403  (fixtures)
 from kvmm.testing.tiers import value
 from kvmm.tiers import RedisTier
-from tests.redis_server import *  # noqa: F401,F403  (fixtures)
 
 
 def test_restart_without_persistence_self_heals_and_lost_entries_are_misses(redis_server):

@@ -188,7 +188,7 @@ def test_rows_and_pools_grow_and_compact():
 def test_plan_of_mixed_dense_and_sparse_rows_matches_the_reference(num_blocks):
     """plan() copies only rows with sparse blocks; dense rows (full, partial tail, shared prefix,
     a block another holder references) must still get exactly the reference plan, tails included."""
-    from tests.naive.token_table import NaiveTokenTable
+    from kvmm.testing.models.token_table import NaiveTokenTable
 
     def build(table):
         for s in range(6):

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kvmm.compress import RopeConfig, RopeScaling, TriAttentionScorer, calibrate, default_offsets
 from kvmm.errors import BadInputError, CalibrationError, ShapeError
-from tests.naive import triattention as naive
+from kvmm.testing.models import triattention as naive
 
 SCALINGS = [RopeScaling(), RopeScaling("llama3", factor=8.0, original_max_position_embeddings=64),
             RopeScaling("yarn", factor=4.0, original_max_position_embeddings=64)]

@@ -8,7 +8,7 @@ import pytest
 
 from kvmm.compress import RopeConfig, RopeScaling, TriAttentionPolicy, TriAttentionScorer, calibrate
 from kvmm.errors import BadInputError, KvmmError
-from tests.naive import triattention as naive
+from kvmm.testing.models import triattention as naive
 
 SCALINGS = {"llama3.1": RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                     original_max_position_embeddings=8192),

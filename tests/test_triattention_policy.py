@@ -7,7 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.compress import RopeConfig, TriAttentionPolicy, TriAttentionScorer, calibrate
 from kvmm.errors import BadInputError, KvmmError, ShapeError, UnknownSequenceError
-from tests.naive import triattention as naive
+from kvmm.testing.models import triattention as naive
 
 D, HEADS, KV = 8, 4, 2
 #: the single-set settings these tests pin (one kept set, no prompt protection, every `interval` steps)

@@ -10,7 +10,7 @@ empty again, as after a restart without persistence) or reconfigure (``client()`
 ``redis-server`` or the ``redis`` package is not installed (``apt-get install redis-server``,
 ``pip install 'kvmm[redis]'``).
 
-Import the fixtures into a test module with ``from tests.redis_server import *``.
+Import the fixtures into a test module with ``from kvmm.testing.redis_server import *``.
 """
 
 from __future__ import annotations

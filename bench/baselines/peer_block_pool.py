@@ -4,7 +4,7 @@
 the way vLLM's ``KVCacheManager`` performs them on its ``BlockPool`` (``get_cached_block`` per
 key until the first miss, ``touch`` the hits, ``get_new_blocks`` for the rest,
 ``cache_full_blocks``, ``free_blocks`` last-first).  When vLLM is not importable it falls back to
-the plain-Python reference (``tests/naive/allocator.py``), and says so in its label.
+the plain-Python reference (``kvmm/testing/models/block_allocator.py``), and says so in its label.
 
 vLLM reserves block 0 as its null block, so its pool gets one block more than kvmm's: both then
 hand out the same blocks in the same order (vLLM's ids are kvmm's + 1) and hit the same keys.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.naive.allocator import NaiveBlockAllocator
+from kvmm.testing.models.block_allocator import NaiveBlockAllocator
 
 
 class _Request:

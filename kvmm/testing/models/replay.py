@@ -55,8 +55,8 @@ def replay_lfu_naive(keys, capacity, sizes=None):
 
 def replay_arc_naive(keys, capacity, sizes=None):
     """ARC's hits from the size-accounted transcription of libCacheSim's ARC
-    (:func:`tests.naive.eviction.simulate_arc_sized`; every size must be >= 1)."""
-    from tests.naive.eviction import simulate_arc_sized
+    (:func:`kvmm.testing.models.eviction.simulate_arc_sized`; every size must be >= 1)."""
+    from kvmm.testing.models.eviction import simulate_arc_sized
 
     sizes = [1] * len(keys) if sizes is None else list(sizes)
     out, _ = simulate_arc_sized(list(zip(keys, sizes)), capacity)

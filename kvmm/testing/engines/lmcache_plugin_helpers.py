@@ -7,7 +7,7 @@ import collections
 import torch
 from lmcache.v1.storage_backend import storage_plugin_launcher
 
-from tests.integrations.lmcache_replay import CHUNK_SHAPE, chunk_key, cpu_backend, engine_config
+from kvmm.testing.engines.lmcache_replay import CHUNK_SHAPE, chunk_key, cpu_backend, engine_config
 
 PLUGIN = {"module_path": "kvmm.integrations.lmcache", "class_name": "KvmmStoragePlugin"}
 

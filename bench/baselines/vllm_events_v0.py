@@ -1,5 +1,5 @@
 """The vLLM KV-event reader's prefix reconstruction before issue 19 item 3, kept verbatim as the
-benchmark baseline (like ``stack_kernels_v0.py``).
+benchmark baseline (like ``stack_kernels_v0.py`` beside it).
 
 Each ``BlockStored`` event walked its whole ancestor chain through a ``dict`` of parents and
 built the request's block list as a Python list: O(depth) time and memory per event, so a chain

@@ -19,7 +19,7 @@
 import math
 from collections import OrderedDict
 
-from tests.naive.slru import NaiveSLRU, segment_maxima
+from kvmm.testing.models.slru import NaiveSLRU, segment_maxima
 
 M64 = (1 << 64) - 1
 P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,

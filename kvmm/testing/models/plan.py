@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from tests.naive.stack_distance import mattson_distances
+from kvmm.testing.models.stack_distance import mattson_distances
 
 INF = math.inf
 
