@@ -167,3 +167,28 @@ def batch_offer_hits(policy, requests, capacity, *, check_each=False):
             tier.check()
     tier.check()
     return hits
+
+
+def store_or_advance(tier, key, size):
+    """Belady's miss: stored if it fits the cache; a reference the tier never sees still moves the
+    policy's cursor (``advance``)."""
+    if size <= tier.capacity_bytes:
+        tier.put_size(key, size)
+    else:
+        tier.policy.advance()
+
+
+def store_as_libcachesim(tier, key, size):
+    """S3-FIFO's miss: stored when the policy's ``admission`` says libCacheSim would (and makes
+    room first, then drops it, when libCacheSim makes room for an entry it then refuses)."""
+    makes_room, stores = tier.policy.admission(key, size)
+    if makes_room:
+        tier.put_size(key, size)
+        if not stores:
+            tier.delete(key)
+
+
+def store_within_a1in(tier, key, size):
+    """2Q's miss: libCacheSim's TwoQ stores nothing larger than A1in's quota."""
+    if size <= tier.policy.quotas()["A1in"]:
+        tier.put_size(key, size)

@@ -32,46 +32,9 @@ def libcachesim_hits(keys, capacity, sizes):
 
 def managed_tier_hits(keys, capacity, sizes):
     policy = BeladyPolicy.from_trace(np.asarray(keys, np.int64))
-
-    def store_or_skip(tier, key, size):
-        if size <= capacity:
-            tier.put_size(key, size)
-        else:
-            policy.advance()  # the tier never sees this reference
-
-    hits = order_parity.managed_tier_hits(policy, keys, capacity, sizes, miss=store_or_skip)
+    hits = order_parity.managed_tier_hits(policy, keys, capacity, sizes, miss=order_parity.store_or_advance)
     assert policy.position == len(keys)
     return hits
-
-
-@pytest.fixture(scope="module")
-def block_streams():
-    return order_parity.mooncake_block_streams()
-
-
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [64, 512, 4096])
-def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(block_streams, trace, capacity):
-    keys = block_streams[trace]
-    ones = [1] * keys.size
-    ours = replay("belady", keys, capacity).tolist()
-    assert ours == libcachesim_hits(keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(keys.tolist(), capacity, ones)
-    assert ours == replay_belady_naive(keys.tolist(), capacity)
-    assert 0 < sum(ours) < keys.size
-    # the offline optimum: at least as many hits as LRU at the same capacity
-    assert sum(ours) >= int(replay("lru", keys, capacity).sum())
-
-
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity):
-    keys, size_of = order_parity.zipf_keys_and_sizes(capacity, n=5000)  # keys 0-4 larger than the cache: misses never inserted
-    sizes = size_of[keys]
-    ours = replay("belady", keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(keys.tolist(), capacity, sizes.tolist())
-    assert ours == replay_belady_naive(keys.tolist(), capacity, sizes.tolist())
-    assert not any(h for h, k in zip(ours, keys) if size_of[k] > capacity)
 
 
 def test_libcachesim_trace_reader_supplies_the_same_next_uses(tmp_path):

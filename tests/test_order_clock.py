@@ -33,31 +33,6 @@ def block_streams():
     return order_parity.mooncake_block_streams()
 
 
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity, options", [
-    (64, {}), (512, {}), (4096, {}), (512, {"n_bit_counter": 2}), (1024, {"init_freq": 1, "n_bit_counter": 3})])
-def test_replay_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(block_streams, trace, capacity, options):
-    keys = block_streams[trace]
-    ones = [1] * keys.size
-    ours = replay("clock", keys, capacity, **options).tolist()
-    assert ours == libcachesim_hits(keys.tolist(), capacity, ones, **options)
-    assert ours == managed_tier_hits(keys.tolist(), capacity, ones, **options)
-    assert ours == replay_clock_naive(keys.tolist(), capacity, None, **options)
-    assert 0 < sum(ours) < keys.size  # both hits and misses happen
-
-
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-@pytest.mark.parametrize("options", [{}, {"n_bit_counter": 2, "init_freq": 1}])
-def test_byte_sized_replay_equals_libcachesim_and_managed_tier(capacity, options):
-    keys, size_of = order_parity.zipf_keys_and_sizes(capacity, n=5000)  # keys 0-4 larger than the cache: misses never inserted
-    sizes = size_of[keys]
-    ours = replay("clock", keys, capacity, sizes, **options).tolist()
-    assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist(), **options)
-    assert ours == managed_tier_hits(keys.tolist(), capacity, sizes.tolist(), **options)
-    assert ours == replay_clock_naive(keys.tolist(), capacity, sizes.tolist(), **options)
-    assert not any(h for h, k in zip(ours, keys) if size_of[k] > capacity)
-
-
 def test_batched_offers_through_managed_tier_equal_libcachesim(block_streams):
     # access_or_put_size_many drives ClockPolicy's fast hooks (no batch eviction: see fast_hooks)
     capacity = 300

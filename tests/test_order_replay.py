@@ -15,40 +15,9 @@ from kvmm.testing.models.replay import replay_naive
 from tests.order_parity import (
     hypothesis_stream,
     libcachesim_hits,
-    managed_tier_hits,
-    mooncake_block_streams,
-    zipf_keys_and_sizes,
 )
 
 ORDERS = {"lru": (LRUPolicy, "LRU"), "fifo": (FIFOPolicy, "FIFO")}
-
-
-@pytest.fixture(scope="module")
-def block_streams():
-    return mooncake_block_streams()
-
-
-@pytest.mark.parametrize("order", sorted(ORDERS))
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [64, 512, 4096])
-def test_replay_equals_libcachesim_and_managed_tier_on_mooncake_blocks(block_streams, order, trace, capacity):
-    keys = block_streams[trace]
-    ours = replay(order, keys, capacity).tolist()
-    ones = [1] * keys.size
-    assert ours == libcachesim_hits(ORDERS[order][1], keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(ORDERS[order][0](), keys.tolist(), capacity, ones)
-    assert 0 < sum(ours) < keys.size  # both hits and misses happen
-
-
-@pytest.mark.parametrize("order", sorted(ORDERS))
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-def test_byte_sized_replay_equals_libcachesim_and_managed_tier(order, capacity):
-    keys, size_of = zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: never inserted
-    sizes = size_of[keys]
-    ours = replay(order, keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits(ORDERS[order][1], keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(ORDERS[order][0](), keys.tolist(), capacity, sizes.tolist())
-    assert not any(h for h, k in zip(ours, keys) if k < 5 and size_of[k] > capacity)
 
 
 @settings(max_examples=150, deadline=None)

@@ -25,36 +25,6 @@ def libcachesim_hits(order, keys, capacity, sizes):
     return order_parity.libcachesim_hits(ORDERS[order][1], keys, capacity, sizes, hashpower=12)
 
 
-@pytest.fixture(scope="module")
-def block_streams():
-    return order_parity.mooncake_block_streams()
-
-
-@pytest.mark.parametrize("order", sorted(ORDERS))
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [64, 512, 4096])
-def test_replay_equals_libcachesim_and_managed_tier_on_mooncake_blocks(block_streams, order, trace, capacity):
-    keys = block_streams[trace]
-    ours = replay(order, keys, capacity).tolist()
-    ones = [1] * keys.size
-    assert ours == libcachesim_hits(order, keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(order, keys.tolist(), capacity, ones)
-    assert 0 < sum(ours) < keys.size  # both hits and misses happen
-
-
-@pytest.mark.parametrize("order", sorted(ORDERS))
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-def test_byte_sized_replay_equals_libcachesim_managed_tier_and_naive(order, capacity):
-    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # keys 0-4 larger than the cache: never inserted
-    sizes = size_of[keys]
-    ours = replay(order, keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits(order, keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(order, keys.tolist(), capacity, sizes.tolist())
-    assert ours == ORDERS[order][2](keys.tolist(), capacity, sizes.tolist())
-    assert not any(h for h, k in zip(ours, keys) if k < 5 and size_of[k] > capacity)
-    assert 0 < sum(ours) < keys.size
-
-
 @settings(max_examples=150, deadline=None)
 @given(order=st.sampled_from(sorted(ORDERS)), capacity=st.integers(1, 12),
        refs=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=120))

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvmm.errors import BadInputError, UnknownKeyError
 from kvmm.policies import SLRUPolicy, make_eviction_policy, replay
-from kvmm.testing.models.slru import NaiveSLRU, replay_slru_naive, segment_maxima
+from kvmm.testing.models.slru import NaiveSLRU, segment_maxima
 from kvmm.tiers import ManagedTier, SimulatedTier
 from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
 from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
@@ -20,29 +20,6 @@ from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
 @pytest.fixture(scope="module")
 def block_streams():
     return mooncake_block_streams()
-
-
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [130, 510, 4096])  # 130 and 510: segments sum below the capacity
-def test_slru_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(block_streams, trace, capacity):
-    keys = block_streams[trace]
-    ours = replay("slru", keys, capacity).tolist()
-    ones = [1] * keys.size
-    assert ours == libcachesim_hits("SLRU", keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(SLRUPolicy(), keys.tolist(), capacity, ones)
-    assert ours == replay_slru_naive(keys.tolist(), capacity)
-    assert 0 < sum(ours) < keys.size
-
-
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-def test_byte_sized_slru_equals_libcachesim_and_managed_tier(capacity):
-    keys, sizes = zipf_sized_stream(capacity)
-    ours = replay("slru", keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits("SLRU", keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(SLRUPolicy(), keys.tolist(), capacity, sizes.tolist())
-    # a key larger than a segment (capacity // 4) is never cached
-    assert not any(h for h, s in zip(ours, sizes) if s > capacity // 4)
-    assert 0 < sum(ours)
 
 
 def test_byte_sized_hits_evict_through_cooling():

@@ -19,13 +19,8 @@ from kvmm.tiers import ManagedTier, SimulatedTier
 from tests import order_parity
 
 
-def store_within_a1in(tier, key, size):
-    if size <= tier.policy.quotas()["A1in"]:  # libCacheSim's TwoQ stores nothing larger than A1in's quota
-        tier.put_size(key, size)
-
-
 def managed_tier_hits(keys, capacity, sizes, **params):
-    return order_parity.managed_tier_hits(TwoQPolicy(**params), keys, capacity, sizes, miss=store_within_a1in)
+    return order_parity.managed_tier_hits(TwoQPolicy(**params), keys, capacity, sizes, miss=order_parity.store_within_a1in)
 
 
 def libcachesim_hits(keys, capacity, sizes, **params):
@@ -36,31 +31,6 @@ def libcachesim_hits(keys, capacity, sizes, **params):
 @pytest.fixture(scope="module")
 def block_streams():
     return order_parity.mooncake_block_streams()
-
-
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [64, 512, 4096])
-def test_replay_equals_libcachesim_managed_tier_and_reference_on_mooncake_blocks(block_streams, trace, capacity):
-    keys = block_streams[trace]
-    ours = replay("2q", keys, capacity).tolist()
-    ones = [1] * keys.size
-    assert ours == libcachesim_hits(keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(keys.tolist(), capacity, ones)
-    assert ours == replay_twoq_naive(keys.tolist(), capacity)
-    assert 0 < sum(ours) < keys.size
-
-
-@pytest.mark.parametrize("capacity", [450, 2500, 10_000])
-def test_byte_sized_replay_equals_libcachesim_managed_tier_and_reference(capacity):
-    keys, size_of = order_parity.zipf_keys_and_sizes(capacity)  # larger than the cache: misses never inserted
-    size_of[5:10] = capacity // 4 + 1  # larger than A1in's quota: libCacheSim's TwoQ never stores them
-    sizes = size_of[keys]
-    ours = replay("2q", keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits(keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(keys.tolist(), capacity, sizes.tolist())
-    assert ours == replay_twoq_naive(keys.tolist(), capacity, sizes.tolist())
-    assert not any(h for h, k in zip(ours, keys) if k < 10)
-    assert 0 < sum(ours) < keys.size
 
 
 def test_a_ghost_entering_a_full_am_evicts_from_am_although_the_tier_has_room():

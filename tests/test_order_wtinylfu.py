@@ -14,36 +14,8 @@ from kvmm.errors import BadInputError, DTypeError, UnknownKeyError
 from kvmm.policies import WTinyLFUPolicy, make_eviction_policy, replay
 from kvmm.policies.eviction.wtinylfu import sketch_shape, sketch_slots, split_capacity
 from kvmm.testing.models.wtinylfu import NaiveSketch, NaiveWTinyLFU, replay_wtinylfu_naive, xxh64_u64
-from tests.order_parity import hypothesis_stream, libcachesim_hits, mooncake_block_streams, zipf_sized_stream
+from tests.order_parity import hypothesis_stream, libcachesim_hits, zipf_sized_stream
 from tests.order_parity import managed_tier_hits_admitted as managed_tier_hits
-
-
-@pytest.fixture(scope="module")
-def block_streams():
-    return mooncake_block_streams()
-
-
-@pytest.mark.parametrize("trace", ["conversation", "synthetic"])
-@pytest.mark.parametrize("capacity", [130, 510, 4096])
-def test_wtinylfu_equals_libcachesim_managed_tier_and_naive_on_mooncake_blocks(block_streams, trace, capacity):
-    keys = block_streams[trace]
-    ours = replay("wtinylfu", keys, capacity).tolist()
-    ones = [1] * keys.size
-    assert ours == libcachesim_hits("WTinyLFU", keys.tolist(), capacity, ones)
-    assert ours == managed_tier_hits(WTinyLFUPolicy(), keys.tolist(), capacity, ones)
-    assert ours == replay_wtinylfu_naive(keys.tolist(), capacity)
-    assert 0 < sum(ours) < keys.size
-
-
-@pytest.mark.parametrize("capacity", [4500, 25_000, 100_000])
-def test_byte_sized_wtinylfu_equals_libcachesim_and_managed_tier(capacity):
-    # sizes up to 1 % of the capacity: libCacheSim caches nothing larger than the window
-    keys, sizes = zipf_sized_stream(capacity, max_size=capacity // 100)
-    ours = replay("wtinylfu", keys, capacity, sizes).tolist()
-    assert ours == libcachesim_hits("WTinyLFU", keys.tolist(), capacity, sizes.tolist())
-    assert ours == managed_tier_hits(WTinyLFUPolicy(), keys.tolist(), capacity, sizes.tolist())
-    assert not any(h for h, s in zip(ours, sizes) if s > int(capacity * 0.01))
-    assert 0 < sum(ours)
 
 
 def test_long_stream_with_sketch_halvings_equals_libcachesim():
