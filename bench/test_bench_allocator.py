@@ -14,7 +14,7 @@ import pytest
 
 from bench.conftest import info, size, warm
 from kvmm.allocators import BlockAllocator
-from tests.naive.allocator import NaiveBlockAllocator
+from kvmm.testing.models.block_allocator import NaiveBlockAllocator
 
 POOL = 8192
 SECRET = bytes(range(16))

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.baselines.peer_block_pool import VllmDriver, baseline
 from bench.conftest import info, size, warm
-from bench.peer_block_pool import VllmDriver, baseline
 from kvmm.allocators import BlockAllocator
 from kvmm.traces import load_mooncake
 

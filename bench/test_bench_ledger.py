@@ -18,8 +18,8 @@ import pytest
 
 from bench.conftest import size, warm
 from kvmm.policies.staging.ledger import CommitmentLedger
+from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
 from kvmm.tiers.spec import preset
-from tests.naive.ledger import NaiveLedger
 
 OPEN = size(100_000, 1_000)
 NEW = 100

@@ -24,13 +24,13 @@ import pytest
 
 pytest.importorskip("lmcache", reason="runs in the lmcache venv (.ci/run), where LMCache 0.5.6 is installed")
 
-from tests.integrations.lmcache_replay import CHUNK_BYTES, chunk_key, cpu_backend, replay  # noqa: E402  (first: quiets LMCache's logs)
+from kvmm.testing.engines.lmcache_replay import CHUNK_BYTES, chunk_key, cpu_backend, replay  # noqa: E402  (first: quiets LMCache's logs)
 
 # isort: split
 import kvmm.integrations.lmcache as kl  # noqa: E402
 from bench.conftest import info, size  # noqa: E402
+from kvmm.testing.engines.lmcache_plugin_helpers import launch, random_chunk  # noqa: E402
 from kvmm.traces import load_mooncake  # noqa: E402
-from tests.integrations.lmcache_plugin_helpers import launch, random_chunk  # noqa: E402
 
 N_CHUNKS = size(512, 16)
 N_REQUESTS = size(600, 40)

@@ -41,7 +41,7 @@ BACKENDS = {"kvmm-mmap": ("kvmm", "KvmmHiCacheStorage over MmapTier + LRU"),
 def sglang():
     if importlib.util.find_spec("sglang") is None:  # checked first: the env module stubs torchvision
         pytest.skip("sglang not installed; SGLang's HiCache storage not timed")
-    from tests.integrations import sglang_env
+    from kvmm.testing.engines import sglang_env
 
     return sglang_env
 

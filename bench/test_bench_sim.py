@@ -11,7 +11,7 @@ timed in the same run, each producing the same SimResult:
   rounding, since a stretch sums its step times in one formula);
 * the same simulator with every controller tick polled (``LedgerStaging.skip_idle_ticks = False``:
   the event loop as it was before idle ticks were fast-forwarded);
-* the same simulator with the plain-Python reference ledger (tests/naive/ledger.py), which has
+* the same simulator with the plain-Python reference ledger (kvmm/testing/models/ledger.py), which has
   no ``skip_idle_polls`` and so also polls every tick;
 * the old clock (constant rates, whole prefills, 96 GiB pool): what the physical clock costs.
 
@@ -28,7 +28,7 @@ from bench.conftest import SCALE, size
 from kvmm.sim.engine.instance import Instance
 from kvmm.sim.engine.staging import LedgerStaging
 from kvmm.sim.simulator import GiB, SimConfig, simulate
-from tests.naive.ledger import NaiveLedger
+from kvmm.testing.models.ledger import LedgerModel as NaiveLedger
 
 REQUESTS = size(12_031, 60)  # the whole conversation trace
 CONFIG = SimConfig(workload="conversation", max_requests=REQUESTS, policy="timely")  # default hierarchy, load 0.7

@@ -9,7 +9,7 @@ the exact curve is recorded in ``extra_info`` and printed).  Baselines in the sa
 plain-Python OrderedDict LRU at one capacity (timed on a prefix of the stream: it is slow;
 compare per-reference rates) and, when the ``libcachesim`` package is installed, libCacheSim's
 LRU at one capacity (one full pass per capacity), and the first committed kvmm kernel
-(``bench/stack_kernels_v0.py``, commit 5464a2d; same histogram).  SHARDS error over redraws of
+(``bench/baselines/stack_kernels_v0.py``, commit 5464a2d; same histogram).  SHARDS error over redraws of
 the sampled keys: ``test_shards_sampling_error`` (the Zipf 0.95 trace) and
 ``test_shards_error_across_streams`` (seven other streams, docs/performance.md).
 """
@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.baselines.stack_kernels_v0 import V0Tracker
 from bench.conftest import libcachesim_trace, size, warm
-from bench.stack_kernels_v0 import V0Tracker
 from kvmm.policies import ShardsTracker, StackDistanceTracker
+from kvmm.testing.models.stack_distance import lru_miss_ratio
 from kvmm.traces import agent_trace
-from tests.naive.stack_distance import lru_miss_ratio
 
 N_REFS = size(10_000_000, 20_000)
 N_KEYS = size(1_000_000, 5_000)

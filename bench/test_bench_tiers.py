@@ -5,7 +5,7 @@ Groups:
       RedisTier moving one entry per call; baseline: ``np.copyto`` of the same bytes (the floor
       any in-memory tier pays).  Unit: MiB.
   eviction-<policy>: replaying a Zipf trace through the policy (ManagedTier's calling
-      convention); baseline: the list-based reference simulator in tests/naive/eviction.py.
+      convention); baseline: the list-based reference simulator in kvmm/testing/models/eviction.py.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 
 from bench.conftest import size
 from kvmm.policies.eviction import ARCPolicy, FIFOPolicy, LFUPolicy, LRUPolicy
+from kvmm.testing.models.eviction import drive, simulate_arc, simulate_fifo, simulate_lfu, simulate_lru
+from kvmm.testing.redis_server import RedisServer
 from kvmm.testing.tiers import close_tier
 from kvmm.tiers import ArenaTier, MmapTier, RedisTier
-from tests.naive.eviction import drive, simulate_arc, simulate_fifo, simulate_lfu, simulate_lru
-from tests.redis_server import RedisServer
 
 MiB = 1 << 20
 ENTRY_SIZES = {"1MiB": size(MiB, 64 << 10), "64KiB": size(64 << 10, 4 << 10)}

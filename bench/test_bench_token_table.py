@@ -15,9 +15,9 @@ import pytest
 from bench.conftest import info, size, warm
 from kvmm.allocators import BlockAllocator, TokenTable
 from kvmm.compress import H2OScorer, ScissorhandsScorer, SnapKVScorer, select_victims
-from tests.naive import scorers as naive_scorers
-from tests.naive.allocator import NaiveBlockAllocator
-from tests.naive.token_table import NaiveTokenTable
+from kvmm.testing.models import scorers as naive_scorers
+from kvmm.testing.models.block_allocator import NaiveBlockAllocator
+from kvmm.testing.models.token_table import NaiveTokenTable
 
 BS = 16
 

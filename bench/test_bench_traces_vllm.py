@@ -6,7 +6,7 @@ block whose parent is the previous event's block: request i lists i + 1 blocks):
 * kvmm: ``load_vllm_kv_events`` on 10^6 events (shared prefix chains, linear);
 * baseline "JSON decode alone": ``iter_vllm_kv_events`` over the same file, the decoding every
   reader pays, so the ratio is what prefix reconstruction adds;
-* baseline "quadratic reader (v0)": the reader before the fix (``bench/vllm_events_v0.py``),
+* baseline "quadratic reader (v0)": the reader before the fix (``bench/baselines/vllm_events_v0.py``),
   listing every request's whole prefix, on 3,000 events only (it is O(n^2): 20,000 took 143 s).
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.baselines.vllm_events_v0 import requests_v0
 from bench.conftest import info, size
-from bench.vllm_events_v0 import requests_v0
 from kvmm.traces import iter_vllm_kv_events, load_vllm_kv_events
 
 EVENTS = size(1_000_000, 2_000)

@@ -25,7 +25,7 @@ import pytest
 from bench.conftest import size, warm
 from kvmm.compress import RopeConfig, TriAttentionScorer, calibrate
 from kvmm.compress.triattention import score_flops
-from tests.naive import triattention as naive
+from kvmm.testing.models import triattention as naive
 
 HEADS, HEAD_DIM = 32, 128
 N_KEYS = size(32768, 512)

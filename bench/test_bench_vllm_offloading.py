@@ -2,7 +2,7 @@
 
 Each group replays the first Mooncake conversation requests through a fresh
 ``CPUOffloadingManager`` (600 blocks: many hits and many evictions), one request at a time as
-vLLM's offloading scheduler drives a request that runs alone (``tests/integrations/vllm_replay``:
+vLLM's offloading scheduler drives a request that runs alone (``kvmm/testing/engines/vllm_replay``:
 lookup, load the hit prefix, ``prepare_store`` + ``complete_store`` the rest, finish), unit:
 requests.  The baseline is vLLM's own policy of the same algorithm, timed in the same run:
 
@@ -30,7 +30,7 @@ def replay():
         from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
         import kvmm.integrations.vllm as kv
-        from tests.integrations.vllm_replay import request_keys, run_request
+        from kvmm.testing.engines.vllm_replay import request_keys, run_request
     except ImportError as exc:
         pytest.skip(f"vllm not importable ({exc}); vLLM's CPUOffloadingManager not timed")
     trace = load_mooncake("conversation")

@@ -24,5 +24,5 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# pytester: tests/test_contract_suites_fail_on_broken.py runs the contract suites on broken code.
+# pytester: tests/testing/test_contract_suites_fail_on_broken.py runs the contract suites on broken code.
 pytest_plugins = ["pytester"]

@@ -1,4 +1,4 @@
-"""Shared engine of the bad-input fuzz suite (tests/test_fuzz_bad_input_*.py).
+"""Shared engine of the bad-input fuzz suite (tests/<package>/test_fuzz_bad_input_*.py).
 
 A fuzz test builds a small structure, then makes many calls of its public methods with
 arguments drawn (by Hypothesis, derandomized) from valid values for the current state mixed

@@ -4,11 +4,9 @@ each benchmark group timed a baseline beside kvmm (bench/conftest.py reports the
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from bench.conftest import NO_BASELINE
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
 
 
 def test_benchmarks_run_at_smoke_scale():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 sys.path.insert(0, str(ROOT / ".ci"))
 import version_drift  # noqa: E402
 

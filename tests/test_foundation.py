@@ -3,7 +3,6 @@
 import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from kvmm import errors, protocols
 from kvmm._validate import as_count, as_fraction, as_index_array, as_key_array, as_positive_float, check_ids_in_range
 from kvmm.cli import main
 from kvmm.report import Report, format_table
+from tests.paths import ROOT
 
 
 def test_every_error_is_a_kvmm_error_and_a_builtin():
@@ -109,7 +109,7 @@ def test_import_kvmm_and_cli_help_load_no_heavy_module():
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
             "    main(['--help'])\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -139,7 +139,7 @@ def test_an_export_stays_the_export_after_its_module_is_imported():
     code = ("import types, kvmm.sim._sweep\n"
             "from kvmm.sim import sweep\n"
             "print(isinstance(sweep, types.ModuleType), sweep.__module__, sweep.__name__)")
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "kvmm.sim._sweep", "sweep"]
 

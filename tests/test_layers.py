@@ -43,7 +43,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "kvmm"
+from tests.paths import ROOT as REPO
+
+ROOT = REPO / "kvmm"
 
 #: lowest first; a name is a top-level module or package of kvmm ("kvmm": the package's __init__)
 LAYERS: list[tuple[str, frozenset[str]]] = [

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 #: every package whose names load on first use (kvmm._lazy.lazy_exports)
 LAZY_PACKAGES = sorted(".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "kvmm").rglob("__init__.py")
                        if "lazy_exports(" in p.read_text(encoding="utf-8"))

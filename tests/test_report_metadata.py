@@ -6,6 +6,7 @@ import pytest
 
 import kvmm
 from kvmm.report import Report
+from tests.paths import ROOT
 
 
 def _report(tmp_path, **kw):
@@ -103,7 +104,6 @@ def test_reproduce_sources_format_no_number_in_scientific_notation():
     assert offenders == []
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def _git(*args, cwd):

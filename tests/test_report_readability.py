@@ -16,7 +16,7 @@ import pytest
 
 from kvmm.report import Report
 from kvmm.reproduce import orders as O
-from tests.report_helpers import markdown_cells, markdown_table, run_quick_section
+from tests.reproduce.report_helpers import markdown_cells, markdown_table, run_quick_section
 
 MAX_CELL_WORDS = 20
 

@@ -4,8 +4,8 @@ The repacker's kernels (plan, commit) are in :mod:`kvmm.allocators._token_table_
 Every kernel is ``@njit(cache=True, nogil=True)`` and works on the table's arrays, passed in
 explicitly; the Python class validates input before calling any of them, so kernels assume
 valid arguments.  Their plain-Python reference is the operation-level model
-:class:`kvmm.testing.models.token_table.NaiveTokenTable` (``tests/naive/token_table.py`` re-exports
-it), compared with the table step by step by :class:`kvmm.testing.TokenTableMachine`.
+:class:`kvmm.testing.models.token_table.NaiveTokenTable`,
+compared with the table step by step by :class:`kvmm.testing.TokenTableMachine`.
 
 Array names (see ``TokenTable`` for the layout and a worked example):
 

@@ -48,7 +48,7 @@ other than round-robin.  Staging a hit takes the source's latency plus the stage
 bandwidth; shared levels through the fabric link), stretched by ``1 / (1 - rho_channel)`` for the
 channel's own queue; the p95 of that beyond the mean wait before the admitting step ``E[W]``
 (staging overlaps the wait) is added to TTFT.  Measured errors against the simulation: docs/plan.md
-and tests/test_plan_estimate.py.  Stage 2 checks the estimate in the simulator.
+and tests/plan/test_plan_estimate.py.  Stage 2 checks the estimate in the simulator.
 
 **SHARDS.**  Above ``SHARDS_MIN_REFS`` references, a fixed-rate spatial sample of the block keys
 (hash < R) is tracked exactly; its distances stand for ``d / R`` and each sampled reference for

@@ -1,7 +1,7 @@
 """numba kernels of the planner's analytic stage (see kvmm.plan._analytic for the model).
 
 Loaded on first use of the planner (``import kvmm`` compiles nothing).  Every kernel has a
-plain-Python reference in tests/naive/plan.py.  The step replay's kernels are in
+plain-Python reference in kvmm/testing/models/plan.py.  The step replay's kernels are in
 :mod:`kvmm.plan._replay`.
 """
 

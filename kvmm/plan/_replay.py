@@ -5,7 +5,7 @@ instance's scheduler steps without its caches, for every capacity pair of the gr
 the requests ``k, k + instances, ...`` of one instance, on the run's step clock: the latency
 model's coefficient array (layout: :mod:`kvmm.sim.latency._kernels`) through the simulator's own
 kernels, ``step_split`` for a step and ``decode_stretch`` for a decode-only stretch (closed form
-as the contexts grow).  The plain-Python reference is ``replay`` in tests/naive/plan.py.
+as the contexts grow).  The plain-Python reference is ``replay`` in kvmm/testing/models/plan.py.
 
 A request ``r`` needs ``pre[r]`` prompt tokens computed after ``inp[r] - pre[r]`` tokens it found
 cached (its context), ``staged[r]`` bytes read from the fast tier in its admitting step, ``held[r]``

@@ -132,7 +132,7 @@ def make_admission(policy: Any, capacity_blocks: int) -> Any:
     if not isinstance(policy, str):
         return copy.deepcopy(policy)
     # the admission policies load numba (RefillFilter's kernels): here, when a run builds its tiers,
-    # so that validating a config compiles nothing (tests/test_sim_compress.py checks it)
+    # so that validating a config compiles nothing (tests/sim/test_sim_compress.py checks it)
     from kvmm.policies import admission as A
 
     if policy == "write-all":

@@ -33,7 +33,7 @@ replicas were allocated in.  What kvmm models of it:
 
 ``PooledStore()`` (``segments=1, replicas=1, watermark=1.0, evict_fraction=0.0``) is the plain
 shared pool: the same ManagedTier calls in the same order, so the same results bit for bit
-(tests/test_cluster_pooled_store.py).
+(tests/sim/test_cluster_pooled_store.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import time
 import types
 from array import array
 
-import tests.integrations.sglang_env  # noqa: F401 - first: the torchvision stub
+import kvmm.testing.engines.sglang_env  # noqa: F401 - first: the torchvision stub
 
 # isort: split
 import torch

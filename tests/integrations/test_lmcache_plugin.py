@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.lmcache_replay import chunk_key  # first: quiets LMCache's logs
+from kvmm.testing.engines.lmcache_replay import chunk_key  # first: quiets LMCache's logs
 
 # isort: split
 import torch  # noqa: E402
@@ -19,8 +19,7 @@ from lmcache.v1.memory_management import MemoryFormat  # noqa: E402
 
 import kvmm.integrations.lmcache as kl  # noqa: E402
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, ShapeError  # noqa: E402
-from kvmm.tiers import ManagedTier, MmapTier  # noqa: E402
-from tests.integrations.lmcache_plugin_helpers import (  # noqa: E402
+from kvmm.testing.engines.lmcache_plugin_helpers import (  # noqa: E402
     expected_bytes,
     launch,
     put_chunks,
@@ -28,6 +27,7 @@ from tests.integrations.lmcache_plugin_helpers import (  # noqa: E402
     read_back,
     snapshot,
 )
+from kvmm.tiers import ManagedTier, MmapTier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHUNK_VALUE = 4096 + 67  # one stored chunk: its 4 KiB plus the plugin's 67-byte header (pinned below)
@@ -58,7 +58,7 @@ def test_launcher_loads_the_plugin_over_mmap_and_it_round_trips_after_reopen(tmp
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from tests.integrations.lmcache_plugin_helpers import launch, put_chunks
+    from kvmm.testing.engines.lmcache_plugin_helpers import launch, put_chunks
     backend, plugin = launch({settings!r})
     seed = 0
     while True:

@@ -9,7 +9,7 @@ import importlib.metadata
 
 import pytest
 
-from tests.integrations.lmcache_replay import (  # first: quiets LMCache's logs
+from kvmm.testing.engines.lmcache_replay import (  # first: quiets LMCache's logs
     chunk_key,
     cpu_backend,
     new_chunk,

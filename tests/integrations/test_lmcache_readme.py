@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 
-from tests.integrations.lmcache_replay import chunk_key  # noqa: F401 - first: quiets LMCache's logs
+from kvmm.testing.engines.lmcache_replay import chunk_key  # noqa: F401 - first: quiets LMCache's logs
 
 # isort: split
 import torch  # noqa: E402
@@ -18,7 +18,7 @@ from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend  # noqa
 
 import kvmm.integrations.lmcache as kl  # noqa: E402
 from kvmm.policies import ARCPolicy  # noqa: E402
-from tests.integrations.lmcache_plugin_helpers import expected_bytes, put_chunks, read_back  # noqa: E402
+from kvmm.testing.engines.lmcache_plugin_helpers import expected_bytes, put_chunks, read_back  # noqa: E402
 from tests.integrations.readme_blocks import blocks, run_block  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import shlex
 
-from tests.integrations.sglang_env import Controller, HostPool, storage_config  # first: loads SGLang
+from kvmm.testing.engines.sglang_env import Controller, HostPool, storage_config  # first: loads SGLang
 
 # isort: split
 from sglang.srt.mem_cache import utils as mem_cache_utils  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.sglang_env import Controller, HostPool, create, storage_config  # first: loads SGLang
+from kvmm.testing.engines.sglang_env import Controller, HostPool, create, storage_config  # first: loads SGLang
 
 # isort: split
 import torch  # noqa: E402
@@ -22,8 +22,8 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 import kvmm.integrations.sglang as ks  # noqa: E402
 from kvmm.errors import BadInputError, CapacityExceededError, DTypeError, ShapeError  # noqa: E402
 from kvmm.policies import LRUPolicy  # noqa: E402
+from kvmm.testing.redis_server import *  # noqa: E402,F401,F403 - the redis_url fixture
 from kvmm.tiers import ArenaTier, ManagedTier, MmapTier  # noqa: E402
-from tests.redis_server import *  # noqa: E402,F401,F403 - the redis_url fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = [f"page{i:03d}" for i in range(8)]
@@ -116,7 +116,7 @@ def expected_page(i: int) -> bytes:
 
 
 def test_kill_9_of_a_writer_serves_nothing_torn(tmp_path):
-    from tests.integrations.sglang_env import DYNAMIC
+    from kvmm.testing.engines.sglang_env import DYNAMIC
 
     settings = {**DYNAMIC, **mmap_settings(tmp_path, capacity_bytes=1 << 30)}
     proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), settings=settings)],

@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tests.integrations.sglang_env import storage_config  # first: loads SGLang
+from kvmm.testing.engines.sglang_env import storage_config  # first: loads SGLang
 
 # isort: split
 import torch  # noqa: E402

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.integrations.sglang_env import HostPool, create, storage_config  # first: loads SGLang
+from kvmm.testing.engines.sglang_env import HostPool, create, storage_config  # first: loads SGLang
 
 # isort: split
 import torch  # noqa: E402

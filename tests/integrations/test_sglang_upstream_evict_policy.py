@@ -17,7 +17,7 @@
 
 """Unit tests for evict_policy.py"""
 
-import tests.integrations.sglang_env  # noqa: F401  kvmm: first, the torchvision stub
+import kvmm.testing.engines.sglang_env  # noqa: F401  kvmm: first, the torchvision stub
 
 from sglang.test.ci.ci_register import register_cpu_ci
 

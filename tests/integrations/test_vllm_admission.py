@@ -17,8 +17,8 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
 from kvmm.policies import StoreThreshold, WriteAll
+from kvmm.testing.engines.vllm_replay import offload_key, replay_vllm, run_request
 from kvmm.traces import load_mooncake
-from tests.integrations.vllm_replay import offload_key, replay_vllm, run_request
 
 N_REQUESTS = 1000
 CHUNK_BYTES = 4096  # one block of a tiny model; cpu_bytes_to_use / CHUNK_BYTES chunks

@@ -12,8 +12,8 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import kvmm.integrations.vllm as kv
 from kvmm.policies import EVICTION_POLICIES, FIFOPolicy, LIRSPolicy, TwoQPolicy
+from kvmm.testing.engines.vllm_replay import replay_vllm
 from kvmm.traces import load_mooncake
-from tests.integrations.vllm_replay import replay_vllm
 
 # Offline orders (Belady) are refused: tests/integrations/test_vllm_policies.py
 ONLINE = sorted(name for name, cls in EVICTION_POLICIES.items() if not getattr(cls, "offline", False))

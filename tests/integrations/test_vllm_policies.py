@@ -16,8 +16,7 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 import kvmm.integrations.vllm as kv
 from kvmm.errors import BadInputError
 from kvmm.policies import ARCPolicy, BeladyPolicy, ClockPolicy, LFUPolicy, LRUPolicy
-from kvmm.traces import conversation_trace, load_mooncake
-from tests.integrations.vllm_replay import (
+from kvmm.testing.engines.vllm_replay import (
     new_context,
     offload_key,
     replay_managed_tier,
@@ -25,6 +24,7 @@ from tests.integrations.vllm_replay import (
     request_keys,
     run_request,
 )
+from kvmm.traces import conversation_trace, load_mooncake
 
 N_REQUESTS = 1500
 CAPACITY = 600  # blocks; the largest of these requests fits, the working set does not

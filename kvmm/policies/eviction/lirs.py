@@ -4,7 +4,7 @@ The stack S holds recently seen keys (LIR, resident HIR, non-resident HIR), the 
 resident HIR keys, NH the non-resident HIR keys of S.  ``hirs_limit = max(1, int(hirs_ratio *
 c))`` bytes go to the resident HIR keys, ``c - hirs_limit`` to the LIR keys (``hirs_ratio``
 0.01, libCacheSim's ``hirs_ratio``).  The rules, step by step, are those of
-:mod:`kvmm.policies.eviction._kernels.lirs` (and ``tests/naive/lirs.py``).
+:mod:`kvmm.policies.eviction._kernels.lirs` (and ``kvmm/testing/models/lirs.py``).
 """
 
 from __future__ import annotations

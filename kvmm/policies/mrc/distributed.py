@@ -15,7 +15,7 @@ arrays, e.g. :func:`kvmm.traces.iter_trace_chunks`), splits each chunk by part a
 piece to that part's actor; memory per worker is O(keys in its part), on the driver O(chunk).
 At most ``max_inflight`` chunks are in flight.
 
-Accuracy (tests/test_distributed_mrc.py, bundled Mooncake traces, MAE of the miss ratio over
+Accuracy (tests/policies/mrc/test_distributed_mrc.py, bundled Mooncake traces, MAE of the miss ratio over
 200 capacities up to the largest distance, against the exact single-process MRC): at most
 0.005 at ``P = 4`` and ``P = 16``.  Capacities below ``P`` blocks are not resolved (one
 distance step of a part stands for ``P`` blocks).

@@ -28,7 +28,7 @@ The loop a caller runs (one scheduler step)::
 
 A new policy is a small dataclass (on ``_LedgerDriven``: the ``ledger`` field and its check)
 with ``name``, ``on_claim`` and ``due``; add it to :data:`STAGING_POLICIES` and the contract
-suite (tests/test_staging_contract.py) covers it.
+suite (tests/policies/staging/test_staging_contract.py) covers it.
 """
 
 from __future__ import annotations

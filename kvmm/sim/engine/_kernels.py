@@ -1,7 +1,7 @@
 """The event loop's two numba kernels (:mod:`kvmm.sim.engine` calls them once per step or tick).
 
 Kept apart from the engine so the engine module holds the loop itself; each is compared with a
-plain-Python reference in ``tests/test_sim_queue_work_ahead.py``.
+plain-Python reference in ``tests/sim/test_sim_queue_work_ahead.py``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Coefficient layout (float64, length 25, ``COEF_LEN``):
 
 Arguments: ``coef`` float64; the features ``P, A, Cp, D, Cd, S`` and ``Cd``, ``until_s`` are
 float64; ``b``, ``k``, ``k_max`` int64 (>= 1).  Every kernel is compared with a plain-Python
-reference in ``tests/test_sim_latency_kernels.py``.
+reference in ``tests/sim/latency/test_sim_latency_kernels.py``.
 """
 
 from __future__ import annotations

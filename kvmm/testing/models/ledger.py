@@ -1,8 +1,8 @@
 """Plain-Python model of ``kvmm.policies.CommitmentLedger``, written from docs/tempokv.md ("Semantics") alone.
 
 One dict per open claim, lists per source: slow and obviously correct.  The model of
-:class:`kvmm.testing.CommitmentLedgerMachine`, the naive reference of the tests
-(``tests/naive/ledger.py``) and the same-run baseline of the ledger benchmarks.  It raises the
+:class:`kvmm.testing.CommitmentLedgerMachine`, the reference of the ledger tests
+and the same-run baseline of the ledger benchmarks.  It raises the
 documented :class:`~kvmm.errors.KvmmError` subclasses before changing anything.
 """
 

@@ -6,7 +6,7 @@ matches are counted by walking the request's blocks per instance; scores are Pyt
 summed in the documented order, instance by instance.  Random tie-breaks follow the documented
 protocol ("Ties" in docs/cluster_routers.md): ``numpy.random.default_rng(seed)``, one
 ``rng.integers(k)`` for a tie among ``k > 1`` candidates in ascending order, one
-``rng.random()`` per softmax sample.  tests/test_cluster_routers_reference.py compares each
+``rng.random()`` per softmax sample.  tests/cluster/test_cluster_routers_reference.py compares each
 model with its router on Hypothesis-generated request and view sequences.  A model reads the
 same view attributes a router does and never changes them.
 """

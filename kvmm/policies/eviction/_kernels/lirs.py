@@ -1,5 +1,5 @@
 """numba replay of LIRS as libCacheSim's ``LIRS`` implements it (see :func:`kvmm.policies.replay`
-and, for the rules, ``tests/naive/lirs.py``).
+and, for the rules, ``kvmm/testing/models/lirs.py``).
 
 Per dense id (a row of one node table): the stack S (every recently seen key, LIR or HIR,
 resident or not), the queue Q (resident HIR keys) and NH (S's non-resident HIR keys), each a
@@ -23,7 +23,7 @@ key larger than either limit is never stored; S is bounded by bytes (``2 * capac
 the paper's count of non-resident entries.  One case is not libCacheSim's: when such a hit's own
 demotions push the key itself out of Q (sizes only), libCacheSim's loop keeps reading the size of
 the freed Q object (a use after free in ``hit_RD_HIRinQ``); here it uses the key's own size
-(tests/naive/lirs.py counts those references; the parity tests stop at the first).
+(kvmm/testing/models/lirs.py counts those references; the parity tests stop at the first).
 
 Runtime complexity: O(1) amortised per reference (pruning removes each key from S at most once
 per insertion).
