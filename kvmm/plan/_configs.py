@@ -4,26 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvmm.sim.cluster_config import ClusterConfig
 from kvmm.sim.config import SimConfig, TierLevel
+from kvmm.traces.trace import KVTrace
+
+if TYPE_CHECKING:  # core.py imports this module; the name is for annotations only
+    from kvmm.plan.core import TierCandidate
 
 __all__ = ["point_config", "default_base"]
 
 
-def default_base(trace: Any) -> Any:
+def default_base(trace: KVTrace | str) -> SimConfig:
     """The base config when the caller gives none: the simulator's defaults on ``trace``."""
     return SimConfig(workload=trace)
 
 
-def point_config(base: Any, candidates: Sequence[Any], capacities: Sequence[int], instances: int) -> Any:
+def point_config(base: SimConfig | None, candidates: Sequence[TierCandidate], capacities: Sequence[int],
+                 instances: int) -> SimConfig:
     """``base`` with ``tiers`` = the private candidates and, when a candidate is shared (or the base
     is a cluster), a ``ClusterConfig`` of ``instances`` holding the shared ones.  A tier at 0 bytes
     is left out (absent).  Runtime complexity: O(tiers)."""
     if base is None:
         base = SimConfig()
-    private, shared = [], []
+    private: list[TierLevel] = []
+    shared: list[TierLevel] = []
     for cand, cap in zip(candidates, capacities):
         if cap <= 0:
             continue

@@ -19,8 +19,9 @@ from typing import Any
 from kvmm._validate import MAX_UNITS, short_repr
 from kvmm.errors import BadInputError
 from kvmm.plan._configs import point_config
-from kvmm.sim.config import check_admission, check_eviction
+from kvmm.sim.config import SimConfig, check_admission, check_eviction
 from kvmm.sim.config_json import config_to_json
+from kvmm.sim.results import SimResult
 from kvmm.tiers.spec import PRESETS
 
 __all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan", "simulation_key"]
@@ -191,13 +192,13 @@ class PlanPoint:
     tier_gib: dict
     tier_usd_per_hour: dict
     meets_slo_est: bool
-    sim: Any = None
+    sim: SimResult | None = None
     sim_ttft_p95_s: float | None = None
     sim_tpot_p95_s: float | None = None
     sim_usd_per_m_tokens: float | None = None
     meets_slo_sim: bool | None = None
-    candidates: tuple = ()
-    base: Any = None
+    candidates: tuple[TierCandidate, ...] = ()
+    base: SimConfig | None = None
     instances: int = 1
     on_frontier: bool = True  # False: a dominated point verified to fill a thin frontier
 
@@ -247,7 +248,7 @@ class PlanPoint:
         names = [c.kind for c in self.candidates] or [f"tier{i}" for i in range(len(self.capacities))]
         return " + ".join(f"{n} {_gib_text(c)}" for n, c in zip(names, self.capacities))
 
-    def config(self) -> Any:
+    def config(self) -> SimConfig:
         """The :class:`~kvmm.sim.SimConfig` that simulates this point: ``base`` (the planner's
         base config) with the candidate tiers at these capacities (a tier at 0 bytes left out;
         private tiers in ``SimConfig.tiers``, shared ones in a
@@ -277,7 +278,7 @@ class Plan:
     slo: SLO
     chosen: PlanPoint | None
     closest: PlanPoint | None
-    config: Any
+    config: SimConfig | None
     frontier: list
     verified: list
     points_evaluated: int

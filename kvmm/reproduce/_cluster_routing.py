@@ -1,5 +1,6 @@
 """Report section "cluster", the routing part: every router at N = 8 with spread over slices and
-seeds, and precise vs approximate routing as KV events arrive late or get lost (issue 31).
+seeds, and precise vs approximate routing as KV events arrive late or get lost
+(docs/cluster_routers.md, docs/cluster.md).
 
 Runs are registered on the section's :class:`~kvmm.reproduce._cluster_common.Runs` first
 (``*_runs``) and read back after the one sweep (``*_table``).
