@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kvmm.sim.cost import CostAccount
 from kvmm.traces.trace import KVTrace
 
 __all__ = ["SimResult", "collect", "latency_metrics", "staging_wait_metrics", "run_policies", "prompt_tokens"]
@@ -72,8 +73,9 @@ class SimResult:
     usd_per_million_input_tokens: float = 0.0
     usd_per_million_output_tokens: float = 0.0
     tokens_per_s_per_usd: float = 0.0  # tokens/s per USD/h of spend
-    cost: Any = None  # the whole kvmm.cluster.CostAccount
-    busy_seconds: Any = None  # (prefill, decode) GPU-busy seconds summed over instances (None: not tracked)
+    cost: CostAccount | None = None  # the whole bill (kvmm.sim.cost)
+    # (prefill, decode) GPU-busy seconds summed over instances (None: not tracked)
+    busy_seconds: tuple[float, float] | None = None
     # the run's own policy objects (SimConfig deep-copies the ones it is given, so a run never
     # changes them): {"router": ..., "eviction": per instance, per lower level}; not a metric,
     # left out of as_dict and of comparisons
@@ -91,7 +93,7 @@ class SimResult:
     tpot_mean: float = 0.0  # mean of the per-request TPOT (requests with >= 2 output tokens)
     # what the run served with (kvmm.sim.serving.Serving.describe): model, hardware, tp, latency
     # model, scheduler limits, chunked prefill, the GPU KV pool and whether it came from memory
-    serving: Any = None
+    serving: dict[str, Any] | None = None
     # per lower tier: blocks read from it into the GPU for the prompts that used them (a claim's
     # blocks by source tier, when its step consumed it; write-through-lru: the hits it read)
     tier_read_blocks: tuple = ()

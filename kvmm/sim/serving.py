@@ -48,10 +48,10 @@ class Serving:
     (``tp``); ``gpu_usd_per_hour`` prices one of them."""
 
     name: str
-    arch: Any  # kvmm.sim.latency.ModelArch, or None for a bare ModelSpec
-    hardware: Any  # kvmm.sim.latency.Hardware, or None for a bare ModelSpec
+    arch: L.ModelArch | None  # None for a bare ModelSpec
+    hardware: L.Hardware | None  # None for a bare ModelSpec
     tp: int
-    latency: Any  # the LatencyModel the clock asks
+    latency: L.LatencyModel  # what the clock asks
     latency_name: str
     kv_bytes_per_token: int
     layers: int
