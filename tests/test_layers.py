@@ -259,9 +259,8 @@ def test_names_that_moved_to_the_simulator_still_resolve_from_kvmm_cluster_with_
         kvmm.cluster.not_a_name  # noqa: B018
 
 
-#: packages (and modules) swept of unexplained function-level imports (kvmm.testing is not: its
-#: helpers import hypothesis and pytest only when a test calls them)
-EXPLAINED = ("sim", "plan", "cluster", "policies", "integrations", "allocators", "tiers", "traces", "compress",
+#: packages (and modules) swept of unexplained function-level imports
+EXPLAINED = ("sim", "plan", "cluster", "policies", "integrations", "testing", "allocators", "tiers", "traces", "compress",
              "report.py", "reproduce", "cli", "errors.py", "protocols.py", "_validate.py", "_arrays.py", "_lazy.py",
              "_progress.py", "_git.py", "_kernels.py", "_policy_hooks.py", "__init__.py")
 #: files another change is rewriting (their imports are swept there)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from kvmm.errors import DTypeError, ShapeError
+from kvmm.policies import AdmissionRequest
 from kvmm.protocols import AdmissionPolicy
 
 __all__ = ["AdmissionPolicyContract", "admission_requests", "as_admit_mask"]
@@ -73,8 +74,6 @@ class AdmissionPolicyContract:
 
     @pytest.mark.parametrize("case", ["float keys", "int mask", "short mask", "int gpu_hit", "no keys"])
     def test_bad_requests_raise_and_change_nothing(self, case: str) -> None:
-        from kvmm.policies import AdmissionRequest
-
         bad, error = {
             "float keys": (AdmissionRequest(np.array([1.0, 2.0]), np.array([False, False])), DTypeError),
             "int mask": (AdmissionRequest(np.array([1, 2]), np.array([0, 1])), DTypeError),
@@ -93,7 +92,6 @@ class AdmissionPolicyContract:
 
 def admission_requests(seed: int, n: int = 40) -> Iterator[Any]:
     """``n`` AdmissionRequests of 0-11 blocks over 30 keys, ~40 % cached, ~50 % GPU hits."""
-    from kvmm.policies import AdmissionRequest
 
     rng = np.random.default_rng(seed)
     for _ in range(n):

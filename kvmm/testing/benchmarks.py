@@ -17,6 +17,7 @@ from typing import Any
 
 from kvmm._policy_hooks import PolicyHooks
 from kvmm._validate import as_count
+from kvmm.traces import load_trace
 
 __all__ = ["BENCH_SCALES", "SMOKE_REQUESTS", "PolicyBenchmarkResult", "replay_policy", "trace_keys", "same_run_table"]
 
@@ -64,7 +65,6 @@ def replay_policy(policy: Any, keys: Sequence[Any], capacity: int) -> int:
 def trace_keys(trace: str, max_requests: int | None = None) -> tuple[int, ...]:
     """The block keys of a bundled trace (or a trace file of any format kvmm reads) in request
     order, as ints; only the first ``max_requests`` requests when given."""
-    from kvmm.traces import load_trace
 
     loaded = load_trace(trace)
     end = loaded.block_offsets[min(max_requests, loaded.num_requests)] if max_requests is not None else None

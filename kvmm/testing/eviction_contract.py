@@ -30,6 +30,7 @@ from kvmm.testing.tiers import (
     value,
     victim_order,
 )
+from kvmm.tiers import ArenaTier, ManagedTier
 
 __all__ = ["EvictionPolicyContract", "EvictionPolicyMachine", "ManagedTierMachine"]
 
@@ -102,8 +103,6 @@ class EvictionPolicyContract:
 
     @pytest.fixture
     def managed(self, tier_context: Any, tier_kind: Any) -> Any:
-        from kvmm.tiers import ManagedTier
-
         tier = ManagedTier(tier_context.build(tier_kind, CAPACITY), self.make_policy())
         tier.holds_bytes = tier_kind.holds_bytes
         return tier
@@ -276,8 +275,6 @@ class EvictionPolicyContract:
         check_managed(managed)
 
     def test_backend_with_entries_is_adopted_by_a_new_managed_tier(self, tier_context: Any, tier_kind: Any) -> None:
-        from kvmm.tiers import ManagedTier
-
         backend = tier_context.build(tier_kind, CAPACITY)
         for i in range(4):
             backend.put(i, value(100, i))
@@ -390,8 +387,6 @@ class ManagedTierMachine(RuleBasedStateMachine):
     capacity = 600
 
     def __init__(self) -> None:
-        from kvmm.tiers import ArenaTier, ManagedTier
-
         super().__init__()
         self.latest: dict = {}
         self.tier = ManagedTier(ArenaTier(self.capacity), self.contract.make_policy())

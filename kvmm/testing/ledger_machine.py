@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvmm.errors import KvmmError
+from kvmm.policies.staging.ledger import CommitmentLedger
 from kvmm.testing.models.ledger import CLAIMED, CONSUMED, PENDING, READY, STAGING, LedgerModel
+from kvmm.tiers.spec import TierSpec
 
 __all__ = ["LedgerModel", "CommitmentLedgerMachine", "ledger_snapshot", "same_snapshot"]
 
@@ -72,8 +74,6 @@ _FOREIGN = (999, -1, 1 << 40, (7 << 32) | 3)  # never issued here (another ledge
 
 
 def _spec(name, bandwidth, latency):
-    from kvmm.tiers.spec import TierSpec
-
     return TierSpec(name, 10**9, read_bandwidth=bandwidth, write_bandwidth=bandwidth, latency_s=latency)
 
 
@@ -95,8 +95,6 @@ class CommitmentLedgerMachine(RuleBasedStateMachine):
         self.spoiled: str | None = None  # how the latest draw_ids spoiled its ids, if it did
 
     def make_ledger(self, capacity, sources, **kw):
-        from kvmm.policies.staging.ledger import CommitmentLedger
-
         return CommitmentLedger(capacity, sources, **kw)
 
     @initialize(lease=st.sampled_from([None, 0.3, 2.0]), alpha=st.sampled_from([0.5, 1.0]))

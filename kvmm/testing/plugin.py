@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import pytest
@@ -72,8 +73,7 @@ def kvmm_bench_scale(pytestconfig: Any) -> str:
 
 @pytest.fixture(scope="session")
 def kvmm_trace() -> Callable[[str], Any]:
-    from functools import lru_cache
-
+    # the plugin loads in every pytest run: kvmm's modules load only when a fixture is used
     from kvmm.traces import load_trace
 
     return lru_cache(maxsize=None)(load_trace)
@@ -95,6 +95,7 @@ def kvmm_policy_benchmark(request: Any, kvmm_bench_scale: str) -> Callable[..., 
 
     def run(policy_factory: Callable[[], Any], trace: str = "conversation", capacity: int = 4000,
             label: str | None = None) -> Any:
+        # the plugin loads in every pytest run: kvmm's modules load only when a fixture is used
         from kvmm.policies.eviction import LRUPolicy
         from kvmm.testing.benchmarks import SMOKE_REQUESTS, PolicyBenchmarkResult, replay_policy, timed, trace_keys
 
@@ -126,6 +127,7 @@ def kvmm_policy_benchmark(request: Any, kvmm_bench_scale: str) -> Callable[..., 
 
 
 def _lru_hits(config: Any, keys: tuple, capacity: int) -> int:
+    # the plugin loads in every pytest run: kvmm's modules load only when a fixture is used
     from kvmm.policies.eviction import LRUPolicy
     from kvmm.testing.benchmarks import replay_policy
 
@@ -141,6 +143,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     results = config.stash.get(_RESULTS, [])
     if not results:
         return
+    # the plugin loads in every pytest run: kvmm's modules load only when a fixture is used
     from kvmm.testing.benchmarks import same_run_table
 
     rows = same_run_table(results)

@@ -23,6 +23,8 @@ import uuid
 
 import pytest
 
+from kvmm.tiers import RedisTier
+
 __all__ = ["RedisServer", "redis_url", "redis_prefix", "redis_server", "redis_server_factory", "pool"]
 
 
@@ -91,7 +93,6 @@ def redis_prefix():
 @pytest.fixture
 def pool(redis_url, redis_prefix):
     """A RedisTier of 10,000 bytes in a fresh pool of the shared server (dropped at teardown)."""
-    from kvmm.tiers import RedisTier
 
     tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
     yield tier

@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvmm.cluster.view import COUNT_FIELDS, ClusterView, RouteRequest
 from kvmm.protocols import Router
 
 __all__ = ["RouterContract", "FakeBlockIndex", "route_steps"]
@@ -83,7 +84,6 @@ BLOCK_TOKENS = 16
 def build_step(step: dict, number: int, index: FakeBlockIndex | None, num_instances: int) -> tuple:
     """The (RouteRequest, ClusterView) of one generated step; the index learns ``store`` first.
     A step without ``prefill`` / ``held`` (written before they existed) leaves those at zero."""
-    from kvmm.cluster.view import ClusterView, RouteRequest
 
     if index is not None and step["store"] is not None:
         instance, keys, medium = step["store"]
@@ -154,8 +154,6 @@ class RouterContract:
 
 
 def _view_state(view: Any) -> tuple:
-    from kvmm.cluster.view import COUNT_FIELDS
-
     index = view.index
     return (view.num_instances, [getattr(view, name).tolist() for name in COUNT_FIELDS], view.kv_utilisation.tolist(),
             view.now, view.block_tokens, view.scraped_at, index.snapshot() if isinstance(index, FakeBlockIndex) else None)

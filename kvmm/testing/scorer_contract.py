@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kvmm.allocators import BlockAllocator, TokenTable
+from kvmm.compress import TokenScorerBase, evict_to_budget, select_victims
 from kvmm.errors import KvmmError
 from kvmm.protocols import TokenScorer
 
@@ -111,8 +113,6 @@ class TokenScorerContract:
             scorer.scores(0)
 
     def test_stale_attention_is_rejected(self) -> None:
-        from kvmm.compress import TokenScorerBase
-
         scorer = self.make_scorer()
         if not isinstance(scorer, TokenScorerBase):
             pytest.skip("evidence checks of TokenScorerBase only")
@@ -129,8 +129,6 @@ class TokenScorerContract:
         np.testing.assert_array_equal(scorer.scores(0), before)  # rejected evidence changed nothing
 
     def test_victims_are_the_lowest_scores(self) -> None:
-        from kvmm.compress import select_victims
-
         scorer = self.make_scorer()
         live = self.drive(scorer, steps=8)
         budget = live // 2
@@ -141,9 +139,6 @@ class TokenScorerContract:
         assert s[victims].max() <= s[kept].min()
 
     def test_decode_with_budget_through_the_token_table(self) -> None:
-        from kvmm.allocators import BlockAllocator, TokenTable
-        from kvmm.compress import evict_to_budget
-
         scorer = self.make_scorer()
         table = TokenTable(BlockAllocator(64, 4))
         rng = np.random.default_rng(4)

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from kvmm.policies.staging.ledger import STAGING, CommitmentLedger
 from kvmm.protocols import StagingPolicy
+from kvmm.tiers.spec import TierSpec
 
 __all__ = ["StagingPolicyContract"]
 
@@ -50,9 +52,6 @@ class StagingPolicyContract:
         raise NotImplementedError("subclass StagingPolicyContract and define make_policy(ledger)")
 
     def make_ledger(self, capacity: int = 1000) -> Any:
-        from kvmm.policies.staging.ledger import CommitmentLedger
-        from kvmm.tiers.spec import TierSpec
-
         slow = TierSpec("slow", 10**9, read_bandwidth=1000.0, write_bandwidth=1000.0, latency_s=0.01)
         return CommitmentLedger(capacity, slow, margin_s=0.0, initial_rate=100.0)
 
@@ -73,7 +72,6 @@ class StagingPolicyContract:
 
     def due(self, ledger: Any, policy: Any, now: float) -> list[int]:
         """``policy.due(now)``, checked against the ledger (see the class docstring)."""
-        from kvmm.policies.staging.ledger import STAGING
 
         ids = [int(c) for c in np.asarray(policy.due(now)).tolist()]
         for cid in ids:

@@ -20,6 +20,10 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from kvmm.compress.rope import RopeConfig, RopeScaling
+from kvmm.errors import KvmmError
+from kvmm.traces import KVTrace
+
 __all__ = [
     "block_keys", "key_arrays", "prefix_sharing_requests", "mooncake_traces", "attention_rows", "rope_configs",
     "rope_qk", "tier_keys", "tier_values", "tier_operations", "ledger_events", "apply_ledger_events",
@@ -76,7 +80,6 @@ def mooncake_traces(draw: Any, *, max_requests: int = 30, max_blocks: int = 12, 
     """A :class:`~kvmm.traces.KVTrace` built from :func:`prefix_sharing_requests`:
     non-decreasing timestamps, ``input_length`` consistent with the blocks (the last block may
     be partial), ids prefix-chained."""
-    from kvmm.traces import KVTrace
 
     requests = draw(prefix_sharing_requests(max_requests=max_requests, max_blocks=max_blocks))
     n = len(requests)
@@ -109,7 +112,6 @@ def attention_rows(draw: Any, *, heads: int | None = None, queries: int | None =
 def rope_configs(*, head_dims: tuple[int, ...] = (2, 4, 8, 16, 64, 128)) -> st.SearchStrategy:
     """A :class:`~kvmm.compress.RopeConfig`: head size, base, layout and scaling (none, linear,
     llama3 or yarn)."""
-    from kvmm.compress.rope import RopeConfig, RopeScaling
 
     scalings = st.one_of(
         st.just(RopeScaling()),
@@ -189,7 +191,6 @@ def apply_ledger_events(ledger: Any, events: list, *, now: float = 0.0) -> dict:
     machine forbids (the ledger raises :class:`~kvmm.errors.KvmmError` for those and must stay
     unchanged; callers may check that).  Returns ``dict(now, claims, granted, rejected)``.
     """
-    from kvmm.errors import KvmmError
 
     claims: list[int] = []
     granted: list[int] = []

@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from kvmm.errors import CapacityExceededError, KvmmError, UnknownKeyError
+from kvmm.policies.eviction import LRUPolicy
 from kvmm.protocols import TierBackend
 from kvmm.testing.strategies import tier_keys, tier_values
 from kvmm.testing.tiers import check_managed, close_tier, sample_values, value
+from kvmm.tiers import ManagedTier
 
 __all__ = ["TierBackendContract", "TierMachine"]
 
@@ -164,9 +166,6 @@ class TierBackendContract:
         run_state_machine_as_test(machine, settings=self.machine_settings)
 
     def test_pairs_with_an_eviction_policy(self, tier: Any) -> None:
-        from kvmm.policies.eviction import LRUPolicy
-        from kvmm.tiers import ManagedTier
-
         if not (hasattr(tier, "keys") and hasattr(tier, "nbytes_of")):
             pytest.skip("ManagedTier needs the backend's keys() and nbytes_of()")
         managed = ManagedTier(tier, LRUPolicy())

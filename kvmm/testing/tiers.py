@@ -7,6 +7,7 @@ running ``redis-server``: a test that builds one asks pytest for a ``redis_url``
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvmm._policy_hooks import PolicyHooks
+from kvmm.tiers import ArenaTier, MmapTier, RedisTier, SimulatedTier
 
 __all__ = ["TierKind", "TIER_KINDS", "LOCAL_TIER_KINDS", "TierContext", "snapshot", "value", "sample_values", "victim_order",
            "check_managed", "run_forked"]
@@ -31,26 +33,18 @@ class TierKind:
 
 
 def _arena(capacity: int, ctx: TierContext) -> Any:
-    from kvmm.tiers import ArenaTier
-
     return ArenaTier(capacity)
 
 
 def _mmap(capacity: int, ctx: TierContext) -> Any:
-    from kvmm.tiers import MmapTier
-
     return MmapTier(ctx.new_folder("mmap"), capacity, segment_bytes=2048)
 
 
 def _simulated(capacity: int, ctx: TierContext) -> Any:
-    from kvmm.tiers import SimulatedTier
-
     return SimulatedTier(capacity)
 
 
 def _redis(capacity: int, ctx: TierContext) -> Any:
-    from kvmm.tiers import RedisTier
-
     return RedisTier(capacity, url=ctx.redis_url, prefix=f"kvmm-test-{uuid.uuid4().hex[:12]}")
 
 
@@ -140,7 +134,6 @@ def run_forked(target: Callable[..., Any], *args: Any, timeout_s: float = 30.0) 
     still running after ``timeout_s`` is killed and None is returned, so a hung child fails the
     caller's exit-code assertion instead of outliving the test.  POSIX only (``fork``).
     """
-    import multiprocessing
 
     child = multiprocessing.get_context("fork").Process(target=target, args=args)
     child.start()

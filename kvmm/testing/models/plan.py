@@ -10,7 +10,11 @@ import math
 
 import numpy as np
 
+from kvmm.sim.cost import cost_account
+from kvmm.sim.load import arrival_times
+from kvmm.sim.serving import resolve_serving
 from kvmm.testing.models.stack_distance import mattson_distances
+from kvmm.tiers.spec import preset
 
 INF = math.inf
 
@@ -34,10 +38,6 @@ def stage1(trace, base, cands, instances, prices) -> dict:
     hourly price, on the run's serving setup (kvmm.sim.serving.resolve_serving: its latency
     model, scheduler limits, GPU pool and GPU price).  Only private tiers when instances > 1
     (every level sees its instance's stream)."""
-    from kvmm.sim.cost import cost_account
-    from kvmm.sim.load import arrival_times
-    from kvmm.sim.serving import resolve_serving
-    from kvmm.tiers.spec import preset
 
     cfg = base.with_(instances=instances)
     serving = resolve_serving(cfg)

@@ -4,6 +4,8 @@ key fits the capacity at all, evict from the old end until it fits, then insert 
 
 from collections import OrderedDict
 
+from kvmm.testing.models.eviction import simulate_arc_sized
+
 
 def replay_naive(order, keys, capacity, sizes=None):
     sizes = [1] * len(keys) if sizes is None else list(sizes)
@@ -56,7 +58,6 @@ def replay_lfu_naive(keys, capacity, sizes=None):
 def replay_arc_naive(keys, capacity, sizes=None):
     """ARC's hits from the size-accounted transcription of libCacheSim's ARC
     (:func:`kvmm.testing.models.eviction.simulate_arc_sized`; every size must be >= 1)."""
-    from kvmm.testing.models.eviction import simulate_arc_sized
 
     sizes = [1] * len(keys) if sizes is None else list(sizes)
     out, _ = simulate_arc_sized(list(zip(keys, sizes)), capacity)
