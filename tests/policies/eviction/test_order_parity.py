@@ -73,7 +73,7 @@ class Order:
     lcs: str  # libCacheSim's class
     hashpower: int = 12  # libCacheSim's hash table (it grows): small is fast to build
     miss: Callable = order_parity.store_if_fits  # the order's rule for storing a miss in ManagedTier
-    naive: Callable | None = None  # (keys, capacity, sizes, **options) -> hits
+    naive: Callable | None = None  # (keys, capacity, sizes or None, **options) -> hits
     naive_blocks_up_to: float = INF  # the largest capacity the reference runs at on the block streams
     blocks: tuple = ((64, {}), (512, {}), (4096, {}))  # (capacity, options) on the Mooncake block streams
     sizes: tuple = ((450, {}), (2500, {}), (10_000, {}))  # (capacity, options) on byte-sized streams
@@ -96,33 +96,33 @@ class Order:
 
 
 ORDERS: dict[str, Order] = {
-    "lru": Order(LRUPolicy, "LRU", hashpower=16, naive_blocks_up_to=0, naive_on_sizes=False),
-    "fifo": Order(FIFOPolicy, "FIFO", hashpower=16, naive_blocks_up_to=0, naive_on_sizes=False),
-    "arc": Order(ARCPolicy, "ARC", naive=lambda k, c, s: replay_arc_naive(k, c, s), naive_blocks_up_to=0),
-    "lfu": Order(LFUPolicy, "LFU", naive=lambda k, c, s: replay_lfu_naive(k, c, s), naive_blocks_up_to=0),
+    "lru": Order(LRUPolicy, "LRU", hashpower=16),  # no plain-Python reference: libCacheSim and ManagedTier only
+    "fifo": Order(FIFOPolicy, "FIFO", hashpower=16),
+    "arc": Order(ARCPolicy, "ARC", naive=replay_arc_naive, naive_blocks_up_to=0),
+    "lfu": Order(LFUPolicy, "LFU", naive=replay_lfu_naive, naive_blocks_up_to=0),
     "belady": Order(BeladyPolicy.from_trace, "Belady", miss=order_parity.store_or_advance, from_trace=True,
-                    naive=lambda k, c, s: replay_belady_naive(k, c, s),
+                    naive=replay_belady_naive,
                     stream=lambda c: zipf(c, n=5000)),
-    "clock": Order(ClockPolicy, "Clock", naive=lambda k, c, s, **o: replay_clock_naive(k, c, s, **o),
+    "clock": Order(ClockPolicy, "Clock", naive=replay_clock_naive,
                    blocks=((64, {}), (512, {}), (4096, {}), (512, {"n_bit_counter": 2}),
                            (1024, {"init_freq": 1, "n_bit_counter": 3})),
                    sizes=tuple((c, o) for o in ({}, {"n_bit_counter": 2, "init_freq": 1}) for c in (450, 2500, 10_000)),
                    stream=lambda c: zipf(c, n=5000)),
     "s3fifo": Order(S3FIFOPolicy, "S3FIFO", hashpower=16, miss=order_parity.store_as_libcachesim,
-                    naive=lambda k, c, s: replay_s3fifo_naive(k, c, s), stream=s3fifo_stream,
+                    naive=replay_s3fifo_naive, stream=s3fifo_stream,
                     never=lambda k, size, capacity: k < 11),  # keys 5-10: refused by the small queue
-    "sieve": Order(SIEVEPolicy, "Sieve", hashpower=16, naive=lambda k, c, s: replay_sieve_naive(k, c, s),
+    "sieve": Order(SIEVEPolicy, "Sieve", hashpower=16, naive=replay_sieve_naive,
                    naive_blocks_up_to=512,  # the reference scans its list per reference
                    never=lambda k, size, capacity: k < 5),
     "2q": Order(TwoQPolicy, "TwoQ", miss=order_parity.store_within_a1in,
-                naive=lambda k, c, s: replay_twoq_naive(k, c, s), stream=twoq_stream,
+                naive=replay_twoq_naive, stream=twoq_stream,
                 never=lambda k, size, capacity: k < 10),
     "slru": Order(SLRUPolicy, "SLRU", hashpower=16, miss=order_parity.store_if_admitted,
-                  naive=lambda k, c, s: replay_slru_naive(k, c), naive_on_sizes=False,
+                  naive=replay_slru_naive, naive_on_sizes=False,
                   blocks=((130, {}), (510, {}), (4096, {})),  # 130 and 510: segments sum below the capacity
                   never=lambda k, size, capacity: size > capacity // 4),  # larger than a segment
     "wtinylfu": Order(WTinyLFUPolicy, "WTinyLFU", hashpower=16, miss=order_parity.store_if_admitted,
-                      naive=lambda k, c, s: replay_wtinylfu_naive(k, c), naive_on_sizes=False,
+                      naive=replay_wtinylfu_naive, naive_on_sizes=False,
                       blocks=((130, {}), (510, {}), (4096, {})),
                       # sizes up to 1 % of the capacity: libCacheSim caches nothing larger than the window
                       sizes=((4500, {}), (25_000, {}), (100_000, {})),
