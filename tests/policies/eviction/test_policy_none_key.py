@@ -9,7 +9,6 @@ it spelled ``"z"``, and asserts the same decisions under that renaming.
 
 from __future__ import annotations
 
-import inspect
 import random
 
 import pytest
@@ -38,7 +37,6 @@ def drive(name: str, spelled, seed: int) -> list:
         return "X" if key == spelled else key
 
     policy = make_eviction_policy(name, capacity=CAPACITY) if name in TAKES_CAPACITY else make_eviction_policy(name)
-    params = inspect.signature(policy.victims).parameters
     sizes: dict = {}
     log: list = []
 
@@ -66,10 +64,7 @@ def drive(name: str, spelled, seed: int) -> list:
         need = sum(sizes.values()) + size - CAPACITY
         n = 1
         while need > 0:
-            if "incoming_size" in params:
-                order = list(policy.victims(n, {k}, incoming=k, incoming_size=size))
-            else:
-                order = list(policy.victims(n, {k}))
+            order = list(policy.victims(n, {k}, incoming=k, incoming_size=size))
             freed, plan = 0, []
             for victim in order:
                 plan.append(victim)
@@ -84,8 +79,7 @@ def drive(name: str, spelled, seed: int) -> list:
         sizes[k] = size
         log.append(("insert", key))
         dropped(policy.on_insert(k, size))
-        if hasattr(policy, "check"):
-            policy.check()
+        policy.check()
     log.append(("order", [unspell(v) for v in policy.victims(len(sizes))]))
     return log
 
