@@ -49,7 +49,8 @@ import numpy as np
 from numba import njit
 
 # the shared primitives (one open-addressing table, hash mixing, bit counts, prefetch), imported
-# under the names this module's users (shards, admission, replay's renumbering) read them by
+# under the names this module's users read them by (the trackers, _shards_kernels, admission; replay's
+# renumbering imports kvmm._kernels itself)
 from kvmm._kernels import find_slot, get_or_insert_ids, lookup_ids, mix64, popcount, prefetch, rehash, trailing_zeros  # noqa: F401
 
 # state vector indices
