@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from kvmm.errors import BadInputError, DTypeError, InvalidIdError, ShapeError
 
 __all__ = ["as_array", "as_hashable", "as_key_set", "as_index_array", "as_key_array", "as_count", "as_fraction",
-           "as_positive_float", "check_ids_in_range", "short_repr", "strict_json", "MAX_INT64", "MAX_UNITS",
+           "as_positive_float", "check_ids_in_range", "short_repr", "strict_json", "parse_bytes", "MAX_INT64", "MAX_UNITS",
            "MAX_INSTANCES", "MAX_JSON_DEPTH", "MAX_JSON_DIGITS"]
 
 #: The largest count that fits int64: a larger Python int overflows every array, numba kernel and C
@@ -34,6 +35,9 @@ MAX_INSTANCES = 2**20
 #: handful of levels), integers of more digits than a 64-bit value has.
 MAX_JSON_DEPTH = 32
 MAX_JSON_DIGITS = 20
+#: the units a size flag (``--tier``, ``--gpu-kv``) takes, lower-case: binary and decimal
+BYTE_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
+              "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
 
 
 def as_index_array(x: Any, name: str, *, dtype=np.int64, ndim: int = 1) -> np.ndarray:
@@ -120,6 +124,25 @@ def short_repr(x: Any) -> str:
         return f"{'-' if x < 0 else ''}an integer of about {int(x.bit_length() * 0.30103) + 1} digits"
     text = repr(x)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_bytes(text: str, what: str, *, default_unit: str = "", example: str = "64GiB") -> tuple[int, str]:
+    """``"64GiB"`` -> ``(68719476736, "gib")``: a size flag's bytes and its unit (lower-case;
+    ``default_unit`` when the text has none, ``"b"`` for a bare 0).  Anything else, or more than
+    :data:`MAX_UNITS` bytes, is a one-line :class:`BadInputError` that starts with ``what``
+    (``example`` is the size it suggests)."""
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([A-Za-z]*)", text.strip())
+    unit = (m.group(2) if m else "").lower() or default_unit
+    if m and not m.group(2) and float(m.group(1)) == 0:
+        unit = "b"  # a bare 0 needs no unit
+    if not m or unit not in BYTE_UNITS:
+        raise BadInputError(f"{what}: bad size {short_repr(text)}; expected a number and a unit "
+                            "(B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)")
+    nbytes = float(m.group(1)) * BYTE_UNITS[unit]  # inf for 400 digits
+    if not nbytes <= MAX_UNITS:
+        raise BadInputError(f"{what}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); "
+                            f"expected a size such as {example}")
+    return int(nbytes), unit
 
 
 def as_hashable(key: Any, name: str = "key") -> Any:

@@ -19,8 +19,6 @@ from tests.paths import ROOT
 #: every package whose names load on first use (kvmm._lazy.lazy_exports)
 LAZY_PACKAGES = sorted(".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "kvmm").rglob("__init__.py")
                        if "lazy_exports(" in p.read_text(encoding="utf-8"))
-#: lazy packages another change is rewriting; their TYPE_CHECKING block comes with it
-NOT_YET: set[str] = set()
 
 
 def lazy_names(pkg) -> dict[str, str]:
@@ -68,7 +66,7 @@ def test_every_lazy_name_resolves_to_its_modules_object(name):
         assert getattr(pkg, export) is expected, export
 
 
-@pytest.mark.parametrize("name", [n for n in LAZY_PACKAGES if n not in NOT_YET])
+@pytest.mark.parametrize("name", LAZY_PACKAGES)
 def test_the_type_checking_block_lists_exactly_the_lazy_names(name):
     pkg = importlib.import_module(name)
     assert type_checking_names(pkg) == lazy_names(pkg)
@@ -89,8 +87,6 @@ def test_a_type_checker_sees_every_lazy_export(tmp_path):
     pytest.importorskip("mypy")
     lines, names = [], []
     for name in LAZY_PACKAGES:
-        if name in NOT_YET:
-            continue
         pkg = importlib.import_module(name)
         for i, export in enumerate(sorted(lazy_names(pkg))):
             alias = f"_{name.replace('.', '_')}_{i}"

@@ -33,7 +33,7 @@ import warnings
 from dataclasses import replace
 
 from kvmm._progress import Progress
-from kvmm._validate import MAX_INSTANCES, MAX_UNITS, short_repr
+from kvmm._validate import MAX_INSTANCES, parse_bytes, short_repr
 from kvmm.cluster.fabric import LINK_NAMES
 from kvmm.errors import BadInputError, KvmmWarning, RunWarning
 from kvmm.report import format_table
@@ -46,9 +46,6 @@ from kvmm.sim.latency.arch import ModelArch
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import PRESETS, preset
 from kvmm.traces.formats import load_trace
-
-_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,18 +146,8 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_size(text: str, what: str) -> int:
-    """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    unit = m.group(2).lower() if m else ""
-    if m and not unit and float(m.group(1)) == 0:
-        unit = "b"  # a bare 0 needs no unit
-    if not m or unit not in _UNITS:
-        raise BadInputError(f"{what}: bad size {short_repr(text)}; expected a number and a unit (B, KiB, MiB, GiB, TiB, KB, "
-                            "MB, GB, TB)")
-    nbytes = float(m.group(1)) * _UNITS[unit]  # inf for 400 digits
-    if not nbytes <= MAX_UNITS:
-        raise BadInputError(f"{what}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); expected a size such as 64GiB")
-    return int(nbytes)
+    """``64GiB`` -> bytes; a one-line error naming ``what`` otherwise (:func:`kvmm._validate.parse_bytes`)."""
+    return parse_bytes(text, what)[0]
 
 
 def parse_tier(text: str):

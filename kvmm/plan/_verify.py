@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -197,10 +196,6 @@ def workers_of(executor: Any) -> int:
         except Exception:  # noqa: BLE001 - any client that cannot say runs one at a time
             return 1
     return 1
-
-
-def default_workers() -> int:
-    return os.cpu_count() or 1
 
 
 def simulate_configs(configs: list, executor: Any, say: Any, simulated: Any = None, done_before: int = 0,

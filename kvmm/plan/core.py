@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmm._validate import MAX_UNITS, short_repr
+from kvmm._validate import MAX_UNITS, parse_bytes, short_repr
 from kvmm.errors import BadInputError
 from kvmm.plan._configs import point_config
 from kvmm.sim.config import SimConfig, check_admission, check_eviction
@@ -29,8 +28,6 @@ __all__ = ["SLO", "TierCandidate", "PlanPoint", "Plan", "plan", "simulation_key"
 GIB = 2**30
 #: the most capacity points one candidate may ask for (the grid is the product over candidates)
 MAX_POINTS = 4096
-_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
 
 
 @dataclass(frozen=True)
@@ -399,30 +396,19 @@ def _quoted(text: str) -> str:
     return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
 
 
-def _parse_size(text: str, default_unit: str | None, whole: str) -> tuple[int, str]:
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([A-Za-z]*)", text.strip())
-    unit = (m.group(2) if m else "").lower() or (default_unit or "")
-    if m and not m.group(2) and float(m.group(1)) == 0:
-        unit = "b"  # a bare 0 needs no unit
-    if not m or unit not in _UNITS:
-        raise BadInputError(f"--tier {_quoted(whole)}: bad size {short_repr(text)}; expected a number and a unit "
-                            "(B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)")
-    nbytes = float(m.group(1)) * _UNITS[unit]  # inf for 400 digits
-    if not nbytes <= MAX_UNITS:
-        raise BadInputError(f"--tier {_quoted(whole)}: size {short_repr(text)} is more than 2**60 bytes (1 EiB); "
-                            "expected a capacity such as 4TiB")
-    return int(nbytes), unit
+def _parse_size(text: str, default_unit: str, whole: str) -> tuple[int, str]:
+    return parse_bytes(text, f"--tier {_quoted(whole)}", default_unit=default_unit, example="4TiB")
 
 
 def _parse_range(text: str, whole: str) -> tuple[int, int]:
     """``0-4TiB`` / ``512GiB-4TiB`` / ``4TiB`` -> (min, max) bytes."""
     lo_text, dash, hi_text = text.partition("-")
     if not dash:
-        size, _ = _parse_size(text, None, whole)
+        size, _ = _parse_size(text, "", whole)
         return size, size
     if not lo_text.strip() or not hi_text.strip():
         raise BadInputError(f"--tier {_quoted(whole)}: bad range {short_repr(text)}; expected MIN-MAX such as 0-4TiB")
-    hi, unit = _parse_size(hi_text, None, whole)
+    hi, unit = _parse_size(hi_text, "", whole)
     lo, _ = _parse_size(lo_text, unit, whole)
     return lo, hi
 

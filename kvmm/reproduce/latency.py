@@ -58,10 +58,6 @@ MAX_PREFIX = 131072
 BANDWIDTH_PREFIXES = (16, 256, 1024, 8192, 65536)
 
 
-def _roofline(model: str, hardware, tp: int = 1):
-    return Roofline(model, hardware, tp)
-
-
 def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
 
@@ -79,7 +75,7 @@ def decode_table(model: str = MODEL, contexts=CONTEXTS, batches=BATCHES) -> list
     arch = ModelArch.named(model)
     out = []
     for hw in HARDWARE.values():
-        r = _roofline(model, hw)
+        r = Roofline(model, hw)
         pool = kv_pool_bytes(arch, hw)
         for b in batches:
             row = {"hardware": hw.name, "batch": b, "ms": [], "fits": [], "bound": []}
@@ -94,8 +90,9 @@ def decode_table(model: str = MODEL, contexts=CONTEXTS, batches=BATCHES) -> list
 
 def prefill_table(model: str = MODEL, chunk: int = CHUNK, contexts=CHUNK_CONTEXTS) -> list[dict]:
     """One dict per hardware: ``ms`` of a ``chunk``-token prefill chunk after each context."""
-    return [{"hardware": hw.name, "ms": [1e3 * _roofline(model, hw).step_seconds([chunk], [c], []) for c in contexts]}
-            for hw in HARDWARE.values()]
+    rooflines = {hw.name: Roofline(model, hw) for hw in HARDWARE.values()}
+    return [{"hardware": name, "ms": [1e3 * r.step_seconds([chunk], [c], []) for c in contexts]}
+            for name, r in rooflines.items()]
 
 
 # --------------------------------------------------------------------------- (b) break-even
@@ -131,7 +128,7 @@ def break_even(tier, model: str, hardware: str, tp: int, *, marginal: bool = Fal
     "label": the table cell}``.  Runtime O(max_prefix)."""
     n = np.arange(1, max_prefix + 1)
     wins = load_seconds(tier, ModelArch.named(model).kv_bytes_per_token(), n) < \
-        recompute_seconds(_roofline(model, hardware, tp), n, marginal=marginal)
+        recompute_seconds(Roofline(model, hardware, tp), n, marginal=marginal)
     loses = np.flatnonzero(~wins)
     if loses.size == 0:
         return {"first": 1, "short": max_prefix, "label": "always"}
@@ -147,14 +144,14 @@ def break_even(tier, model: str, hardware: str, tp: int, *, marginal: bool = Fal
 def break_even_bandwidth(model: str, hardware: str, tp: int, n: int, *, marginal: bool = False) -> float:
     """The read bandwidth (bytes/s) at which loading ``n`` tokens' KV takes as long as
     recomputing them, latency aside: ``n x kv_bytes_per_token / recompute(n)``."""
-    seconds = float(recompute_seconds(_roofline(model, hardware, tp), np.array([n]), marginal=marginal)[0])
+    seconds = float(recompute_seconds(Roofline(model, hardware, tp), np.array([n]), marginal=marginal)[0])
     return n * ModelArch.named(model).kv_bytes_per_token() / seconds
 
 
 # --------------------------------------------------------------------------- the section
 def reproduce(report) -> None:
     arch = ModelArch.named(MODEL)
-    r200 = _roofline(MODEL, "H200")
+    r200 = Roofline(MODEL, "H200")
     report.heading("latency: the simulator's physical clock (roofline step times, recompute vs load)")
     report.text(
         f"Every simulating section times its steps with Roofline (docs/latency.md): a step takes max(compute, memory) "
