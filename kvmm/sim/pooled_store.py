@@ -254,13 +254,16 @@ class LocalSegmentView:
 
     def __init__(self, store: SegmentedStore, instance: int) -> None:
         self.store = store
-        self.bit = 1 << store.home(instance)
+        home = store.home(instance)
+        self.bit = 1 << home
+        self.segment = store.segments[home]
         self.name = store.level.name + "@local"
         self.backend = self
-        self.policy = store.segments[store.home(instance)].policy
+        self.policy = self.segment.policy
 
-    capacity_bytes = property(lambda self: self.store.segments[0].capacity_bytes)
-    used_bytes = property(lambda self: sum(s.used_bytes for s in self.store.segments))
+    # the reader's own segment: its capacity and use (the shared level's view counts every segment)
+    capacity_bytes = property(lambda self: self.segment.capacity_bytes)
+    used_bytes = property(lambda self: self.segment.used_bytes)
 
     def drain(self) -> list:
         return []
