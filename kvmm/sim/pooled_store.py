@@ -45,12 +45,12 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.policies.admission import WriteAll
-from kvmm.sim.cluster_config import PooledStore, as_stores  # noqa: F401 (re-exported: they lived here)
+from kvmm.sim.cluster_config import PooledStore
 from kvmm.sim.demotion import LoggedSimulatedTier
 from kvmm.sim.levels import TierLevel, make_eviction
 from kvmm.tiers.managed import ManagedTier, _key_list
 
-__all__ = ["PooledStore", "SegmentedStore", "as_stores"]
+__all__ = ["SegmentedStore"]
 
 
 class SegmentedStore:

@@ -21,8 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from kvmm.cluster.fabric import fabric_preset
 from kvmm.errors import BadInputError
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
-from kvmm.sim.cluster_config import ClusterConfig
-from kvmm.sim.pooled_store import PooledStore, SegmentedStore
+from kvmm.sim.cluster_config import ClusterConfig, PooledStore
+from kvmm.sim.pooled_store import SegmentedStore
 from kvmm.tiers.spec import TierSpec
 from tests.sim.sim_helpers import TOY_MODEL, trace
 from tests.sim.test_cluster_sim import BLOCK_BYTES, FixedRouter, toy
