@@ -58,7 +58,6 @@ MAX_CONFIG_BYTES = 1 << 30
 def config_to_json(cfg) -> dict:
     """The config as a JSON-ready dict (``json.dumps`` writes it).  Runtime complexity: O(size of
     the config; an inline trace's arrays)."""
-
     if not isinstance(cfg, SimConfig):
         raise BadInputError(f"config_to_json takes a SimConfig, got {type(cfg).__name__}")
     out: dict[str, Any] = {"format": FORMAT, "version": VERSION}
@@ -72,7 +71,6 @@ def config_to_json(cfg) -> dict:
 def config_from_json(data: dict):
     """The :class:`SimConfig` a :func:`config_to_json` dict (or a hand-written subset) describes.
     Runtime complexity: O(size of the dict)."""
-
     if not isinstance(data, dict):
         raise BadInputError(f"a SimConfig JSON must be an object, got {type(data).__name__}")
     data = dict(data)
@@ -195,7 +193,6 @@ def _hardware(value, what: str) -> Any:
 def _latency(value, what: str) -> Any:
     """A latency model: its name, or the built-in object's parameters (a user's own object has
     no JSON form)."""
-
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, Fitted):
@@ -246,15 +243,14 @@ _ENCODERS = {"workload": _workload, "model": _model, "tiers": _levels, "fast_tie
 
 # ---------------------------------------------------------------------- decoders
 def _checked_object(data: Any, what: str) -> dict:
+    """``data`` if it is a JSON object (a dict); a BadInputError naming ``what`` otherwise."""
     if not isinstance(data, dict):
         raise BadInputError(f"{what} must be a JSON object, got {type(data).__name__}")
     return data
 
 
 def _check_keys(data: Any, allowed, what: str) -> None:
-    if not isinstance(data, dict):
-        raise BadInputError(f"{what} must be a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(allowed))
+    unknown = sorted(set(_checked_object(data, what)) - set(allowed))
     if unknown:
         raise BadInputError(f"{what}: unknown key {unknown[0]!r}; expected some of {sorted(allowed)}")
 
@@ -311,8 +307,8 @@ def _workload_from(data: Any, what: str):
                             "and its name")
     value = dict(value)
     columns = value.pop("columns", {})
-    _check_keys(columns, list(columns) if isinstance(columns, dict) else (), f"{inline}.columns")
-    columns = {k: _column_from(c, f"{inline}.columns[{k!r}]") for k, c in columns.items()}
+    columns = {k: _column_from(c, f"{inline}.columns[{k!r}]")
+               for k, c in _checked_object(columns, f"{inline}.columns").items()}
     arrays = {k: _int_list(value.pop(k), f"{inline}.{k}") for k in _TRACE_ARRAYS}
     return KVTrace(columns=columns, **arrays, **value)
 

@@ -45,12 +45,12 @@ import numpy as np
 
 from kvmm.errors import BadInputError
 from kvmm.policies.admission import WriteAll
-from kvmm.sim.cluster_config import PooledStore, as_stores  # noqa: F401 (re-exported: they lived here)
+from kvmm.sim.cluster_config import PooledStore
 from kvmm.sim.demotion import LoggedSimulatedTier
 from kvmm.sim.levels import TierLevel, make_eviction
 from kvmm.tiers.managed import ManagedTier, _key_list
 
-__all__ = ["PooledStore", "SegmentedStore", "as_stores"]
+__all__ = ["SegmentedStore"]
 
 
 class SegmentedStore:
@@ -254,13 +254,16 @@ class LocalSegmentView:
 
     def __init__(self, store: SegmentedStore, instance: int) -> None:
         self.store = store
-        self.bit = 1 << store.home(instance)
+        home = store.home(instance)
+        self.bit = 1 << home
+        self.segment = store.segments[home]
         self.name = store.level.name + "@local"
         self.backend = self
-        self.policy = store.segments[store.home(instance)].policy
+        self.policy = self.segment.policy
 
-    capacity_bytes = property(lambda self: self.store.segments[0].capacity_bytes)
-    used_bytes = property(lambda self: sum(s.used_bytes for s in self.store.segments))
+    # the reader's own segment: its capacity and use (the shared level's view counts every segment)
+    capacity_bytes = property(lambda self: self.segment.capacity_bytes)
+    used_bytes = property(lambda self: self.segment.used_bytes)
 
     def drain(self) -> list:
         return []

@@ -53,12 +53,19 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
     arrival = arrival_times(trace, serving, config)
     factory = ledger_factory or CommitmentLedger
     if config.pd is not None:
-        return warned(config, priced(config, serving, trace, simulate_pd(config, serving, trace, arrival, progress)))
-    if config.cluster is not None:
-        return warned(config, priced(config, serving, trace,
-                                     simulate_cluster(config, serving, trace, arrival, factory, progress, engine_hook)))
+        result = simulate_pd(config, serving, trace, arrival, progress)
+    elif config.cluster is not None:
+        result = simulate_cluster(config, serving, trace, arrival, factory, progress, engine_hook)
+    else:
+        result = _simulate_dealt(config, serving, trace, arrival, factory, progress, engine_hook)
+    return warned(config, priced(config, serving, trace, result))
+
+
+def _simulate_dealt(config: SimConfig, serving: Any, trace: KVTrace, arrival: np.ndarray, factory: Callable,
+                    progress: Callable | None, engine_hook: Callable | None) -> SimResult:
+    """``config.instances`` independent instances, the requests dealt round-robin, one instance each."""
     instances, tables, end = [], [], 0.0
-    for i in range(config.instances):  # requests dealt round-robin, one instance each
+    for i in range(config.instances):
         if config.instances == 1:
             table = RequestTable(trace, arrival, priority_share=config.high_priority_share,
                                  priority_seed=config.priority_seed)
@@ -73,8 +80,7 @@ def simulate(config: SimConfig, *, progress: Callable[[int], None] | None = None
             engine_hook(inst)
         instances.append(inst)
         tables.append(table)
-    return warned(config, priced(config, serving, trace,
-                                 collect(config, serving, instances, tables, arrival, end, prompt_tokens(trace))))
+    return collect(config, serving, instances, tables, arrival, end, prompt_tokens(trace))
 
 
 def warned(cfg: SimConfig, result: SimResult) -> SimResult:
@@ -93,8 +99,7 @@ def run_warnings(cfg: SimConfig, result: SimResult) -> list[str]:
     per = result.requests_per_instance
     idle = [i for i, n in enumerate(per) if n == 0]
     if len(per) > 1 and idle:
-        router = cfg.cluster.router if cfg.cluster is not None else "round-robin"
-        name = router if isinstance(router, str) else type(router).__name__
+        name = _router_name(cfg.cluster.router) if cfg.cluster is not None else "round-robin"
         lines.append(f"{len(idle)} of {len(per)} instances got no request ({_ids(idle)}): the router ({name}) "
                      "sent every request elsewhere; a load-aware router or a load weight spreads them")
     unused = getattr(result.cost, "unused_prices", ())
@@ -103,11 +108,14 @@ def run_warnings(cfg: SimConfig, result: SimResult) -> list[str]:
         lines.append(f"price for {', '.join(unused)} matches no tier of this run (its tiers: "
                      f"{', '.join(names) or 'none'}); it was not used")
     if cfg.cluster is not None and cfg.cluster.instances == 1 and cfg.pd is None:
-        router = cfg.cluster.router
-        name = router if isinstance(router, str) else type(router).__name__
+        name = _router_name(cfg.cluster.router)
         if name != "round-robin":
             lines.append(f"router {name} routes among 1 instance: it has nothing to choose (give instances=N)")
     return lines
+
+
+def _router_name(router: Any) -> str:
+    return router if isinstance(router, str) else type(router).__name__
 
 
 def _ids(ids: list[int]) -> str:

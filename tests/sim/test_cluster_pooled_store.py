@@ -21,8 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from kvmm.cluster.fabric import fabric_preset
 from kvmm.errors import BadInputError
 from kvmm.sim import GiB, SimConfig, TierLevel, simulate
-from kvmm.sim.cluster_config import ClusterConfig
-from kvmm.sim.pooled_store import PooledStore, SegmentedStore
+from kvmm.sim.cluster_config import ClusterConfig, PooledStore
+from kvmm.sim.pooled_store import SegmentedStore
 from kvmm.tiers.spec import TierSpec
 from tests.sim.sim_helpers import TOY_MODEL, trace
 from tests.sim.test_cluster_sim import BLOCK_BYTES, FixedRouter, toy
@@ -63,8 +63,8 @@ LOCAL_S = 8 * BLOCK_BYTES / POOL.read_bandwidth
 PREFILL_S = 512 / TOY_MODEL.prefill_tokens_per_s + 8 * BLOCK_BYTES / FAST.read_bandwidth
 
 
-def run_reads(plan, store, rows=WARM + READ):
-    engines = []
+def run_reads(plan, store, rows=WARM + READ, engines=None):
+    engines = [] if engines is None else engines
     res = simulate(toy(trace(rows), gpu_prefix_cache=False, tiers=(), policy="on-demand", fast_tier=FAST,
                        cluster=ClusterConfig(instances=2, router=FixedRouter(plan), shared_tiers=(TierLevel(POOL),),
                                              fabric=FABRIC, store=store)), engine_hook=engines.append)
@@ -73,7 +73,12 @@ def run_reads(plan, store, rows=WARM + READ):
 
 
 def test_a_read_from_the_readers_own_segment_skips_the_fabric():
-    res, ttft = run_reads([0, 1, 0, 1], PooledStore(segments=2))
+    engines = []
+    res, ttft = run_reads([0, 1, 0, 1], PooledStore(segments=2), engines=engines)
+    for e in engines:  # pool@local is the instance's own segment (9 blocks each); pool, every segment
+        local, shared = e.hier.tiers
+        assert local.name == "pool@local" and local.used_bytes == 9 * BLOCK_BYTES == shared.used_bytes // 2
+        assert local.capacity_bytes == POOL.capacity_bytes // 2 and shared.capacity_bytes == POOL.capacity_bytes
     assert res.fabric_bytes == 0
     # levels: pool@local (the reader's segment), pool (every segment, over the fabric)
     assert res.tier_block_hits == (16, 16) and res.tier_read_blocks == (16, 0)

@@ -15,12 +15,11 @@ from kvmm.cli import main
 from kvmm.cluster import EventStream
 from kvmm.cluster.fabric import FABRIC_PRESETS, FabricSpec
 from kvmm.errors import BadInputError
-from kvmm.sim.cluster_config import ClusterConfig
+from kvmm.sim.cluster_config import ClusterConfig, PooledStore
 from kvmm.sim.config import ADMISSION_NAMES, GiB, PDConfig, SimConfig, TierLevel
 from kvmm.sim.config_json import config_from_json, config_to_json, load_config, save_config
 from kvmm.sim.cost import Prices
 from kvmm.sim.models import MODELS
-from kvmm.sim.pooled_store import PooledStore
 from kvmm.sim.workload import Workload
 from kvmm.tiers.spec import LINK_PRESETS, PRESETS, TierSpec
 

@@ -340,16 +340,19 @@ def sessions_of(trace: KVTrace) -> np.ndarray:
     return out
 
 
-def _shared_level(level: TierLevel, fabric: Any, block_bytes: int, logged: bool) -> SharedLevel:
-    """The one tier, policy and admission of a shared level, and its spec as an instance sees it."""
+def _shared_level(level: TierLevel, fabric: Any, block_bytes: int, logged: bool, with_tier: bool = True) -> SharedLevel:
+    """The one tier, policy and admission of a shared level, and its spec as an instance sees it
+    (``with_tier=False``: no tier, for a level whose blocks a SegmentedStore holds)."""
     spec = level.spec
     if fabric is not None:
         spec = replace(spec, read_bandwidth=min(spec.read_bandwidth, fabric.link_bandwidth),
                        write_bandwidth=min(spec.write_bandwidth, fabric.link_bandwidth),
                        latency_s=spec.latency_s + fabric.latency_s)
     seen = replace(level, spec=spec, capacity_bytes=None)
-    backend = (LoggedSimulatedTier if logged else SimulatedTier)(level.spec.capacity_bytes, spec=level.spec)
-    tier = ManagedTier(backend, make_eviction(level.eviction))
+    tier = None
+    if with_tier:
+        backend = (LoggedSimulatedTier if logged else SimulatedTier)(level.spec.capacity_bytes, spec=level.spec)
+        tier = ManagedTier(backend, make_eviction(level.eviction))
     return SharedLevel(seen, tier, make_admission(level.admission, level.spec.capacity_bytes // block_bytes))
 
 
@@ -362,7 +365,7 @@ def _shared_levels(cfg: SimConfig, instances: int, block_bytes: int, logged: boo
     layouts = cl.store or (None,) * len(cl.shared_tiers)
     plain, stores = [], []
     for lv, layout in zip(cl.shared_tiers, layouts):
-        level = _shared_level(lv, cl.fabric, block_bytes, logged)
+        level = _shared_level(lv, cl.fabric, block_bytes, logged, with_tier=layout is None)
         plain.append(level)
         stores.append(None if layout is None else SegmentedStore(lv, layout, instances, logged))
 
