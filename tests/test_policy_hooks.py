@@ -11,6 +11,7 @@ import numpy as np
 
 from kvmm._policy_hooks import PolicyHooks
 from kvmm.policies import ARCPolicy, LIRSPolicy, LRUPolicy, SLRUPolicy, TwoQPolicy, WTinyLFUPolicy
+from kvmm.policies.eviction import EVICTION_POLICIES
 from kvmm.protocols import EvictionPolicyBase, FastHooks
 from kvmm.testing import EvictionPolicyContract
 from kvmm.tiers import ManagedTier, SimulatedTier
@@ -90,6 +91,42 @@ def test_every_self_evicting_order_says_so_and_no_other_does():
     assert [cls.__name__ for cls in (TwoQPolicy, LIRSPolicy, SLRUPolicy, WTinyLFUPolicy) if cls.self_evicting] == \
         ["TwoQPolicy", "LIRSPolicy", "SLRUPolicy", "WTinyLFUPolicy"]
     assert not LRUPolicy.self_evicting and not ARCPolicy.self_evicting
+    # every registered order, not only the ones named above ...
+    assert {name for name, cls in EVICTION_POLICIES.items() if cls.self_evicting} == {"2q", "lirs", "slru", "wtinylfu"}
+    # ... and what each order returns from its events in a sized replay through a ManagedTier (a
+    # subclass records it) matches what it says: keys from 2Q, LIRS and SLRU, none from the others
+    rng = np.random.default_rng(0)
+    keys = (rng.zipf(1.3, 2000) % 80).tolist()
+    size_of = {k: int(rng.integers(1, 9)) for k in range(80)}
+    returned = {}
+    for name, cls in EVICTION_POLICIES.items():
+        if cls.offline:
+            continue
+        tier = ManagedTier(SimulatedTier(64), _recording(cls, returned.setdefault(name, [])))
+        for key in keys:
+            if key in tier:
+                tier.get(key)
+            else:
+                tier.put_size(key, size_of[key])
+        tier.check()
+    assert {name for name, out in returned.items() if out} == {"2q", "lirs", "slru"}
+
+
+def _recording(cls, returned):
+    """A ``cls`` whose events record the keys they return (evicted on the policy's own)."""
+
+    class Recording(cls):
+        def on_insert(self, key, size=1, protected=()):
+            out = super().on_insert(key, size, protected)
+            returned.extend(out or ())
+            return out
+
+        def on_access(self, key, size=None, protected=()):
+            out = super().on_access(key, size, protected)
+            returned.extend(out or ())
+            return out
+
+    return Recording()
 
 
 def test_a_key_only_policy_gets_keys_only_and_its_nothing_is_an_empty_tuple():

@@ -146,7 +146,7 @@ class KvmmCachePolicy(CachePolicy):
         # Resident keys whose ref_cnt != 0 (a store or a load in flight): never victims.
         self._in_use: set[OffloadKey] = set()
         self._generation = 0  # a request rank from before clear() is stale
-        self._bind(_fresh_policy(type(self).new_policy, cache_capacity))
+        self._bind(type(self).new_policy())
 
     def get(self, key: OffloadKey) -> ChunkStatus | None:
         return self.chunks.get(key)
@@ -285,7 +285,7 @@ class KvmmCachePolicy(CachePolicy):
 
     def clear(self) -> None:
         self._generation += 1
-        self._bind(_fresh_policy(type(self).new_policy, self.cache_capacity))
+        self._bind(type(self).new_policy())
         self.chunks.clear()
         self._in_use.clear()
 
@@ -318,10 +318,11 @@ class KvmmCachePolicy(CachePolicy):
         assert len(self.chunks) <= self.cache_capacity
 
     def _bind(self, policy: Any) -> None:
-        """Adopt ``policy``.  A built-in one's ``fast_hooks`` replace its checked ``on_access`` /
-        ``on_insert`` (this object guarantees what they check: an accessed key is registered, an
-        inserted one is not, sizes are 1; they make the same changes), and its ``victims`` are
-        trusted; another policy's ``victims`` are checked (distinct, resident, not protected).
+        """Adopt a fresh ``policy`` and tell it ``cache_capacity`` (``attach``).  A built-in one's
+        ``fast_hooks`` replace its checked ``on_access`` / ``on_insert`` (this object guarantees
+        what they check: an accessed key is registered, an inserted one is not, sizes are 1; they
+        make the same changes), and its ``victims`` are trusted; another policy's ``victims`` are
+        checked (distinct, resident, not protected).
         A policy that may evict on its own (:attr:`~kvmm.protocols.EvictionPolicyBase.self_evicting`,
         or any that does not say) is called through :meth:`_access_dropping` /
         :meth:`_insert_dropping`, its checked events with the chunks in use protected."""
@@ -330,6 +331,7 @@ class KvmmCachePolicy(CachePolicy):
             raise BadInputError(f"{type(self).__name__}: refresh_stores ranks chunks as vLLM's lru does, over a "
                                 f"recency order; {type(policy).__name__} evicts on its own (self_evicting): "
                                 "expected refresh_stores=False for it")
+        hooks.attach(self.cache_capacity)  # a policy that is not an EvictionPolicyBase is told nothing
         self.policy, self._hooks = policy, hooks
         self._evict_hook = hooks.evict
         fast = hooks.fast_hooks()
@@ -505,9 +507,3 @@ def _evicting_nothing(event: Callable) -> Callable:
             raise KvmmError(f"refresh_stores ranks chunks over a recency order, but the policy evicted {list(evicted)!r} "
                             f"on its own; expected refresh_stores=False for a policy that evicts on its own")
     return checked
-
-
-def _fresh_policy(factory: Callable[[], Any], capacity: int) -> Any:
-    policy = factory()
-    PolicyHooks(policy).attach(capacity)  # a policy that is not an EvictionPolicyBase is told nothing
-    return policy

@@ -92,7 +92,6 @@ class AdmissionPolicyContract:
 
 def admission_requests(seed: int, n: int = 40) -> Iterator[Any]:
     """``n`` AdmissionRequests of 0-11 blocks over 30 keys, ~40 % cached, ~50 % GPU hits."""
-
     rng = np.random.default_rng(seed)
     for _ in range(n):
         size = int(rng.integers(0, 12))

@@ -65,7 +65,6 @@ def replay_policy(policy: Any, keys: Sequence[Any], capacity: int) -> int:
 def trace_keys(trace: str, max_requests: int | None = None) -> tuple[int, ...]:
     """The block keys of a bundled trace (or a trace file of any format kvmm reads) in request
     order, as ints; only the first ``max_requests`` requests when given."""
-
     loaded = load_trace(trace)
     end = loaded.block_offsets[min(max_requests, loaded.num_requests)] if max_requests is not None else None
     return tuple(loaded.block_ids[:end].tolist())

@@ -93,7 +93,6 @@ def redis_prefix():
 @pytest.fixture
 def pool(redis_url, redis_prefix):
     """A RedisTier of 10,000 bytes in a fresh pool of the shared server (dropped at teardown)."""
-
     tier = RedisTier(10_000, url=redis_url, prefix=redis_prefix)
     yield tier
     tier.drop_pool()

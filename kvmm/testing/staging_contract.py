@@ -72,7 +72,6 @@ class StagingPolicyContract:
 
     def due(self, ledger: Any, policy: Any, now: float) -> list[int]:
         """``policy.due(now)``, checked against the ledger (see the class docstring)."""
-
         ids = [int(c) for c in np.asarray(policy.due(now)).tolist()]
         for cid in ids:
             assert cid in self._told, f"due returned {cid}, a claim the policy was never told of"

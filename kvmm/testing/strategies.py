@@ -80,7 +80,6 @@ def mooncake_traces(draw: Any, *, max_requests: int = 30, max_blocks: int = 12, 
     """A :class:`~kvmm.traces.KVTrace` built from :func:`prefix_sharing_requests`:
     non-decreasing timestamps, ``input_length`` consistent with the blocks (the last block may
     be partial), ids prefix-chained."""
-
     requests = draw(prefix_sharing_requests(max_requests=max_requests, max_blocks=max_blocks))
     n = len(requests)
     gaps = draw(st.lists(st.integers(0, 5000), min_size=n, max_size=n))
@@ -89,8 +88,8 @@ def mooncake_traces(draw: Any, *, max_requests: int = 30, max_blocks: int = 12, 
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in requests])]).astype(np.int64)
     ids = np.array([b for r in requests for b in r], dtype=np.int64)
     return KVTrace(name="hypothesis", timestamp_ms=np.cumsum(gaps).astype(np.int64),
-                         input_length=np.array(inputs, dtype=np.int64), output_length=np.array(outputs, dtype=np.int64),
-                         block_offsets=offsets, block_ids=ids)
+                   input_length=np.array(inputs, dtype=np.int64), output_length=np.array(outputs, dtype=np.int64),
+                   block_offsets=offsets, block_ids=ids)
 
 
 @st.composite
@@ -112,7 +111,6 @@ def attention_rows(draw: Any, *, heads: int | None = None, queries: int | None =
 def rope_configs(*, head_dims: tuple[int, ...] = (2, 4, 8, 16, 64, 128)) -> st.SearchStrategy:
     """A :class:`~kvmm.compress.RopeConfig`: head size, base, layout and scaling (none, linear,
     llama3 or yarn)."""
-
     scalings = st.one_of(
         st.just(RopeScaling()),
         st.builds(lambda f: RopeScaling(kind="linear", factor=f), st.sampled_from([2.0, 4.0])),
@@ -191,7 +189,6 @@ def apply_ledger_events(ledger: Any, events: list, *, now: float = 0.0) -> dict:
     machine forbids (the ledger raises :class:`~kvmm.errors.KvmmError` for those and must stay
     unchanged; callers may check that).  Returns ``dict(now, claims, granted, rejected)``.
     """
-
     claims: list[int] = []
     granted: list[int] = []
     rejected = 0

@@ -134,7 +134,6 @@ def run_forked(target: Callable[..., Any], *args: Any, timeout_s: float = 30.0) 
     still running after ``timeout_s`` is killed and None is returned, so a hung child fails the
     caller's exit-code assertion instead of outliving the test.  POSIX only (``fork``).
     """
-
     child = multiprocessing.get_context("fork").Process(target=target, args=args)
     child.start()
     child.join(timeout_s)
