@@ -82,6 +82,22 @@ def index_hits(router: Any, view: Any, request: Any) -> np.ndarray:
     return hits
 
 
+def run_credit(hits: np.ndarray, weights: np.ndarray, order: list | None = None) -> np.ndarray:
+    """Per instance, each prefix block weighted once, by the first medium in ``order`` (None: the
+    index's order, fastest first) whose run covers it: with ``R_k`` the longest run on the first
+    ``k`` media of ``order``, ``sum_k weights[order[k]] * (R_k - R_{k-1})`` (float64), added
+    medium by medium.  Dynamo's overlap credit (the index's order) and llm-d's longest-prefix
+    score (media by descending weight).  Runtime complexity: O(instances x media)."""
+    first = 0 if order is None else order[0]
+    run = hits[:, first]
+    credit = weights[first] * run
+    for m in range(1, hits.shape[1]) if order is None else order[1:]:
+        longer = np.maximum(run, hits[:, m])
+        credit = credit + weights[m] * (longer - run)
+        run = longer
+    return credit
+
+
 def check_medium_weights(weights: Any, name: str, *, upper: float | None = None) -> dict | None:
     """``weights`` as {medium name in lower case: non-negative float}, or None; bad values raise."""
     if weights is None:

@@ -194,4 +194,4 @@ def checked_route(router: Any, request: Any, view: Any) -> int:
 
 
 def _least_loaded(view: Any, ties: Ties) -> int:
-    return ties.pick(lowest_among(view.queue_lengths + view.running))
+    return ties.pick(lowest_among(view.load()))

@@ -25,6 +25,7 @@ from kvmm.cluster._router_base import (
     check_route_args,
     index_hits,
     lowest_among,
+    run_credit,
 )
 from kvmm.errors import BadInputError
 
@@ -105,13 +106,8 @@ class KvCostRouter:
         if bt <= 0:
             raise BadInputError(f"router {self.name!r} counts prompt tokens in KV blocks, but view.block_tokens is "
                                 f"{bt}; expected the tokens per block (the simulator sets it from the trace)")
-        credits = self._credits.vector(view.index)
-        run = hits[:, 0]
-        credit = credits[0] * run
-        for m in range(1, hits.shape[1]):  # each block once, on the fastest medium holding the run up to it
-            longer = np.maximum(run, hits[:, m])
-            credit = credit + credits[m] * (longer - run)
-            run = longer
+        # each block once, on the fastest medium holding the run up to it
+        credit = run_credit(hits, self._credits.vector(view.index))
         prefill = (view.prefill_tokens + request.input_length) / bt
         cost = self.prefill_load_scale * np.maximum(prefill - credit, 0.0)
         cost = cost + (view.running_blocks + view.queued_blocks + request.block_ids.shape[0])

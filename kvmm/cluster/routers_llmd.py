@@ -35,6 +35,7 @@ from kvmm.cluster._router_base import (
     check_route_args,
     index_hits,
     lowest_among,
+    run_credit,
 )
 from kvmm.cluster.routers_dynamo import KvCostRouter
 from kvmm.cluster.routers_sglang import PrefixMemory
@@ -65,14 +66,7 @@ def prefix_scores(hits: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return weights[0] * hits[:, 0]
     if (weights == 1.0).all():  # every step weighs 1: the sum is the longest run, exactly
         return hits.max(axis=1).astype(np.float64)
-    order = sorted(range(weights.shape[0]), key=lambda m: -weights[m])
-    run = np.zeros(hits.shape[0], dtype=np.int64)
-    score = np.zeros(hits.shape[0], dtype=np.float64)
-    for m in order:
-        longer = np.maximum(run, hits[:, m])
-        score = score + weights[m] * (longer - run)
-        run = longer
-    return score
+    return run_credit(hits, weights, sorted(range(weights.shape[0]), key=lambda m: -weights[m]))
 
 
 def holders_normalised(score: np.ndarray, holds: np.ndarray) -> np.ndarray:

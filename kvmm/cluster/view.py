@@ -22,8 +22,7 @@ __all__ = ["RouteRequest", "ClusterView", "LOAD_FIELDS"]
 COUNT_FIELDS = ("queue_lengths", "running", "waiting", "inbound", "prefill_tokens", "running_tokens", "running_blocks",
                 "queued_blocks", "kv_blocks_used", "kv_blocks_total")
 #: the per-instance signals a metrics scrape copies (every per-instance array but the pool sizes)
-LOAD_FIELDS = ("queue_lengths", "running", "waiting", "inbound", "prefill_tokens", "running_tokens", "running_blocks",
-               "queued_blocks", "kv_blocks_used", "kv_utilisation")
+LOAD_FIELDS = tuple(name for name in COUNT_FIELDS if name != "kv_blocks_total") + ("kv_utilisation",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,6 +179,16 @@ def mean_of(rs, metric) -> float:
     return spread([metric(r) for r in rs])[0]
 
 
+def hit_points(rs) -> float:
+    """The mean hit ratio of ``rs``, in percent (what the section's sentences quote)."""
+    return 100 * mean_of(rs, hit)
+
+
+def p95_s(rs) -> float:
+    """The mean TTFT p95 of ``rs``, in seconds."""
+    return mean_of(rs, lambda r: r.ttft_p95)
+
+
 def window(trace: KVTrace, start: int, n: int) -> KVTrace:
     """Requests ``[start, start + n)`` of ``trace`` as a trace of their own (views; offsets rebased).
     Runtime complexity: O(n)."""

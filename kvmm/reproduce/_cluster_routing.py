@@ -18,7 +18,9 @@ from kvmm.reproduce._cluster_common import (
     GiB,
     bill_columns,
     hit,
+    hit_points,
     mean_of,
+    p95_s,
     usd_per_k_requests,
 )
 
@@ -81,7 +83,7 @@ def _same(a, b) -> bool:
 
 def _router_note(res: dict, keys: dict, runs) -> str:
     hits = {k: mean_of(v, hit) for k, v in res.items()}
-    p95 = {k: mean_of(v, lambda r: r.ttft_p95) for k, v in res.items()}
+    p95 = {k: p95_s(v) for k, v in res.items()}
     cost = {k: mean_of(v, usd_per_k_requests) for k, v in res.items()}
     order = " > ".join(sorted(hits, key=lambda k: -hits[k]))
     best = min(p95, key=p95.get)
@@ -167,12 +169,7 @@ def events_table(report, runs, keys: dict, slices) -> None:
 
 
 def _events_note(precise: dict, approx: dict, slices) -> str:
-    def h(rs):
-        return 100 * mean_of(rs, hit)
-
-    def t(rs):
-        return mean_of(rs, lambda r: r.ttft_p95)
-
+    h, t = hit_points, p95_s
     exact, longest = EVENT_SETTINGS[0], max(d for d, p in EVENT_SETTINGS if p == 0)
     worst = max(EVENT_SETTINGS, key=lambda s: (s[1], s[0]))
     def idle(rs):

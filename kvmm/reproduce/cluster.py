@@ -54,7 +54,9 @@ from kvmm.reproduce._cluster_common import (
     design_label,
     hit,
     hit_columns,
+    hit_points,
     mean_of,
+    p95_s,
     usd_per_k_requests,
 )
 from kvmm.reproduce._cluster_common import (
@@ -163,10 +165,7 @@ def _findings(runs, shared_keys: dict, router_keys: dict, event_keys: dict) -> s
 
     n = ROUTER_INSTANCES
     res = {k: runs.many(v) for k, v in shared_keys.items()}
-    def pts(rs):
-        return 100 * mean_of(rs, hit)
-    def p95(rs):
-        return mean_of(rs, lambda r: r.ttft_p95)
+    pts, p95 = hit_points, p95_s
     def bill(rs):
         return mean_of(rs, usd_per_k_requests)
     shared = []
@@ -227,10 +226,7 @@ def _shared_note(res: dict) -> str:
 
     mc = PooledStore.mooncake()
     n = ROUTER_INSTANCES
-    def pts(rs):
-        return 100 * mean_of(rs, hit)
-    def p95(rs):
-        return mean_of(rs, lambda r: r.ttft_p95)
+    pts, p95 = hit_points, p95_s
     rr_gap = [pts(res[(k, 'round-robin', 'shared')]) - pts(res[(k, 'round-robin', 'private')]) for k in COUNTS]
     aff_gap = [pts(res[(k, AFFINITY, 'shared')]) - pts(res[(k, AFFINITY, 'private')]) for k in COUNTS]
     narrower = sum(a < r for a, r in zip(aff_gap, rr_gap))
