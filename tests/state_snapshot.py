@@ -6,6 +6,9 @@ import struct
 from collections.abc import Mapping
 
 import numpy as np
+import pytest
+
+from kvmm.errors import KvmmError
 
 _SKIP = (type(lambda: 0), type(len), type)
 
@@ -44,3 +47,13 @@ def state_of(obj, _depth: int = 0, _seen=None):
     if hasattr(obj, "__iter__") and iter(obj) is not obj:  # deque, SortedList, ... (not itertools.count)
         return (type(obj).__name__, [rec(v) for v in obj])
     return ("repr", repr(obj))
+
+
+def raises_unchanged(obj, exc, fn, *args, match=None, **kw):
+    """``fn(*args, **kw)`` raises ``exc`` (a KvmmError; its message matching ``match`` when given)
+    and ``obj``'s attributes are exactly as before."""
+    before = state_of(obj)
+    with pytest.raises(exc, match=match) as info:
+        fn(*args, **kw)
+    assert isinstance(info.value, KvmmError)
+    assert state_of(obj) == before

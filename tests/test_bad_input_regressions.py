@@ -11,7 +11,7 @@ from kvmm.errors import BadInputError, DTypeError, KvmmError, ShapeError
 from kvmm.policies import ShardsTracker, StackDistanceTracker
 from kvmm.policies.eviction import EVICTION_POLICIES, LRUPolicy, make_eviction_policy
 from kvmm.tiers import ArenaTier, ManagedTier, SimulatedTier
-from tests.state_snapshot import state_of
+from tests.state_snapshot import raises_unchanged
 
 RAGGED = [[1, 2], [3]]
 
@@ -21,15 +21,6 @@ def deep_key(depth=5000):
     for _ in range(depth):
         key = (key,)
     return key
-
-
-def raises_unchanged(obj, exc, fn, *args, **kw):
-    """``fn`` raises ``exc`` (a KvmmError) and ``obj``'s attributes are exactly as before."""
-    before = state_of(obj)
-    with pytest.raises(exc) as info:
-        fn(*args, **kw)
-    assert isinstance(info.value, KvmmError)
-    assert state_of(obj) == before
 
 
 @pytest.mark.parametrize("name", sorted(EVICTION_POLICIES))

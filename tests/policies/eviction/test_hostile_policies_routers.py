@@ -10,22 +10,14 @@ import pytest
 from kvmm.cluster import BlockIndex, ClusterView, make_router
 from kvmm.cluster.routers import ROUTERS, checked_route
 from kvmm.cluster.view import RouteRequest
-from kvmm.errors import BadInputError, DTypeError, KvmmError
+from kvmm.errors import BadInputError, DTypeError
 from kvmm.policies.eviction import make_eviction_policy
 from kvmm.policies.eviction.belady import BeladyPolicy
 from kvmm.policies.eviction.lirs import LIRSPolicy
 from kvmm.policies.eviction.twoq import TwoQPolicy
-from tests.state_snapshot import state_of
+from tests.state_snapshot import raises_unchanged
 
 REQUEST = RouteRequest(0, 0.0, np.array([1, 2, 3]), 48, 4, session=7)
-
-
-def raises_unchanged(obj, error, match, call):
-    before = state_of(obj)
-    with pytest.raises(error, match=match) as info:
-        call()
-    assert isinstance(info.value, KvmmError)
-    assert state_of(obj) == before
 
 
 @pytest.mark.parametrize("name", sorted(ROUTERS))
@@ -38,8 +30,8 @@ def raises_unchanged(obj, error, match, call):
 def test_routers_refuse_what_is_not_a_request_or_a_view(name, request_, view, match):
     router = make_router(name, 2)
     view = ClusterView(2, index=BlockIndex(2)) if view == "view" else view
-    raises_unchanged(router, DTypeError, match, lambda: router.route(request_, view))
-    raises_unchanged(router, DTypeError, match, lambda: checked_route(router, request_, view))
+    raises_unchanged(router, DTypeError, lambda: router.route(request_, view), match=match)
+    raises_unchanged(router, DTypeError, lambda: checked_route(router, request_, view), match=match)
     # still routes (kv-cost and precise-prefix count blocks: the view says how many tokens make one)
     assert checked_route(router, REQUEST, ClusterView(2, index=BlockIndex(2), block_tokens=16)) in (0, 1)
 
@@ -47,16 +39,16 @@ def test_routers_refuse_what_is_not_a_request_or_a_view(name, request_, view, ma
 def test_policy_calls_check_their_size_whatever_the_key():
     lirs = LIRSPolicy(capacity=4)
     lirs.on_insert(1)
-    raises_unchanged(lirs, BadInputError, "size must be >= 0, got -1", lambda: lirs.admits(1, -1))
-    raises_unchanged(lirs, DTypeError, "size must be an integer", lambda: lirs.admits(2, 1.5))
-    raises_unchanged(lirs, DTypeError, "key must be hashable", lambda: lirs.admits([1], 1))
+    raises_unchanged(lirs, BadInputError, lambda: lirs.admits(1, -1), match="size must be >= 0, got -1")
+    raises_unchanged(lirs, DTypeError, lambda: lirs.admits(2, 1.5), match="size must be an integer")
+    raises_unchanged(lirs, DTypeError, lambda: lirs.admits([1], 1), match="key must be hashable")
     assert lirs.admits(2, 1) is True and lirs.admits(2, 5) is False
     twoq = TwoQPolicy(capacity=4)
     twoq.on_insert(1)
     for key in (1, 2):  # the size is checked before the key is looked at, resident or not
-        raises_unchanged(twoq, BadInputError, "size must be >= 0, got -1", lambda: twoq.on_insert(key, -1))  # noqa: B023 (called at once)
-        raises_unchanged(twoq, BadInputError, "size must be >= 0, got -1", lambda: twoq.on_access(key, -1))  # noqa: B023 (called at once)
-    raises_unchanged(twoq, DTypeError, "protected", lambda: twoq.on_insert(2, 1, protected=5))
+        raises_unchanged(twoq, BadInputError, lambda: twoq.on_insert(key, -1), match="size must be >= 0, got -1")  # noqa: B023 (called at once)
+        raises_unchanged(twoq, BadInputError, lambda: twoq.on_access(key, -1), match="size must be >= 0, got -1")  # noqa: B023 (called at once)
+    raises_unchanged(twoq, DTypeError, lambda: twoq.on_insert(2, 1, protected=5), match="protected")
     assert twoq.on_insert(2, 1) == [] and twoq.on_access(1) == ()  # nothing evicted on its own
 
 
