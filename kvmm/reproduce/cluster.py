@@ -58,9 +58,7 @@ from kvmm.reproduce._cluster_common import (
     mean_of,
     p95_s,
     usd_per_k_requests,
-)
-from kvmm.reproduce._cluster_common import (
-    window as _window,  # kvmm.reproduce.plan reads it here
+    window,
 )
 from kvmm.reproduce._cluster_parastor import (
     PARASTOR_CONCURRENCY,
@@ -107,8 +105,8 @@ def reproduce(report) -> None:
     slice_len = 200 if quick else 4010  # full: the three thirds of the 12,031-request trace
     n_slices = 2 if quick else 3
     trace = resolve_trace("conversation", None)
-    slices = [_window(trace, k * slice_len, slice_len) for k in range(n_slices)]
-    event_slices = [_window(trace, k * slice_len, EVENT_REQUESTS_QUICK if quick else EVENT_REQUESTS)
+    slices = [window(trace, k * slice_len, slice_len) for k in range(n_slices)]
+    event_slices = [window(trace, k * slice_len, EVENT_REQUESTS_QUICK if quick else EVENT_REQUESTS)
                     for k in range(n_slices)]
     names = ", ".join(f"[{k * slice_len}:{min((k + 1) * slice_len, trace.num_requests)}]" for k in range(n_slices))
 

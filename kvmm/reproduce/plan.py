@@ -28,7 +28,7 @@ from kvmm.plan._configs import point_config
 from kvmm.plan.progress import StageProgress
 from kvmm.plan.writers import draw_frontier, plan_summary, point_label
 from kvmm.report import mean_pm, plain_number, spread
-from kvmm.reproduce.cluster import _window
+from kvmm.reproduce._cluster_common import window
 from kvmm.sim import ClusterConfig
 from kvmm.sim._sweep import sweep
 from kvmm.sim.config import GiB, SimConfig
@@ -157,7 +157,7 @@ def _equal_cost(report, trace, quick: bool, pool) -> None:
     slice_len = 400 if quick else 4010
     n_slices = 2 if quick else 3
     budgets = QUICK_BUDGETS if quick else BUDGETS_USD_PER_HOUR
-    slices = [_window(trace, k * slice_len, slice_len) for k in range(n_slices)]
+    slices = [window(trace, k * slice_len, slice_len) for k in range(n_slices)]
     cases = [(None, routing, "no KV tier", None, False, 0) for routing in ROUTINGS]
     for b in budgets:
         for routing in ROUTINGS:
