@@ -65,6 +65,7 @@ import numpy as np
 from kvmm.plan._kernels import cummax_by_group
 from kvmm.plan._replay import pair_statistics
 from kvmm.policies import StackDistanceTracker
+from kvmm.policies.mrc._stack_kernels import hash_keys
 from kvmm.sim.load import arrival_times
 
 __all__ = ["Stream", "block_stream", "GridModel", "build_model", "SHARDS_MIN_REFS", "SHARDS_RATE"]
@@ -209,8 +210,7 @@ def _run_bins(b: np.ndarray, req: np.ndarray) -> np.ndarray:
 
 
 def _hash64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 of int64 keys, as uint64 (the SHARDS sample filter)."""
-    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    """splitmix64 of int64 keys, as uint64 (the SHARDS sample filter): the trackers' own key hash."""
+    out = np.empty(x.shape[0], dtype=np.uint64)
+    hash_keys(x.astype(np.uint64), out)
+    return out
